@@ -1,0 +1,53 @@
+// Per-rank traffic counters, exact, per collective kind.
+//
+// Bytes are logical payload crossing this rank's boundary (self copies are not counted):
+//   broadcast        root sends (n-1)·N, every other rank receives N
+//   all_gather(v)    each rank receives the n-1 other blocks and sends its block to n-1 ranks
+//   reduce_scatter   input n·N: each rank receives the n-1 other ranks' block r, sends n-1 blocks
+//   all_reduce       reduce_scatter + all_gather over balanced chunks: 2(n-1)/n·N when n | N
+//   reduce           root receives (n-1)·N, every other rank sends N
+//   all_to_all       each rank sends and receives (n-1) blocks
+//   send / recv      the message
+// These equal the ring cost model's per-rank volumes (TSP-NOTES.md) except broadcast, which here
+// is a direct read of the root's buffer by every rank (a tree or ring would spread the root's
+// (n-1)·N over the ranks).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace tspemu {
+
+enum class CollectiveKind : std::uint8_t {
+  broadcast,
+  all_gather,
+  all_gatherv,
+  reduce_scatter,
+  all_reduce,
+  reduce,
+  all_to_all,
+  barrier,
+  split,
+  send,
+  recv,
+};
+inline constexpr std::size_t kCollectiveKindCount = 11;
+const char* collective_name(CollectiveKind k);
+
+struct TrafficCounters {
+  struct Entry {
+    std::uint64_t calls = 0;
+    std::uint64_t bytes_sent = 0;
+    std::uint64_t bytes_received = 0;
+  };
+  std::array<Entry, kCollectiveKindCount> by_kind{};
+
+  Entry& operator[](CollectiveKind k) { return by_kind[static_cast<std::size_t>(k)]; }
+  const Entry& operator[](CollectiveKind k) const { return by_kind[static_cast<std::size_t>(k)]; }
+  std::uint64_t total_sent() const;
+  std::uint64_t total_received() const;
+  void clear() { by_kind = {}; }
+};
+
+}  // namespace tspemu

@@ -1,0 +1,63 @@
+// tspemu runtime errors.
+//
+// Two tiers (STYLE.md): programming errors — a bad argument, a root out of range, a buffer too
+// small — throw std::invalid_argument at once with the values printed. Runtime failures — a peer
+// that failed, a collective the ranks disagree on, a hang, an emulated out-of-memory — are the
+// typed exceptions below, each naming the ranks and the operation.
+#pragma once
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace tspemu {
+
+// Base of every runtime failure.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The ranks of a group called different collectives (kind, count, element type or root), or a
+// receive does not match its send. Every participant throws it, with the same message.
+class CollectiveMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+// This rank stopped because another rank failed first; the message names that rank and its error.
+class PeerFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+// A wait made no progress within the world's hang timeout, or waited for a rank that had already
+// returned from the run function.
+class HangError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A rank's arena (its emulated device memory) cannot satisfy an allocation.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+// What World::run throws: the first failure of the run, tagged with the rank that raised it.
+// cause() is the original exception (rethrow it to inspect its type).
+class RankFailure : public Error {
+ public:
+  RankFailure(int rank, const std::string& what, std::exception_ptr cause)
+      : Error("rank " + std::to_string(rank) + " failed: " + what),
+        rank_(rank),
+        cause_(std::move(cause)) {}
+  int rank() const { return rank_; }
+  const std::exception_ptr& cause() const { return cause_; }
+
+ private:
+  int rank_;
+  std::exception_ptr cause_;
+};
+
+}  // namespace tspemu

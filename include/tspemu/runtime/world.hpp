@@ -1,0 +1,93 @@
+// World: N ranks, each a thread with its own arena, running one SPMD function per run.
+//
+// What: World(opts).run(fn) calls fn(rank) on every rank concurrently, rank i on its own thread.
+// Requirements: 1 <= ranks <= kMaxRanks; fn must not let exceptions escape except to report a
+// failure (that is the point); run() must not be called from inside fn.
+// Guarantees:
+//  - threads are created once and kept between runs; run() returns when every rank has returned;
+//  - if any rank throws, every other rank's pending or later wait fails within milliseconds with
+//    PeerFailure naming the first failing rank, and run() then throws RankFailure(first rank,
+//    first message, original exception) after every rank has stopped. The world stays usable.
+//  - a rank waiting for a rank that has already returned from fn fails with HangError; a wait
+//    with no progress for opts.hang_timeout fails with HangError naming the operation and the
+//    ranks it waits for.
+// Cost: a run round trip wakes N threads (one futex wake each when they sleep).
+//
+// Example:
+//   tspemu::World world({.ranks = 4});
+//   world.run([](tspemu::Rank& r) {
+//     auto x = r.arena().allocate<float>(1024, tspemu::Category::workspace);
+//     tspemu::all_reduce(r.comm(), x.span());
+//   });
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "tspemu/runtime/arena.hpp"
+#include "tspemu/runtime/comm.hpp"
+#include "tspemu/runtime/counters.hpp"
+
+namespace tspemu {
+
+namespace detail {
+struct WorldShared;
+struct RankState;
+}  // namespace detail
+
+struct WorldOptions {
+  int ranks = 1;
+  // Emulated device memory per rank. Nothing is reserved up front; allocations are accounted.
+  std::size_t arena_capacity = std::size_t{16} << 30;
+  // A wait that sees no progress this long fails with HangError.
+  std::chrono::milliseconds hang_timeout{30'000};
+  // Pin rank i's thread to core i mod (cores available).
+  bool pin_threads = false;
+};
+
+inline constexpr int kMaxRanks = 256;
+
+// What a rank sees inside World::run.
+class Rank {
+ public:
+  int id() const { return id_; }
+  int size() const { return size_; }
+  Comm& comm() { return comm_; }  // the world communicator
+  Arena& arena() { return *arena_; }
+  TrafficCounters& counters() { return *counters_; }
+
+  // Made by World for each run.
+  Rank(int id, int size, Comm comm, Arena* arena, TrafficCounters* counters)
+      : id_(id), size_(size), comm_(std::move(comm)), arena_(arena), counters_(counters) {}
+
+ private:
+  int id_;
+  int size_;
+  Comm comm_;
+  Arena* arena_;
+  TrafficCounters* counters_;
+};
+
+class World {
+ public:
+  explicit World(WorldOptions opts);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int size() const;
+  const WorldOptions& options() const;
+  void run(const std::function<void(Rank&)>& fn);
+
+  // Inspection between runs (not during one).
+  Arena& arena(int rank);
+  const TrafficCounters& counters(int rank) const;
+  void clear_counters();
+
+ private:
+  std::unique_ptr<detail::WorldShared> shared_;
+};
+
+}  // namespace tspemu

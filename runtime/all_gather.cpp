@@ -1,0 +1,70 @@
+#include "tspemu/runtime/all_gather.hpp"
+
+#include <cstring>
+
+#include "arguments.hpp"
+#include "round.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::detail {
+
+void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte* recv,
+                std::size_t recv_count, Dtype dtype, bool variable) {
+  const char* op = variable ? "all_gatherv" : "all_gather";
+  check_comm(comm, op);
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  const std::size_t bytes = count * es;
+  if (!variable) {
+    check_count(comm, op, "recv", recv_count, n * count);
+    if (send != recv + me * bytes && overlaps(send, bytes, recv, recv_count * es))
+      bad_argument(comm, op, "send overlaps recv but is not this rank's block of it");
+  } else if (overlaps(send, bytes, recv, recv_count * es)) {
+    bad_argument(comm, op, "send and recv overlap");
+  }
+  Round rd(comm,
+           {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
+           std::span<const std::byte>(send, bytes), recv, /*counts_must_match=*/!variable);
+  // Offsets of each block in recv: equal blocks, or the published counts back to back.
+  std::size_t total = 0;
+  std::size_t my_offset = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (r == me) my_offset = total;
+    total += rd.peer(static_cast<int>(r)).fp.count;
+  }
+  if (variable && total != recv_count) {
+    std::string counts;
+    for (std::size_t r = 0; r < n; ++r)
+      counts += (r ? ", " : "") + std::to_string(rd.peer(static_cast<int>(r)).fp.count);
+    raise(comm.self(),
+          std::invalid_argument("rank " + std::to_string(comm.world_rank(comm.rank())) +
+                                ": all_gatherv #" + std::to_string(rd.seq()) + " on group " +
+                                comm.name() + ": recv has " + std::to_string(recv_count) +
+                                " elements, the ranks' counts (" + counts + ") sum to " +
+                                std::to_string(total)));
+  }
+  std::size_t received = 0;
+  {
+    ReadScope read(rd);
+    for (std::size_t i = 1; i <= n; ++i) {
+      // Start with the next rank: the ranks spread their first reads over different owners.
+      const std::size_t r = (me + i) % n;
+      std::size_t offset = 0;
+      for (std::size_t q = 0; q < r; ++q) offset += rd.peer(static_cast<int>(q)).fp.count;
+      const std::size_t len = rd.peer(static_cast<int>(r)).fp.count * es;
+      if (len == 0) continue;
+      if (r == me) {
+        if (send != recv + my_offset * es) std::memcpy(recv + my_offset * es, send, len);
+      } else {
+        std::memcpy(recv + offset * es, rd.payload(static_cast<int>(r)), len);
+        received += len;
+      }
+    }
+  }
+  rd.finish();
+  count_traffic(comm, variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather,
+                (n - 1) * bytes, received);
+}
+
+}  // namespace tspemu::detail

@@ -1,0 +1,67 @@
+#include "tspemu/runtime/all_reduce.hpp"
+
+#include <cstring>
+
+#include "arguments.hpp"
+#include "round.hpp"
+
+namespace tspemu::detail {
+
+namespace {
+// Balanced chunk c of count over n ranks: the first count % n chunks have one more element.
+std::size_t chunk_begin(std::size_t count, std::size_t n, std::size_t c) {
+  return c * (count / n) + std::min(c, count % n);
+}
+}  // namespace
+
+void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::byte* recv,
+                std::size_t recv_count, Dtype dtype) {
+  check_comm(comm, "all_reduce");
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  check_count(comm, "all_reduce", "recv", recv_count, send_count);
+  const std::size_t bytes = send_count * es;
+  if (send != recv && overlaps(send, bytes, recv, bytes))
+    bad_argument(comm, "all_reduce", "send and recv overlap without being the same buffer");
+  if (dtype == Dtype::byte) bad_argument(comm, "all_reduce", "cannot sum raw bytes");
+  Round rd(comm, {CollectiveKind::all_reduce, dtype, -1, send_count},
+           std::span<const std::byte>(send, bytes), recv);
+  const std::byte* srcs[kMaxRanks];
+  if (rd.peer(0).eager) {
+    // Small: every rank sums the eager copies itself, in rank order, so all agree bitwise.
+    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r));
+    sum_ranks_into(dtype, recv, srcs, static_cast<int>(n), send_count);
+    rd.finish();
+    count_traffic(comm, CollectiveKind::all_reduce, (n - 1) * bytes, (n - 1) * bytes);
+    return;
+  }
+  // Step 1 (reduce-scatter): this rank sums its chunk over every rank's send buffer into recv.
+  // In place is safe: only this rank reads its own chunk of its own buffer.
+  const std::size_t b0 = chunk_begin(send_count, n, me);
+  const std::size_t mine = chunk_begin(send_count, n, me + 1) - b0;
+  {
+    ReadScope read(rd);
+    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r)) + b0 * es;
+    sum_ranks_into(dtype, recv + b0 * es, srcs, static_cast<int>(n), mine);
+  }
+  rd.advance(kReduced);
+  // Step 2 (all-gather): copy each owner's reduced chunk once it is ready. Overwriting our chunk c
+  // is safe then: its owner, the only reader of it, has finished step 1.
+  std::size_t received = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    const std::size_t c = (me + i) % n;
+    const std::size_t cb = chunk_begin(send_count, n, c);
+    const std::size_t len = (chunk_begin(send_count, n, c + 1) - cb) * es;
+    rd.wait_stage(static_cast<int>(c), kReduced);
+    ReadScope read(rd);
+    std::memcpy(recv + cb * es, rd.peer(static_cast<int>(c)).recv + cb * es, len);
+    received += len;
+  }
+  rd.finish();
+  // Sent: the other ranks read their chunks of our input, then our reduced chunk.
+  const std::size_t sent = (bytes - mine * es) + (n - 1) * mine * es;
+  count_traffic(comm, CollectiveKind::all_reduce, sent, (n - 1) * mine * es + received);
+}
+
+}  // namespace tspemu::detail

@@ -1,0 +1,82 @@
+#include "tspemu/runtime/comm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <tuple>
+
+#include "round.hpp"
+#include "state.hpp"
+
+namespace tspemu {
+
+Comm::Comm(std::shared_ptr<detail::Group> group, int rank, detail::RankState* self)
+    : group_(std::move(group)),
+      rank_(rank),
+      self_(self),
+      sends_(static_cast<std::size_t>(group_->size()), 0),
+      recvs_(static_cast<std::size_t>(group_->size()), 0) {}
+
+Comm::~Comm() = default;
+
+int Comm::size() const {
+  return group_ ? group_->size() : 0;
+}
+
+int Comm::world_rank(int group_rank) const {
+  if (group_rank < 0 || group_rank >= size())
+    throw std::invalid_argument("Comm::world_rank: rank " + std::to_string(group_rank) +
+                                " is not in group " + name() + " of size " +
+                                std::to_string(size()));
+  return group_->world_ranks[static_cast<std::size_t>(group_rank)];
+}
+
+const std::string& Comm::name() const {
+  static const std::string invalid = "<no group>";
+  return group_ ? group_->name : invalid;
+}
+
+Comm Comm::split(int color, int key, const std::string& group_name) {
+  if (!valid()) throw std::invalid_argument("Comm::split on an invalid Comm");
+  using detail::Round;
+  const std::int64_t mine[2] = {color, key};
+  detail::Round rd(*this, {CollectiveKind::split, Dtype::i64, -1, 2},
+                   std::as_bytes(std::span<const std::int64_t>(mine)), nullptr);
+  // (key, parent rank) of every member with my color, sorted: the new group's order.
+  std::vector<std::pair<std::int64_t, int>> members;
+  for (int r = 0; r < rd.size(); ++r) {
+    std::int64_t theirs[2];
+    std::memcpy(theirs, rd.payload(r), sizeof theirs);  // eager: 16 bytes
+    if (color >= 0 && theirs[0] == color) members.emplace_back(theirs[1], r);
+  }
+  const std::uint64_t seq = rd.seq();
+  rd.finish();
+  self_->counters[CollectiveKind::split].calls++;
+  if (color < 0) return Comm();
+
+  std::sort(members.begin(), members.end());
+  std::vector<int> world_ranks;
+  int my_index = -1;
+  for (auto& [k, r] : members) {
+    if (r == rank_) my_index = static_cast<int>(world_ranks.size());
+    world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(r)]);
+  }
+  auto& w = *group_->world;
+  std::shared_ptr<detail::Group> g;
+  {
+    std::lock_guard lock(w.groups_mu);
+    for (auto it = w.split_groups.begin(); it != w.split_groups.end();)
+      it = it->second.expired() ? w.split_groups.erase(it) : std::next(it);
+    auto& cell = w.split_groups[std::make_tuple(w.generation.load(std::memory_order_relaxed),
+                                                group_->id, seq, color)];
+    g = cell.lock();
+    if (!g) {
+      std::string n = group_name.empty() ? group_->name + "/" + std::to_string(color) : group_name;
+      g = std::make_shared<detail::Group>(&w, w.next_group_id++, n, world_ranks);
+      cell = g;
+    }
+  }
+  return Comm(std::move(g), my_index, self_);
+}
+
+}  // namespace tspemu

@@ -1,0 +1,192 @@
+#include "tspemu/runtime/send_recv.hpp"
+
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "arguments.hpp"
+#include "state.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu {
+
+using detail::Channel;
+using detail::OpRef;
+using detail::P2PMessage;
+
+namespace {
+
+void check_peer(const Comm& c, const char* op, int peer) {
+  detail::check_comm(c, op);
+  if (peer < 0 || peer >= c.size())
+    detail::bad_argument(c, op,
+                         "peer " + std::to_string(peer) + " is outside the group of " +
+                             std::to_string(c.size()) + " ranks");
+}
+
+detail::RankState& state_of(const Comm& c, int group_rank) {
+  return *c.group().world->ranks[static_cast<std::size_t>(c.world_rank(group_rank))];
+}
+
+}  // namespace
+
+SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst) {
+  check_peer(comm, "send", dst);
+  const std::size_t bytes = count * dtype_size(dtype);
+  const std::uint64_t m = comm.sends_to(dst)++;
+  Channel& ch = comm.group().channel(comm.rank(), dst);
+  OpRef op{"send", m + 1, &comm.group(), dst, "a free mailbox slot"};
+  if (m >= detail::kChannelDepth) {
+    // seq_cst: pairs with the receiver's seq_cst store of `consumed` (frees slot m % depth).
+    detail::wait_until(comm.self(), comm.world_rank(dst), op, [&] {
+      return ch.consumed.load(std::memory_order_seq_cst) >= m + 1 - detail::kChannelDepth;
+    });
+  }
+  P2PMessage& msg = ch.ring[m % detail::kChannelDepth];
+  msg.fp = {CollectiveKind::send, dtype, -1, count};
+  msg.bytes = bytes;
+  msg.eager = bytes <= detail::kEagerBytes;
+  msg.data_ptr = data;
+  if (msg.eager && bytes > 0) std::memcpy(msg.data, data, bytes);
+  // relaxed: published to the receiver by the seq_cst store of `posted` below.
+  msg.state.store(detail::kPosted, std::memory_order_relaxed);
+  ch.posted.store(m + 1, std::memory_order_seq_cst);
+  state_of(comm, dst).parker.unpark();
+  detail::count_traffic(comm, CollectiveKind::send, dst == comm.rank() ? 0 : bytes, 0);
+  SendHandle h;
+  if (!msg.eager) {
+    h.comm_ = &comm;
+    h.peer_ = dst;
+    h.index_ = m;
+  }
+  return h;
+}
+
+SendHandle& SendHandle::operator=(SendHandle&& o) noexcept {
+  if (this != &o) {
+    if (comm_ != nullptr) withdraw_or_wait();
+    comm_ = std::exchange(o.comm_, nullptr);
+    peer_ = o.peer_;
+    index_ = o.index_;
+  }
+  return *this;
+}
+
+void SendHandle::wait() {
+  if (comm_ == nullptr) return;
+  Comm& comm = *comm_;
+  Channel& ch = comm.group().channel(comm.rank(), peer_);
+  OpRef op{"send", index_ + 1, &comm.group(), peer_, "the receiver to copy"};
+  try {
+    // seq_cst: pairs with the receiver's store of `consumed`; its copy is finished.
+    detail::wait_until(comm.self(), comm.world_rank(peer_), op,
+                       [&] { return ch.consumed.load(std::memory_order_seq_cst) >= index_ + 1; });
+  } catch (...) {
+    withdraw_or_wait();
+    throw;
+  }
+  comm_ = nullptr;
+}
+
+void SendHandle::withdraw_or_wait() noexcept {
+  Comm& comm = *comm_;
+  Channel& ch = comm.group().channel(comm.rank(), peer_);
+  P2PMessage& msg = ch.ring[index_ % detail::kChannelDepth];
+  std::uint32_t expected = detail::kPosted;
+  // acq_rel: if the receiver already took the message (CAS fails), wait for its bounded copy.
+  if (!msg.state.compare_exchange_strong(expected, detail::kWithdrawn, std::memory_order_acq_rel)) {
+    // kTaken, or the message was already consumed and its slot reused by a later send.
+    while (ch.consumed.load(std::memory_order_seq_cst) < index_ + 1) std::this_thread::yield();
+  }
+  comm_ = nullptr;
+}
+
+SendHandle::~SendHandle() {
+  if (comm_ == nullptr) return;
+  if (std::uncaught_exceptions() == 0) {
+    try {
+      wait();
+      return;
+    } catch (...) {
+      // wait() already withdrew or finished the message; a destructor cannot report further.
+      return;
+    }
+  }
+  withdraw_or_wait();
+}
+
+RecvHandle irecv_bytes(Comm& comm, std::byte* data, std::size_t count, Dtype dtype, int src) {
+  check_peer(comm, "recv", src);
+  RecvHandle h;
+  h.comm_ = &comm;
+  h.peer_ = src;
+  h.index_ = comm.recvs_from(src)++;
+  h.buf_ = data;
+  h.count_ = count;
+  h.dtype_ = dtype;
+  return h;
+}
+
+RecvHandle& RecvHandle::operator=(RecvHandle&& o) noexcept {
+  if (this != &o) {
+    if (comm_ != nullptr) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    comm_ = std::exchange(o.comm_, nullptr);
+    peer_ = o.peer_;
+    index_ = o.index_;
+    buf_ = o.buf_;
+    count_ = o.count_;
+    dtype_ = o.dtype_;
+  }
+  return *this;
+}
+
+RecvHandle::~RecvHandle() {
+  if (comm_ == nullptr) return;
+  try {
+    wait();
+  } catch (...) {
+  }
+}
+
+void RecvHandle::wait() {
+  if (comm_ == nullptr) return;
+  Comm& comm = *comm_;
+  comm_ = nullptr;  // complete (or failed) after this call either way
+  detail::RankState& self = comm.self();
+  Channel& ch = comm.group().channel(peer_, comm.rank());
+  OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message"};
+  // seq_cst: pairs with the sender's store of `posted`, publishing the message slot.
+  detail::wait_until(self, comm.world_rank(peer_), op,
+                     [&] { return ch.posted.load(std::memory_order_seq_cst) >= index_ + 1; });
+  P2PMessage& msg = ch.ring[index_ % detail::kChannelDepth];
+  if (msg.fp.dtype != dtype_ || msg.fp.count != count_) {
+    detail::raise(
+        self, CollectiveMismatch(
+                  "recv #" + std::to_string(index_ + 1) + " on group " + comm.name() + ": rank " +
+                  std::to_string(peer_) + " sent count=" + std::to_string(msg.fp.count) + " " +
+                  dtype_name(msg.fp.dtype) + ", rank " + std::to_string(comm.rank()) +
+                  " expects count=" + std::to_string(count_) + " " + dtype_name(dtype_)));
+  }
+  if (msg.eager) {
+    if (msg.bytes > 0) std::memcpy(buf_, msg.data, msg.bytes);
+  } else {
+    std::uint32_t expected = detail::kPosted;
+    // acq_rel: taking the message excludes the sender's withdrawal (see P2PMessage::state).
+    if (!msg.state.compare_exchange_strong(expected, detail::kTaken, std::memory_order_acq_rel)) {
+      detail::check_abort(self, op);
+      throw PeerFailure("recv #" + std::to_string(index_ + 1) + " on group " + comm.name() +
+                        ": rank " + std::to_string(peer_) + " withdrew its message");
+    }
+    std::memcpy(buf_, msg.data_ptr, msg.bytes);
+  }
+  ch.consumed.store(index_ + 1, std::memory_order_seq_cst);
+  state_of(comm, peer_).parker.unpark();
+  detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : msg.bytes);
+}
+
+}  // namespace tspemu

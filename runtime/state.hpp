@@ -1,0 +1,237 @@
+// Shared state of a world and of its groups: the shared-memory transport behind Comm.
+//
+// Mailbox layout. Each group has one Slot per member. A collective call #s on rank r:
+//   1. writes its Descriptor into slot[r].desc[s % 2] (fingerprint, buffer pointers, and for
+//      payloads of at most kEagerBytes a copy of the data), then stores
+//      slot[r].progress = stage_value(s, kPublished);
+//   2. waits until every member has published #s and compares fingerprints;
+//   3. reads what it needs straight from the peers' buffers (single copy) or their eager copies;
+//   4. stores stage_value(s, kDone); a rank whose own buffers were read (not eager) waits for every
+//      member to reach kDone before it returns, because its caller may then reuse them.
+// Double buffering by s % 2 is safe: rank r writes desc[s % 2] only after seeing every member
+// publish #s-1, and a member publishes #s-1 only after it finished reading everything of #s-2.
+// Point-to-point messages use one Channel per ordered pair with kChannelDepth descriptors.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "parker.hpp"
+#include "tspemu/runtime/arena.hpp"
+#include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/dtype.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu::detail {
+
+inline constexpr std::size_t kEagerBytes = 256;
+inline constexpr std::uint64_t kChannelDepth = 4;
+
+enum Stage : std::uint64_t { kPublished = 1, kReduced = 2, kDone = 3 };
+constexpr std::uint64_t stage_value(std::uint64_t seq, std::uint64_t stage) {
+  return seq * 4 + stage;
+}
+
+struct Fingerprint {
+  CollectiveKind kind = CollectiveKind::barrier;
+  Dtype dtype = Dtype::byte;
+  int root = -1;
+  std::uint64_t count = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+std::string describe(const Fingerprint& fp);
+
+struct Descriptor {
+  Fingerprint fp;
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+  std::uint64_t bytes = 0;  // this rank's payload
+  bool eager = false;       // payload copied into `data`
+  alignas(64) std::byte data[kEagerBytes];
+};
+
+struct alignas(64) Slot {
+  // Written by the owner only. seq_cst store publishes desc[s % 2] (and kReduced data, kDone
+  // completion); pairs with the seq_cst loads in Round::wait_stage. seq_cst rather than release
+  // because the same store is half of the Parker's Dekker handshake.
+  std::atomic<std::uint64_t> progress{0};
+  alignas(64) Descriptor desc[2];
+};
+
+struct P2PMessage {
+  Fingerprint fp;
+  const std::byte* data_ptr = nullptr;
+  std::uint64_t bytes = 0;
+  bool eager = false;
+  // kPosted -> kTaken by the receiver (CAS) before it reads a single-copy payload, or
+  // kPosted -> kWithdrawn by a sender unwinding past an unfinished isend. The CAS decides who
+  // owns the buffer: acq_rel on both sides, so the winner sees the loser's earlier writes.
+  std::atomic<std::uint32_t> state{0};
+  alignas(64) std::byte data[kEagerBytes];
+};
+enum P2PState : std::uint32_t { kPosted = 1, kTaken = 2, kWithdrawn = 3 };
+
+struct Channel {
+  // Sender's count of messages posted; seq_cst store publishes ring[m % depth]; pairs with the
+  // receiver's seq_cst load (also the Dekker store of Parker).
+  alignas(64) std::atomic<std::uint64_t> posted{0};
+  // Receiver's count of messages consumed; seq_cst store tells the sender its buffer and slot are
+  // free; pairs with the sender's seq_cst load.
+  alignas(64) std::atomic<std::uint64_t> consumed{0};
+  P2PMessage ring[kChannelDepth];
+};
+
+struct WorldShared;
+struct Group;
+
+// Names the operation a rank is in, for error messages; formatted only when an error is raised,
+// so the hot path never builds strings.
+struct OpRef {
+  const char* what = "";  // "all_gather", "recv", ...
+  std::uint64_t seq = 0;  // collective number on the group, or message number
+  const Group* group = nullptr;
+  int peer_group_rank = -1;  // for point-to-point
+  const char* stage = "";    // what is awaited: "publish", "done", ...
+};
+std::string describe(const OpRef& op);
+
+struct Group {
+  Group(WorldShared* world, std::uint64_t id, std::string name, std::vector<int> world_ranks);
+  int size() const { return static_cast<int>(world_ranks.size()); }
+  Channel& channel(int src, int dst);
+  void reset();  // only while no rank runs
+
+  WorldShared* world;
+  std::uint64_t id;
+  std::string name;
+  std::vector<int> world_ranks;
+  std::unique_ptr<Slot[]> slots;
+  // Made on first use by either end. acq_rel CAS installs a fully built Channel; acquire loads
+  // pair with it, so the loser of a race and every later user see the constructed object.
+  std::unique_ptr<std::atomic<Channel*>[]> channels;
+  ~Group();
+};
+
+struct RankState {
+  RankState(WorldShared* w, int id, std::size_t capacity)
+      : world(w), rank(id), arena(id, capacity) {}
+  WorldShared* world;
+  int rank;
+  Parker parker;
+  // True while this rank reads another rank's buffer. seq_cst store then a seq_cst load of
+  // `aborted` (begin_read) against the aborter's seq_cst store of `aborted` then load of this
+  // flag: an exposing rank that sees reading == false after an abort knows no read will start.
+  alignas(64) std::atomic<bool> reading{false};
+  // Set (release) when this rank's run function has returned or thrown; acquire loads by waiters
+  // turn a wait on a departed rank into HangError instead of a hang.
+  alignas(64) std::atomic<bool> exited{false};
+  Arena arena;
+  TrafficCounters counters;
+};
+
+struct WorldShared {
+  explicit WorldShared(WorldOptions o);
+  WorldOptions opts;
+  int spin_iterations;   // before yielding: shorter when ranks outnumber cores
+  int yield_iterations;  // before parking
+  std::vector<std::unique_ptr<RankState>> ranks;
+  std::shared_ptr<Group> world_group;
+
+  // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
+  // and every waiter polls it); cleared only between runs.
+  std::atomic<bool> aborted{false};
+  std::mutex failure_mu;  // guards the first failure (error path only)
+  int failed_rank = -1;
+  std::string failure_message;
+  std::exception_ptr failure;
+
+  // Groups made by split, found by (run generation, parent id, parent seq, color) so every member
+  // gets the same one. Weak: a group dies with its last Comm.
+  std::mutex groups_mu;
+  std::uint64_t next_group_id = 1;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int>, std::weak_ptr<Group>>
+      split_groups;
+
+  // Run control. The caller of World::run bumps `generation` (release; pairs with the workers'
+  // acquire wait/load, publishing `fn` and the reset state) and waits for `running` to reach 0
+  // (each worker's acq_rel decrement publishes its rank's results to the caller).
+  std::vector<std::thread> threads;
+  const std::function<void(Rank&)>* fn = nullptr;
+  std::atomic<std::uint32_t> generation{0};
+  std::atomic<int> running{0};
+  bool stopping = false;  // written before the final generation bump, read after it
+
+  // Records `error` as the run's failure if it is the first, raises `aborted` and wakes everyone.
+  void fail(int rank, const std::string& message, std::exception_ptr error);
+  std::string first_failure();
+};
+
+// Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of
+// `peer` (a world rank, or -1) and the hang timeout. `op` describes the wait for error messages.
+// Throws PeerFailure or HangError (after raising the world's abort).
+template <class Ready>
+void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready);
+
+// Throws PeerFailure naming the first failure if the world is aborting.
+void check_abort(RankState& self, const OpRef& op);
+// Raises a runtime failure detected by this rank: records it, aborts the world, throws it.
+template <class E>
+[[noreturn]] void raise(RankState& self, const E& error) {
+  self.world->fail(self.rank, error.what(), std::make_exception_ptr(error));
+  throw error;
+}
+
+[[noreturn]] void throw_departed(RankState& self, int peer, const OpRef& op);
+[[noreturn]] void throw_hang(RankState& self, int peer, const OpRef& op,
+                             std::chrono::steady_clock::duration waited);
+
+template <class Ready>
+void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
+  if (ready()) return;
+  WorldShared& w = *self.world;
+  for (int i = 0; i < w.spin_iterations; ++i) {
+    cpu_relax();
+    if (ready()) return;
+  }
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < w.yield_iterations; ++i) {
+    std::this_thread::yield();
+    if (ready()) return;
+  }
+  for (;;) {
+    self.parker.prepare();
+    if (ready()) {
+      self.parker.cancel();
+      return;
+    }
+    check_abort(self, op);
+    // acquire: pairs with the release store in the departing rank's worker loop; everything it
+    // published before leaving is visible, so the recheck below is final.
+    if (peer >= 0 &&
+        w.ranks[static_cast<std::size_t>(peer)]->exited.load(std::memory_order_acquire)) {
+      self.parker.cancel();
+      if (ready()) return;
+      throw_departed(self, peer, op);
+    }
+    auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= w.opts.hang_timeout) {
+      self.parker.cancel();
+      throw_hang(self, peer, op, waited);
+    }
+    auto left = w.opts.hang_timeout - waited;
+    self.parker.park(std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(20)));
+  }
+}
+
+}  // namespace tspemu::detail

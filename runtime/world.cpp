@@ -1,0 +1,235 @@
+#include "tspemu/runtime/world.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "state.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu {
+namespace detail {
+
+std::string describe(const Fingerprint& fp) {
+  std::ostringstream s;
+  s << collective_name(fp.kind) << "(count=" << fp.count << ", " << dtype_name(fp.dtype);
+  if (fp.root >= 0) s << ", root=" << fp.root;
+  s << ")";
+  return s.str();
+}
+
+std::string describe(const OpRef& op) {
+  std::ostringstream s;
+  s << op.what << " #" << op.seq;
+  if (op.peer_group_rank >= 0) s << " with rank " << op.peer_group_rank;
+  if (op.group != nullptr) s << " on group " << op.group->name;
+  if (op.stage != nullptr && op.stage[0] != '\0') s << " (awaiting " << op.stage << ")";
+  return s.str();
+}
+
+Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std::vector<int> ranks)
+    : world(w),
+      id(group_id),
+      name(std::move(group_name)),
+      world_ranks(std::move(ranks)),
+      slots(new Slot[world_ranks.size()]),
+      channels(new std::atomic<Channel*>[world_ranks.size() * world_ranks.size()]) {
+  for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
+    channels[i].store(nullptr, std::memory_order_relaxed);
+}
+
+Group::~Group() {
+  for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
+    delete channels[i].load(std::memory_order_relaxed);
+}
+
+Channel& Group::channel(int src, int dst) {
+  auto& cell =
+      channels[static_cast<std::size_t>(src) * world_ranks.size() + static_cast<std::size_t>(dst)];
+  Channel* c = cell.load(std::memory_order_acquire);
+  if (c != nullptr) return *c;
+  auto* fresh = new Channel();
+  if (cell.compare_exchange_strong(c, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
+    return *fresh;
+  delete fresh;  // another end installed it first; `c` now holds theirs
+  return *c;
+}
+
+void Group::reset() {
+  for (std::size_t i = 0; i < world_ranks.size(); ++i)
+    slots[i].progress.store(0, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
+    delete channels[i].exchange(nullptr, std::memory_order_relaxed);
+}
+
+WorldShared::WorldShared(WorldOptions o) : opts(o) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
+  // the peer needs our core: yield almost at once.
+  const bool oversubscribed = opts.ranks > cores;
+  spin_iterations = oversubscribed ? 8 : 4000;
+  yield_iterations = oversubscribed ? 200 : 50;
+}
+
+void WorldShared::fail(int rank, const std::string& message, std::exception_ptr error) {
+  {
+    std::lock_guard lock(failure_mu);
+    if (failed_rank < 0) {
+      failed_rank = rank;
+      failure_message = message;
+      failure = std::move(error);
+    }
+  }
+  // seq_cst: pairs with the seq_cst loads in check_abort/begin_read (see RankState::reading).
+  aborted.store(true, std::memory_order_seq_cst);
+  for (auto& r : ranks) r->parker.unpark();
+}
+
+std::string WorldShared::first_failure() {
+  std::lock_guard lock(failure_mu);
+  return "rank " + std::to_string(failed_rank) + " failed first: " + failure_message;
+}
+
+void check_abort(RankState& self, const OpRef& op) {
+  // seq_cst: pairs with the store in WorldShared::fail.
+  if (self.world->aborted.load(std::memory_order_seq_cst))
+    throw PeerFailure("rank " + std::to_string(self.rank) + " stopped in " + describe(op) + ": " +
+                      self.world->first_failure());
+}
+
+void throw_departed(RankState& self, int peer, const OpRef& op) {
+  raise(self, HangError("rank " + std::to_string(self.rank) + " waits in " + describe(op) +
+                        " for world rank " + std::to_string(peer) +
+                        ", which already returned from its run function"));
+}
+
+void throw_hang(RankState& self, int peer, const OpRef& op,
+                std::chrono::steady_clock::duration waited) {
+  const double s = std::chrono::duration<double>(waited).count();
+  std::ostringstream m;
+  m << "rank " << self.rank << " made no progress for " << s << " s in " << describe(op);
+  if (peer >= 0) m << ", waiting for world rank " << peer;
+  raise(self, HangError(m.str()));
+}
+
+namespace {
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+void run_rank(WorldShared& w, int id) {
+  RankState& st = *w.ranks[static_cast<std::size_t>(id)];
+  try {
+    Rank rank(id, w.opts.ranks, Comm(w.world_group, id, &st), &st.arena, &st.counters);
+    (*w.fn)(rank);
+  } catch (...) {
+    auto e = std::current_exception();
+    w.fail(id, what_of(e), e);
+  }
+  // release: pairs with the acquire load in wait_until; everything this rank published is visible
+  // to a waiter that sees it gone.
+  st.exited.store(true, std::memory_order_release);
+  for (auto& r : w.ranks) r->parker.unpark();
+}
+
+void worker(WorldShared& w, int id) {
+  if (w.opts.pin_threads) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(static_cast<unsigned>(id) % cores, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  std::uint32_t seen = 0;
+  for (;;) {
+    // acquire: pairs with the release bump in World::run / ~World.
+    w.generation.wait(seen, std::memory_order_acquire);
+    const std::uint32_t g = w.generation.load(std::memory_order_acquire);
+    if (g == seen) continue;
+    seen = g;
+    if (w.stopping) return;
+    run_rank(w, id);
+    // acq_rel: publishes this rank's results to the caller of run (acquire load there).
+    if (w.running.fetch_sub(1, std::memory_order_acq_rel) == 1) w.running.notify_all();
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+World::World(WorldOptions opts) {
+  if (opts.ranks < 1 || opts.ranks > kMaxRanks)
+    throw std::invalid_argument("World: ranks=" + std::to_string(opts.ranks) + " must be in [1, " +
+                                std::to_string(kMaxRanks) + "]");
+  if (opts.hang_timeout.count() <= 0)
+    throw std::invalid_argument("World: hang_timeout must be positive");
+  shared_ = std::make_unique<detail::WorldShared>(opts);
+  auto& w = *shared_;
+  std::vector<int> all(static_cast<std::size_t>(opts.ranks));
+  for (int i = 0; i < opts.ranks; ++i) {
+    all[static_cast<std::size_t>(i)] = i;
+    w.ranks.push_back(std::make_unique<detail::RankState>(&w, i, opts.arena_capacity));
+  }
+  w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
+  for (int i = 0; i < opts.ranks; ++i) w.threads.emplace_back(detail::worker, std::ref(w), i);
+}
+
+World::~World() {
+  auto& w = *shared_;
+  w.stopping = true;
+  w.generation.fetch_add(1, std::memory_order_release);
+  w.generation.notify_all();
+  for (auto& t : w.threads) t.join();
+}
+
+int World::size() const {
+  return shared_->opts.ranks;
+}
+const WorldOptions& World::options() const {
+  return shared_->opts;
+}
+Arena& World::arena(int rank) {
+  return shared_->ranks.at(static_cast<std::size_t>(rank))->arena;
+}
+const TrafficCounters& World::counters(int rank) const {
+  return shared_->ranks.at(static_cast<std::size_t>(rank))->counters;
+}
+void World::clear_counters() {
+  for (auto& r : shared_->ranks) r->counters.clear();
+}
+
+void World::run(const std::function<void(Rank&)>& fn) {
+  auto& w = *shared_;
+  // Workers are idle here: plain writes are published by the generation bump below.
+  w.aborted.store(false, std::memory_order_relaxed);
+  w.failed_rank = -1;
+  w.failure_message.clear();
+  w.failure = nullptr;
+  w.world_group->reset();
+  for (auto& r : w.ranks) {
+    r->exited.store(false, std::memory_order_relaxed);
+    r->reading.store(false, std::memory_order_relaxed);
+    r->arena.reset_peaks();
+  }
+  w.fn = &fn;
+  w.running.store(w.opts.ranks, std::memory_order_relaxed);
+  w.generation.fetch_add(1, std::memory_order_release);
+  w.generation.notify_all();
+  for (int left = w.running.load(std::memory_order_acquire); left != 0;
+       left = w.running.load(std::memory_order_acquire))
+    w.running.wait(left, std::memory_order_acquire);
+  w.fn = nullptr;
+  if (w.failure) throw RankFailure(w.failed_rank, w.failure_message, w.failure);
+}
+
+}  // namespace tspemu

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs everything tspemu needs on a fresh Debian 12 machine (run as root).
+# python3-torch is Debian's PyTorch, used only by the reference conformance test (Debian's
+# /usr/bin/python3 owns it). CLI11 parses the tspemu command's arguments; nlohmann-json reads and
+# writes JSON (safetensors headers, reports).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+  cmake g++ make ninja-build git ca-certificates \
+  libtbb-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  nlohmann-json3-dev libcli11-dev \
+  python3 python3-torch python3-numpy \
+  clang-format >/dev/null
