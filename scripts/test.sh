@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds tspemu with warnings as errors and runs every test:
+#   1. the whole suite (ctest) in a RelWithDebInfo build;
+#   2. the runtime tests under ThreadSanitizer;
+#   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# `--quick` stops after step 1. Run from anywhere, as root on Debian 12.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc)
+
+bash scripts/install-deps.sh
+
+build() {  # build DIR [cmake args...]
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+}
+
+echo "== build and test (RelWithDebInfo)"
+build build
+ctest --test-dir build --output-on-failure --timeout 600
+
+[ "$quick" = 1 ] && exit 0
+
+echo "== runtime tests under ThreadSanitizer"
+build build-tsan -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=ON -DTSPEMU_BUILD_BENCH=OFF
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure --timeout 900
+
+echo "== whole suite under AddressSanitizer + UndefinedBehaviorSanitizer"
+build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+  ctest --test-dir build-asan --output-on-failure --timeout 900
