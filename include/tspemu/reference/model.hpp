@@ -1,0 +1,166 @@
+// The dense reference transformer (Llama-style), forward and backward, per block and whole model.
+//
+// What: token embedding; L x [x += o_proj(attn(rope(q,k), v)) of input_layernorm(x);
+//   x += down(silu(gate(n)) * up(n)) with n = post_attention_layernorm(x)]; final norm; LM head
+//   (optionally tied to the embedding); mean cross-entropy over next-token targets.
+//   It knows nothing of ranks: the parallel schedules call the kernels in rmsnorm.hpp, rope.hpp,
+//   attention.hpp, silu_mul.hpp and matmul.hpp on their shards and are checked against these
+//   entry points block by block.
+// What it refuses to do: no threads, no fused or reordered arithmetic beyond GEMM, no dropout,
+//   no KV cache, no mixed precision. T = float is "the fp32 reference"; T = double is the oracle.
+// Requirements: a validated ModelConfig; weights shaped as ModelWeights::zeros(config).
+//   Weight layout is PyTorch Linear: W is [out, in] and y = x · Wᵀ.
+// Guarantees:
+//   - Block entry points include their residual (y = x + f(norm(x))), take the GLOBAL positions of
+//     their T tokens, overwrite dx, and ACCUMULATE parameter gradients into `grads` (so a caller
+//     can sum partial contributions; zero them first with ModelWeights::zeros / LayerWeights).
+//   - model_backward overwrites all of `grads`.
+//   - Deterministic: same inputs, same bits (one-threaded BLAS, fixed loop orders).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tspemu/reference/model_config.hpp"
+
+namespace tspemu::ref {
+
+template <class T>
+struct LayerWeights {
+  std::vector<T> input_norm;  // [C]      model.layers.N.input_layernorm.weight
+  std::vector<T> wq;          // [NH*hs, C]  model.layers.N.self_attn.q_proj.weight
+  std::vector<T> wk;          // [NKV*hs, C] model.layers.N.self_attn.k_proj.weight
+  std::vector<T> wv;          // [NKV*hs, C] model.layers.N.self_attn.v_proj.weight
+  std::vector<T> wo;          // [C, NH*hs]  model.layers.N.self_attn.o_proj.weight
+  std::vector<T> post_norm;   // [C]      model.layers.N.post_attention_layernorm.weight
+  std::vector<T> w_gate;      // [F, C]   model.layers.N.mlp.gate_proj.weight
+  std::vector<T> w_up;        // [F, C]   model.layers.N.mlp.up_proj.weight
+  std::vector<T> w_down;      // [C, F]   model.layers.N.mlp.down_proj.weight
+
+  static LayerWeights zeros(const ModelConfig& cfg);
+};
+
+template <class T>
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<T> embed;  // [V, C]  model.embed_tokens.weight
+  std::vector<LayerWeights<T>> layers;
+  std::vector<T> final_norm;  // [C]     model.norm.weight
+  std::vector<T> lm_head;     // [V, C]  lm_head.weight; empty when config.tie_embeddings
+
+  static ModelWeights zeros(const ModelConfig& cfg);  // validates cfg
+  const std::vector<T>& head() const { return config.tie_embeddings ? embed : lm_head; }
+};
+
+// One parameter tensor under its Llama checkpoint name. Vec is std::vector<T> or const of it.
+template <class Vec>
+struct ParamRef {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Vec* data;
+};
+// Every parameter of the model in checkpoint order (embed, layers..., norm, lm_head if untied).
+template <class T>
+std::vector<ParamRef<std::vector<T>>> parameters(ModelWeights<T>& w);
+template <class T>
+std::vector<ParamRef<const std::vector<T>>> parameters(const ModelWeights<T>& w);
+
+// ---- attention block: y = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
+//      n = input_layernorm(x)
+template <class T>
+struct AttentionCache {
+  std::vector<T> xn;    // [B, T, C]      input_layernorm(x)
+  std::vector<T> rstd;  // [B*T]
+  std::vector<T> q;     // [B, T, NH, hs] after RoPE
+  std::vector<T> k;     // [B, T, NKV, hs] after RoPE
+  std::vector<T> v;     // [B, T, NKV, hs]
+  std::vector<T> att;   // [B, T, NH, hs] attention output, before o_proj
+  std::vector<T> lse;   // [B, NH, T]
+};
+
+template <class T>
+void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w,
+                             const T* x,  // [B, T, C]
+                             T* y,        // [B, T, C]
+                             const std::int64_t* positions,  // [T]
+                             int B, int T_, AttentionCache<T>& cache);
+
+template <class T>
+void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w,
+                              const T* x,   // [B, T, C]
+                              const T* dy,  // [B, T, C]
+                              T* dx,        // [B, T, C], overwritten
+                              const std::int64_t* positions, int B, int T_,
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads);
+
+// ---- MLP block: y = x + down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x)
+template <class T>
+struct MlpCache {
+  std::vector<T> xn;    // [B, T, C]
+  std::vector<T> rstd;  // [B*T]
+  std::vector<T> gate;  // [B, T, F]  n · W_gateᵀ
+  std::vector<T> up;    // [B, T, F]  n · W_upᵀ
+  std::vector<T> h;     // [B, T, F]  silu(gate) * up
+};
+
+template <class T>
+void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w,
+                       const T* x,  // [B, T, C]
+                       T* y,        // [B, T, C]
+                       int B, int T_, MlpCache<T>& cache);
+
+template <class T>
+void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                        T* dx,  // [B, T, C], overwritten
+                        int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads);
+
+// ---- one layer = attention block then MLP block
+template <class T>
+struct LayerCache {
+  AttentionCache<T> attn;
+  std::vector<T> mid;  // [B, T, C] output of the attention block, input of the MLP block
+  MlpCache<T> mlp;
+};
+
+template <class T>
+void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
+                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache);
+
+template <class T>
+void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                    T* dx, const std::int64_t* positions, int B, int T_,
+                    const LayerCache<T>& cache, LayerWeights<T>& grads);
+
+// ---- whole model
+struct Batch {
+  int B = 0;
+  int T = 0;
+  std::span<const std::int32_t> tokens;     // [B, T]
+  std::span<const std::int32_t> targets;    // [B, T], next-token ids (already shifted)
+  std::span<const std::int64_t> positions;  // [T]; empty means 0..T-1
+};
+
+template <class T>
+struct ModelCache {
+  std::vector<std::int64_t> positions;  // [T] as used
+  std::vector<std::vector<T>> x;        // L+1 entries of [B, T, C]: x[l] enters layer l
+  std::vector<LayerCache<T>> layers;    // L
+  std::vector<T> xn_final;              // [B, T, C]
+  std::vector<T> rstd_final;            // [B*T]
+  std::vector<T> logits;                // [B, T, V]
+  double loss = 0;
+};
+
+// Returns the mean cross-entropy loss (also stored in cache.loss).
+template <class T>
+double model_forward(const ModelWeights<T>& w, const Batch& batch, ModelCache<T>& cache);
+
+// Gradients of the loss w.r.t. every parameter (grads overwritten) and, if d_embedded is given,
+// w.r.t. the embedding output x[0] ([B, T, C]).
+template <class T>
+void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCache<T>& cache,
+                    ModelWeights<T>& grads, std::vector<T>* d_embedded = nullptr);
+
+}  // namespace tspemu::ref

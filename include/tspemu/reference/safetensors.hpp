@@ -1,0 +1,108 @@
+// safetensors I/O and Llama-named model checkpoints.
+//
+// Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length n;
+//   n bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+//   {str: str}}; then the data buffer, offsets relative to its start, little-endian, row-major.
+// Requirements: a little-endian host (static_assert in the .cpp).
+// Guarantees (reader): the whole file is validated before any tensor is read, and every malformed
+//   input throws SafetensorsError naming the problem and the tensor; it never reads out of
+//   bounds. Rejected: file shorter than 8 bytes; header length past the end of the file (or
+//   > 100 MB); bad or non-object JSON; an entry without a string dtype, an array shape of
+//   non-negative integers, or two data_offsets; an unknown dtype; begin > end; end past the data
+//   buffer; a byte size that disagrees with dtype x shape (including overflow); overlapping
+//   tensors. Holes between tensors are allowed.
+//   read<T>() converts F32, F64, F16 and BF16 (exactly, then rounds to T); any other dtype is
+//   "wrong dtype" for a float tensor. read_int64() takes I64 or I32.
+// Guarantees (model): load_model checks that every tensor the config implies is present with
+//   exactly that shape; unknown tensors are rejected (they mean a config mismatch), except
+//   "*.rotary_emb.inv_freq" buffers (old HF checkpoints; RoPE is recomputed) and, for a tied
+//   config, an "lm_head.weight" of the embedding's shape (ignored: the head is the embedding).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tspemu/reference/model.hpp"
+
+namespace tspemu::ref {
+
+struct SafetensorsError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TensorInfo {
+  std::string dtype;                 // "F32", "F64", "F16", "BF16", "I64", ...
+  std::vector<std::int64_t> shape;
+  std::size_t begin = 0, end = 0;    // byte offsets into the data buffer
+  std::size_t numel() const;
+};
+
+class SafetensorsReader {
+ public:
+  static SafetensorsReader from_file(const std::string& path);
+  static SafetensorsReader from_bytes(std::vector<unsigned char> bytes);
+
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;  // throws if absent
+
+  template <class T>  // float or double
+  std::vector<T> read(const std::string& name) const;
+  std::vector<std::int64_t> read_int64(const std::string& name) const;
+
+ private:
+  std::vector<unsigned char> bytes_;
+  std::size_t data_start_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafetensorsWriter {
+ public:
+  void add(const std::string& name, std::span<const float> data, std::vector<std::int64_t> shape);
+  void add(const std::string& name, std::span<const double> data,
+           std::vector<std::int64_t> shape);
+  void add(const std::string& name, std::span<const std::int64_t> data,
+           std::vector<std::int64_t> shape);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  std::vector<unsigned char> to_bytes() const;
+  void save(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name, dtype;
+    std::vector<std::int64_t> shape;
+    std::vector<unsigned char> bytes;
+  };
+  void add_raw(const std::string& name, const char* dtype, const void* data, std::size_t nbytes,
+               std::size_t numel, std::vector<std::int64_t> shape);
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// The config as "__metadata__" strings (keys = ModelConfig field names) and back. save_model
+// writes it; config_from_metadata throws SafetensorsError if a field is missing or unparsable.
+std::map<std::string, std::string> config_to_metadata(const ModelConfig& cfg);
+ModelConfig config_from_metadata(const std::map<std::string, std::string>& md);
+
+template <class T>
+ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg);
+template <class T>
+ModelWeights<T> load_model(const std::string& path, const ModelConfig& cfg);
+// Writes every parameter in T's dtype (F32 or F64) under its Llama name, config in metadata.
+template <class T>
+void save_model(const std::string& path, const ModelWeights<T>& w);
+template <class T>
+std::vector<unsigned char> save_model_bytes(const ModelWeights<T>& w);
+
+// Half-precision conversions used on load (exact: every F16/BF16 value is a float).
+float bf16_to_float(std::uint16_t bits);
+float f16_to_float(std::uint16_t bits);
+
+}  // namespace tspemu::ref

@@ -1,0 +1,180 @@
+#include "tspemu/reference/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tspemu/reference/matmul.hpp"
+
+namespace tspemu::ref {
+
+namespace {
+
+// Queries per GEMM block: large enough for BLAS efficiency, small enough that the masked part of
+// the key prefix (about kQueryBlock/2 keys per row) stays a few percent of the work at T ~ 2K.
+constexpr int kQueryBlock = 128;
+
+void check_dims(const AttentionDims& d) {
+  if (d.B < 0 || d.Tq < 0 || d.Tk < 0 || d.NH <= 0 || d.NKV <= 0 || d.hs <= 0 ||
+      d.NH % d.NKV != 0) {
+    throw std::invalid_argument(
+        "causal_attention: bad dims B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) +
+        " Tk=" + std::to_string(d.Tk) + " NH=" + std::to_string(d.NH) +
+        " NKV=" + std::to_string(d.NKV) + " hs=" + std::to_string(d.hs));
+  }
+}
+
+// Number of leading keys a query block needs: one past the last key visible to any of its
+// queries (0 if none). Keys after it are masked for every query in the block.
+int key_prefix(const std::int64_t* q_pos, int i0, int i1, const std::int64_t* k_pos, int Tk) {
+  const std::int64_t max_q = *std::max_element(q_pos + i0, q_pos + i1);
+  int end = 0;
+  for (int j = 0; j < Tk; ++j) {
+    if (k_pos[j] <= max_q) end = j + 1;
+  }
+  return end;
+}
+
+// Pointers to the head's first row; rows are ld = heads*hs apart.
+struct HeadView {
+  std::size_t q_off, k_off;  // element offsets of (b, row 0, head)
+  int ldq, ldk;
+};
+
+HeadView head_view(const AttentionDims& d, int b, int h) {
+  const int group = d.NH / d.NKV;
+  const int g = h / group;  // the K/V head this query head reads
+  return {(std::size_t(b) * d.Tq * d.NH + h) * d.hs, (std::size_t(b) * d.Tk * d.NKV + g) * d.hs,
+          d.NH * d.hs, d.NKV * d.hs};
+}
+
+}  // namespace
+
+template <class T>
+void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
+                              const std::int64_t* q_positions, const std::int64_t* k_positions,
+                              const AttentionDims& d) {
+  check_dims(d);
+  const T scale = T(1.0 / std::sqrt(double(d.hs)));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  std::vector<T> s(std::size_t(kQueryBlock) * std::max(d.Tk, 1));  // [bq, kend] scores -> probs
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      const HeadView hv = head_view(d, b, h);
+      for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
+        const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
+        const int kend = key_prefix(q_positions, i0, i1, k_positions, d.Tk);
+        const T* q_blk = q + hv.q_off + std::size_t(i0) * hv.ldq;  // [bq, hs], ld = NH*hs
+        T* o_blk = out + hv.q_off + std::size_t(i0) * hv.ldq;      // [bq, hs], ld = NH*hs
+        T* lse_blk = lse + (std::size_t(b) * d.NH + h) * d.Tq + i0;  // [bq]
+        if (kend == 0) {
+          for (int i = 0; i < bq; ++i) {
+            std::fill_n(o_blk + std::size_t(i) * hv.ldq, d.hs, T(0));
+            lse_blk[i] = neg_inf;
+          }
+          continue;
+        }
+        // s = q_blk @ k[:kend].T
+        matmul_nt(s.data(), q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        for (int i = 0; i < bq; ++i) {
+          T* row = s.data() + std::size_t(i) * kend;
+          const std::int64_t qp = q_positions[i0 + i];
+          T m = neg_inf;
+          for (int j = 0; j < kend; ++j) {
+            row[j] = k_positions[j] <= qp ? row[j] * scale : neg_inf;
+            m = std::max(m, row[j]);
+          }
+          if (m == neg_inf) {  // this query sees no key
+            std::fill_n(row, kend, T(0));
+            lse_blk[i] = neg_inf;
+            continue;
+          }
+          T sum = 0;
+          for (int j = 0; j < kend; ++j) {
+            row[j] = std::exp(row[j] - m);  // exp(-inf) = 0 for masked keys
+            sum += row[j];
+          }
+          const T inv = T(1) / sum;
+          for (int j = 0; j < kend; ++j) row[j] *= inv;
+          lse_blk[i] = m + std::log(sum);
+        }
+        // out_blk = p @ v[:kend]
+        matmul_nn(o_blk, s.data(), v + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+      }
+    }
+  }
+}
+
+template <class T>
+void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                               const T* v, const T* lse, const std::int64_t* q_positions,
+                               const std::int64_t* k_positions, const AttentionDims& d) {
+  check_dims(d);
+  const T scale = T(1.0 / std::sqrt(double(d.hs)));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const std::size_t kv_elems = std::size_t(d.B) * d.Tk * d.NKV * d.hs;
+  std::fill_n(dk, kv_elems, T(0));
+  std::fill_n(dv, kv_elems, T(0));
+  std::vector<T> p(std::size_t(kQueryBlock) * std::max(d.Tk, 1));   // [bq, kend] probs -> dS
+  std::vector<T> dp(std::size_t(kQueryBlock) * std::max(d.Tk, 1));  // [bq, kend]
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      const HeadView hv = head_view(d, b, h);
+      for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
+        const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
+        const int kend = key_prefix(q_positions, i0, i1, k_positions, d.Tk);
+        const T* q_blk = q + hv.q_off + std::size_t(i0) * hv.ldq;
+        const T* do_blk = dout + hv.q_off + std::size_t(i0) * hv.ldq;
+        T* dq_blk = dq + hv.q_off + std::size_t(i0) * hv.ldq;
+        const T* lse_blk = lse + (std::size_t(b) * d.NH + h) * d.Tq + i0;
+        if (kend == 0) {
+          for (int i = 0; i < bq; ++i) std::fill_n(dq_blk + std::size_t(i) * hv.ldq, d.hs, T(0));
+          continue;
+        }
+        // Recompute p = softmax(s) from the saved logsumexp rather than storing T x T probs.
+        matmul_nt(p.data(), q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        // dp = dout_blk @ v[:kend].T
+        matmul_nt(dp.data(), do_blk, v + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        for (int i = 0; i < bq; ++i) {
+          T* prow = p.data() + std::size_t(i) * kend;
+          const std::int64_t qp = q_positions[i0 + i];
+          const T l = lse_blk[i];
+          for (int j = 0; j < kend; ++j) {
+            const bool visible = k_positions[j] <= qp && l != neg_inf;
+            prow[j] = visible ? std::exp(prow[j] * scale - l) : T(0);
+          }
+        }
+        // dv[:kend] += p.T @ dout_blk
+        matmul_tn(dv + hv.k_off, p.data(), do_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
+        // dS = p * (dp - rowsum(p * dp)) * scale, written over p.
+        for (int i = 0; i < bq; ++i) {
+          T* prow = p.data() + std::size_t(i) * kend;
+          const T* dprow = dp.data() + std::size_t(i) * kend;
+          T dot = 0;
+          for (int j = 0; j < kend; ++j) dot += prow[j] * dprow[j];
+          for (int j = 0; j < kend; ++j) prow[j] = prow[j] * (dprow[j] - dot) * scale;
+        }
+        // dq_blk = dS @ k[:kend];  dk[:kend] += dS.T @ q_blk
+        matmul_nn(dq_blk, p.data(), k + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+        matmul_tn(dk + hv.k_off, p.data(), q_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
+      }
+    }
+  }
+}
+
+#define TSPEMU_INSTANTIATE(T)                                                                 \
+  template void causal_attention_forward<T>(T*, T*, const T*, const T*, const T*,             \
+                                            const std::int64_t*, const std::int64_t*,         \
+                                            const AttentionDims&);                            \
+  template void causal_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*,        \
+                                             const T*, const T*, const std::int64_t*,         \
+                                             const std::int64_t*, const AttentionDims&);
+TSPEMU_INSTANTIATE(float)
+TSPEMU_INSTANTIATE(double)
+#undef TSPEMU_INSTANTIATE
+
+}  // namespace tspemu::ref

@@ -1,0 +1,375 @@
+#include "tspemu/reference/model.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "tspemu/reference/attention.hpp"
+#include "tspemu/reference/cross_entropy.hpp"
+#include "tspemu/reference/matmul.hpp"
+#include "tspemu/reference/rmsnorm.hpp"
+#include "tspemu/reference/rope.hpp"
+#include "tspemu/reference/silu_mul.hpp"
+
+namespace tspemu::ref {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+template <class T>
+void require_size(const std::vector<T>& v, std::size_t n, const char* what) {
+  if (v.size() != n) {
+    throw std::invalid_argument(std::string("reference: ") + what + " has " +
+                                std::to_string(v.size()) + " elements, expected " +
+                                std::to_string(n));
+  }
+}
+
+template <class T>
+void require_layer_shapes(const ModelConfig& cfg, const LayerWeights<T>& w, const char* which) {
+  const std::size_t C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  const std::string p = which;
+  require_size(w.input_norm, C, (p + ".input_norm").c_str());
+  require_size(w.wq, qd * C, (p + ".wq").c_str());
+  require_size(w.wk, kvd * C, (p + ".wk").c_str());
+  require_size(w.wv, kvd * C, (p + ".wv").c_str());
+  require_size(w.wo, C * qd, (p + ".wo").c_str());
+  require_size(w.post_norm, C, (p + ".post_norm").c_str());
+  require_size(w.w_gate, F * C, (p + ".w_gate").c_str());
+  require_size(w.w_up, F * C, (p + ".w_up").c_str());
+  require_size(w.w_down, C * F, (p + ".w_down").c_str());
+}
+
+template <class T>
+void add_into(T* dst, const T* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+template <class T>
+LayerWeights<T> LayerWeights<T>::zeros(const ModelConfig& cfg) {
+  const std::size_t C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  LayerWeights w;
+  w.input_norm.assign(C, T(0));
+  w.wq.assign(qd * C, T(0));
+  w.wk.assign(kvd * C, T(0));
+  w.wv.assign(kvd * C, T(0));
+  w.wo.assign(C * qd, T(0));
+  w.post_norm.assign(C, T(0));
+  w.w_gate.assign(F * C, T(0));
+  w.w_up.assign(F * C, T(0));
+  w.w_down.assign(C * F, T(0));
+  return w;
+}
+
+template <class T>
+ModelWeights<T> ModelWeights<T>::zeros(const ModelConfig& cfg) {
+  cfg.validate();
+  ModelWeights w;
+  w.config = cfg;
+  const std::size_t V = cfg.vocab, C = cfg.hidden;
+  w.embed.assign(V * C, T(0));
+  w.layers.assign(cfg.n_layers, LayerWeights<T>::zeros(cfg));
+  w.final_norm.assign(C, T(0));
+  if (!cfg.tie_embeddings) w.lm_head.assign(V * C, T(0));
+  return w;
+}
+
+namespace {
+
+template <class Vec, class W>
+std::vector<ParamRef<Vec>> parameters_impl(W& w) {
+  const ModelConfig& cfg = w.config;
+  const std::int64_t V = cfg.vocab, C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(),
+                     kvd = cfg.kv_dim();
+  std::vector<ParamRef<Vec>> out;
+  out.push_back({"model.embed_tokens.weight", {V, C}, &w.embed});
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    auto& L = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.push_back({p + "input_layernorm.weight", {C}, &L.input_norm});
+    out.push_back({p + "self_attn.q_proj.weight", {qd, C}, &L.wq});
+    out.push_back({p + "self_attn.k_proj.weight", {kvd, C}, &L.wk});
+    out.push_back({p + "self_attn.v_proj.weight", {kvd, C}, &L.wv});
+    out.push_back({p + "self_attn.o_proj.weight", {C, qd}, &L.wo});
+    out.push_back({p + "post_attention_layernorm.weight", {C}, &L.post_norm});
+    out.push_back({p + "mlp.gate_proj.weight", {F, C}, &L.w_gate});
+    out.push_back({p + "mlp.up_proj.weight", {F, C}, &L.w_up});
+    out.push_back({p + "mlp.down_proj.weight", {C, F}, &L.w_down});
+  }
+  out.push_back({"model.norm.weight", {C}, &w.final_norm});
+  if (!cfg.tie_embeddings) out.push_back({"lm_head.weight", {V, C}, &w.lm_head});
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+std::vector<ParamRef<std::vector<T>>> parameters(ModelWeights<T>& w) {
+  return parameters_impl<std::vector<T>>(w);
+}
+template <class T>
+std::vector<ParamRef<const std::vector<T>>> parameters(const ModelWeights<T>& w) {
+  return parameters_impl<const std::vector<T>>(w);
+}
+
+// ---------------------------------------------------------------- attention block
+
+template <class T>
+void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
+                             const std::int64_t* positions, int B, int T_,
+                             AttentionCache<T>& cache) {
+  require_layer_shapes(cfg, w, "attention_block_forward weights");
+  const int N = B * T_, C = cfg.hidden, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
+  const int hs = cfg.head_size(), qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  cache.xn.resize(std::size_t(N) * C);
+  cache.rstd.resize(N);
+  cache.q.resize(std::size_t(N) * qd);
+  cache.k.resize(std::size_t(N) * kvd);
+  cache.v.resize(std::size_t(N) * kvd);
+  cache.att.resize(std::size_t(N) * qd);
+  cache.lse.resize(std::size_t(B) * NH * T_);
+
+  // xn = input_layernorm(x)                                     [B, T, C]
+  rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.input_norm.data(), N, C, cfg.norm_eps);
+  // q = xn @ Wq.T; k = xn @ Wk.T; v = xn @ Wv.T                 [B, T, NH|NKV, hs]
+  matmul_nt(cache.q.data(), cache.xn.data(), w.wq.data(), N, qd, C);
+  matmul_nt(cache.k.data(), cache.xn.data(), w.wk.data(), N, kvd, C);
+  matmul_nt(cache.v.data(), cache.xn.data(), w.wv.data(), N, kvd, C);
+  // q, k = apply_rotary_pos_emb(q, k, cos, sin)
+  rope_forward(cache.q.data(), positions, B, T_, NH, hs, cfg.rope_base);
+  rope_forward(cache.k.data(), positions, B, T_, NKV, hs, cfg.rope_base);
+  // att = softmax(q k.T / sqrt(hs) + causal mask) v             [B, T, NH, hs]
+  const AttentionDims dims{B, T_, T_, NH, NKV, hs};
+  causal_attention_forward(cache.att.data(), cache.lse.data(), cache.q.data(), cache.k.data(),
+                           cache.v.data(), positions, positions, dims);
+  // y = x + att @ Wo.T                                          [B, T, C]
+  std::copy_n(x, std::size_t(N) * C, y);
+  matmul_nt(y, cache.att.data(), w.wo.data(), N, C, qd, /*accumulate=*/true);
+}
+
+template <class T>
+void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
+                              const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads) {
+  require_layer_shapes(cfg, w, "attention_block_backward weights");
+  require_layer_shapes(cfg, grads, "attention_block_backward grads");
+  const int N = B * T_, C = cfg.hidden, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
+  const int hs = cfg.head_size(), qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  std::vector<T> datt(std::size_t(N) * qd);  // [B, T, NH, hs]
+  std::vector<T> dq(std::size_t(N) * qd);    // [B, T, NH, hs]
+  std::vector<T> dk(std::size_t(N) * kvd);   // [B, T, NKV, hs]
+  std::vector<T> dv(std::size_t(N) * kvd);   // [B, T, NKV, hs]
+  std::vector<T> dxn(std::size_t(N) * C);    // [B, T, C]
+
+  // y = x + att @ Wo.T:  datt = dy @ Wo;  dWo += dy.T @ att
+  matmul_nn(datt.data(), dy, w.wo.data(), N, qd, C);
+  matmul_tn(grads.wo.data(), dy, cache.att.data(), C, qd, N, true);
+  const AttentionDims dims{B, T_, T_, NH, NKV, hs};
+  causal_attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), cache.q.data(),
+                            cache.k.data(), cache.v.data(), cache.lse.data(), positions,
+                            positions, dims);
+  rope_backward(dq.data(), positions, B, T_, NH, hs, cfg.rope_base);
+  rope_backward(dk.data(), positions, B, T_, NKV, hs, cfg.rope_base);
+  // dxn = dq @ Wq + dk @ Wk + dv @ Wv;  dW* += d*.T @ xn
+  matmul_nn(dxn.data(), dq.data(), w.wq.data(), N, C, qd);
+  matmul_nn(dxn.data(), dk.data(), w.wk.data(), N, C, kvd, true);
+  matmul_nn(dxn.data(), dv.data(), w.wv.data(), N, C, kvd, true);
+  matmul_tn(grads.wq.data(), dq.data(), cache.xn.data(), qd, C, N, true);
+  matmul_tn(grads.wk.data(), dk.data(), cache.xn.data(), kvd, C, N, true);
+  matmul_tn(grads.wv.data(), dv.data(), cache.xn.data(), kvd, C, N, true);
+  rmsnorm_backward(dx, grads.input_norm.data(), dxn.data(), x, w.input_norm.data(),
+                   cache.rstd.data(), N, C);
+  add_into(dx, dy, std::size_t(N) * C);  // the residual path
+}
+
+// ---------------------------------------------------------------- MLP block
+
+template <class T>
+void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
+                       int T_, MlpCache<T>& cache) {
+  require_layer_shapes(cfg, w, "mlp_block_forward weights");
+  const int N = B * T_, C = cfg.hidden, F = cfg.ffn;
+  cache.xn.resize(std::size_t(N) * C);
+  cache.rstd.resize(N);
+  cache.gate.resize(std::size_t(N) * F);
+  cache.up.resize(std::size_t(N) * F);
+  cache.h.resize(std::size_t(N) * F);
+  // xn = post_attention_layernorm(x)                            [B, T, C]
+  rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.post_norm.data(), N, C, cfg.norm_eps);
+  // gate = xn @ Wgate.T; up = xn @ Wup.T                        [B, T, F]
+  matmul_nt(cache.gate.data(), cache.xn.data(), w.w_gate.data(), N, F, C);
+  matmul_nt(cache.up.data(), cache.xn.data(), w.w_up.data(), N, F, C);
+  // h = F.silu(gate) * up                                       [B, T, F]
+  silu_mul_forward(cache.h.data(), cache.gate.data(), cache.up.data(), std::size_t(N) * F);
+  // y = x + h @ Wdown.T                                         [B, T, C]
+  std::copy_n(x, std::size_t(N) * C, y);
+  matmul_nt(y, cache.h.data(), w.w_down.data(), N, C, F, /*accumulate=*/true);
+}
+
+template <class T>
+void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                        T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads) {
+  require_layer_shapes(cfg, w, "mlp_block_backward weights");
+  require_layer_shapes(cfg, grads, "mlp_block_backward grads");
+  const int N = B * T_, C = cfg.hidden, F = cfg.ffn;
+  std::vector<T> dh(std::size_t(N) * F), dgate(std::size_t(N) * F), dup(std::size_t(N) * F);
+  std::vector<T> dxn(std::size_t(N) * C);
+  // dh = dy @ Wdown;  dWdown += dy.T @ h
+  matmul_nn(dh.data(), dy, w.w_down.data(), N, F, C);
+  matmul_tn(grads.w_down.data(), dy, cache.h.data(), C, F, N, true);
+  silu_mul_backward(dgate.data(), dup.data(), dh.data(), cache.gate.data(), cache.up.data(),
+                    std::size_t(N) * F);
+  // dxn = dgate @ Wgate + dup @ Wup;  dWgate += dgate.T @ xn;  dWup += dup.T @ xn
+  matmul_nn(dxn.data(), dgate.data(), w.w_gate.data(), N, C, F);
+  matmul_nn(dxn.data(), dup.data(), w.w_up.data(), N, C, F, true);
+  matmul_tn(grads.w_gate.data(), dgate.data(), cache.xn.data(), F, C, N, true);
+  matmul_tn(grads.w_up.data(), dup.data(), cache.xn.data(), F, C, N, true);
+  rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(),
+                   cache.rstd.data(), N, C);
+  add_into(dx, dy, std::size_t(N) * C);
+}
+
+// ---------------------------------------------------------------- layer
+
+template <class T>
+void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
+                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache) {
+  cache.mid.resize(std::size_t(B) * T_ * cfg.hidden);
+  attention_block_forward(cfg, w, x, cache.mid.data(), positions, B, T_, cache.attn);
+  mlp_block_forward(cfg, w, cache.mid.data(), y, B, T_, cache.mlp);
+}
+
+template <class T>
+void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                    T* dx, const std::int64_t* positions, int B, int T_,
+                    const LayerCache<T>& cache, LayerWeights<T>& grads) {
+  std::vector<T> dmid(std::size_t(B) * T_ * cfg.hidden);
+  mlp_block_backward(cfg, w, cache.mid.data(), dy, dmid.data(), B, T_, cache.mlp, grads);
+  attention_block_backward(cfg, w, x, dmid.data(), dx, positions, B, T_, cache.attn, grads);
+}
+
+// ---------------------------------------------------------------- whole model
+
+namespace {
+
+void check_batch(const ModelConfig& cfg, const Batch& batch) {
+  const std::size_t n = std::size_t(std::max(batch.B, 0)) * std::max(batch.T, 0);
+  if (batch.B <= 0 || batch.T <= 0 || batch.tokens.size() != n || batch.targets.size() != n ||
+      (!batch.positions.empty() && batch.positions.size() != std::size_t(batch.T))) {
+    throw std::invalid_argument(
+        "model: batch B=" + std::to_string(batch.B) + " T=" + std::to_string(batch.T) +
+        " with tokens=" + std::to_string(batch.tokens.size()) +
+        " targets=" + std::to_string(batch.targets.size()) +
+        " positions=" + std::to_string(batch.positions.size()) + " elements");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= cfg.vocab) {
+      throw std::invalid_argument("model: tokens[" + std::to_string(i) +
+                                  "]=" + std::to_string(batch.tokens[i]) + " outside [0, " +
+                                  std::to_string(cfg.vocab) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+double model_forward(const ModelWeights<T>& w, const Batch& batch, ModelCache<T>& cache) {
+  const ModelConfig& cfg = w.config;
+  check_batch(cfg, batch);
+  const int B = batch.B, T_ = batch.T, N = B * T_, C = cfg.hidden, V = cfg.vocab;
+  require_size(w.embed, std::size_t(V) * C, "embed");
+  require_size(w.head(), std::size_t(V) * C, "lm_head");
+  if (batch.positions.empty()) {
+    cache.positions.resize(T_);
+    for (int t = 0; t < T_; ++t) cache.positions[t] = t;
+  } else {
+    cache.positions.assign(batch.positions.begin(), batch.positions.end());
+  }
+  const std::int64_t* pos = cache.positions.data();
+
+  cache.x.assign(cfg.n_layers + 1, std::vector<T>(std::size_t(N) * C));
+  cache.layers.resize(cfg.n_layers);
+  // x = embed_tokens(tokens)                                    [B, T, C]
+  for (int n = 0; n < N; ++n) {
+    std::copy_n(w.embed.data() + std::size_t(batch.tokens[n]) * C, C,
+                cache.x[0].data() + std::size_t(n) * C);
+  }
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    layer_forward(cfg, w.layers[l], cache.x[l].data(), cache.x[l + 1].data(), pos, B, T_,
+                  cache.layers[l]);
+  }
+  // logits = norm(x) @ lm_head.T                                [B, T, V]
+  cache.xn_final.resize(std::size_t(N) * C);
+  cache.rstd_final.resize(N);
+  cache.logits.resize(std::size_t(N) * V);
+  rmsnorm_forward(cache.xn_final.data(), cache.rstd_final.data(), cache.x[cfg.n_layers].data(),
+                  w.final_norm.data(), N, C, cfg.norm_eps);
+  matmul_nt(cache.logits.data(), cache.xn_final.data(), w.head().data(), N, V, C);
+  cache.loss = cross_entropy_forward(cache.logits.data(), batch.targets.data(), N, V);
+  return cache.loss;
+}
+
+template <class T>
+void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCache<T>& cache,
+                    ModelWeights<T>& grads, std::vector<T>* d_embedded) {
+  const ModelConfig& cfg = w.config;
+  check_batch(cfg, batch);
+  const int B = batch.B, T_ = batch.T, N = B * T_, C = cfg.hidden, V = cfg.vocab;
+  grads = ModelWeights<T>::zeros(cfg);
+  std::vector<T>& dhead = cfg.tie_embeddings ? grads.embed : grads.lm_head;
+
+  std::vector<T> dlogits(std::size_t(N) * V);  // [B, T, V]
+  cross_entropy_backward(dlogits.data(), cache.logits.data(), batch.targets.data(), N, V);
+  // logits = xn @ head.T:  dhead += dlogits.T @ xn;  dxn = dlogits @ head
+  matmul_tn(dhead.data(), dlogits.data(), cache.xn_final.data(), V, C, N, true);
+  std::vector<T> dxn(std::size_t(N) * C), dx(std::size_t(N) * C), dx_prev(std::size_t(N) * C);
+  matmul_nn(dxn.data(), dlogits.data(), w.head().data(), N, C, V);
+  rmsnorm_backward(dx.data(), grads.final_norm.data(), dxn.data(), cache.x[cfg.n_layers].data(),
+                   w.final_norm.data(), cache.rstd_final.data(), N, C);
+  for (int l = cfg.n_layers - 1; l >= 0; --l) {
+    layer_backward(cfg, w.layers[l], cache.x[l].data(), dx.data(), dx_prev.data(),
+                   cache.positions.data(), B, T_, cache.layers[l], grads.layers[l]);
+    std::swap(dx, dx_prev);
+  }
+  // x = embed[tokens]: scatter-add rows (a token repeated in the batch accumulates)
+  for (int n = 0; n < N; ++n) {
+    add_into(grads.embed.data() + std::size_t(batch.tokens[n]) * C, dx.data() + std::size_t(n) * C,
+             C);
+  }
+  if (d_embedded) *d_embedded = std::move(dx);
+}
+
+#define TSPEMU_INSTANTIATE(T)                                                                     \
+  template struct LayerWeights<T>;                                                                \
+  template struct ModelWeights<T>;                                                                \
+  template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                 \
+  template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);     \
+  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, \
+                                           T*, const std::int64_t*, int, int,                     \
+                                           AttentionCache<T>&);                                   \
+  template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&,          \
+                                            const T*, const T*, T*, const std::int64_t*, int,    \
+                                            int, const AttentionCache<T>&, LayerWeights<T>&);    \
+  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,   \
+                                     int, int, MlpCache<T>&);                                     \
+  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,      \
+                                      const T*, T*, int, int, const MlpCache<T>&,                 \
+                                      LayerWeights<T>&);                                          \
+  template void layer_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,       \
+                                 const std::int64_t*, int, int, LayerCache<T>&);                  \
+  template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,          \
+                                  const T*, T*, const std::int64_t*, int, int,                    \
+                                  const LayerCache<T>&, LayerWeights<T>&);                        \
+  template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);        \
+  template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,    \
+                                  ModelWeights<T>&, std::vector<T>*);
+TSPEMU_INSTANTIATE(float)
+TSPEMU_INSTANTIATE(double)
+#undef TSPEMU_INSTANTIATE
+
+}  // namespace tspemu::ref

@@ -1,0 +1,73 @@
+#include "tspemu/reference/rope.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tspemu::ref {
+
+namespace {
+
+// cos/sin tables [T, hs/2], computed in double for every scalar type (see header).
+template <class T>
+void rope_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, const std::int64_t* positions,
+                 int T_, int hs, double base) {
+  if (hs % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(hs) + " is odd");
+  const int half = hs / 2;
+  cos_t.resize(std::size_t(T_) * half);
+  sin_t.resize(std::size_t(T_) * half);
+  for (int t = 0; t < T_; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double inv_freq = 1.0 / std::pow(base, double(2 * i) / double(hs));
+      const double angle = double(positions[t]) * inv_freq;
+      cos_t[std::size_t(t) * half + i] = T(std::cos(angle));
+      sin_t[std::size_t(t) * half + i] = T(std::sin(angle));
+    }
+  }
+}
+
+// Rotates (a, b) = (x[i], x[i+half]) by +angle (forward) or -angle (backward).
+template <class T>
+void rope_apply(T* x, const std::int64_t* positions, int B, int T_, int NH, int hs, double base,
+                bool inverse) {
+  std::vector<T> cos_t, sin_t;
+  rope_tables(cos_t, sin_t, positions, T_, hs, base);
+  const int half = hs / 2;
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T_; ++t) {
+      const T* ct = cos_t.data() + std::size_t(t) * half;
+      const T* st = sin_t.data() + std::size_t(t) * half;
+      for (int h = 0; h < NH; ++h) {
+        T* xh = x + ((std::size_t(b) * T_ + t) * NH + h) * hs;
+        for (int i = 0; i < half; ++i) {
+          const T a = xh[i], c = xh[i + half];
+          const T s = inverse ? -st[i] : st[i];
+          xh[i] = a * ct[i] - c * s;         // x*cos + (-x2)*sin
+          xh[i + half] = c * ct[i] + a * s;  // x2*cos + x1*sin
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void rope_forward(T* x, const std::int64_t* positions, int B, int T_, int NH, int hs, double base) {
+  rope_apply(x, positions, B, T_, NH, hs, base, /*inverse=*/false);
+}
+
+template <class T>
+void rope_backward(T* d, const std::int64_t* positions, int B, int T_, int NH, int hs,
+                   double base) {
+  rope_apply(d, positions, B, T_, NH, hs, base, /*inverse=*/true);
+}
+
+template void rope_forward<float>(float*, const std::int64_t*, int, int, int, int, double);
+template void rope_forward<double>(double*, const std::int64_t*, int, int, int, int, double);
+template void rope_backward<float>(float*, const std::int64_t*, int, int, int, int, double);
+template void rope_backward<double>(double*, const std::int64_t*, int, int, int, int, double);
+
+}  // namespace tspemu::ref

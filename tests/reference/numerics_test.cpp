@@ -1,0 +1,90 @@
+// The numerics helpers every later check relies on: ULP distance, error statistics, the
+// acceptance rule and its report.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tspemu/reference/numerics.hpp"
+
+namespace tspemu::ref {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Numerics, UlpDistanceCountsRepresentableFloats) {
+  EXPECT_EQ(ulp_distance(1.0f, 1.0f), 0);
+  EXPECT_EQ(ulp_distance(0.0f, -0.0f), 0);
+  EXPECT_EQ(ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)), 1);
+  EXPECT_EQ(ulp_distance(std::nextafter(1.0f, 2.0f), 1.0f), 1);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(ulp_distance(-tiny, tiny), 2);  // crossing zero counts the steps through it
+  EXPECT_EQ(ulp_distance(1.0f, std::nanf("")), std::numeric_limits<std::int64_t>::max());
+}
+
+TEST(Numerics, MeasureReportsMaxErrorsAndWorstIndex) {
+  const std::vector<double> oracle = {1.0, -2.0, 4.0, 0.0};
+  const std::vector<float> cand = {1.0f, -2.0f + 0x1.0p-20f, 4.0f, 0.0f};
+  const ErrorStats s = measure(cand, oracle);
+  EXPECT_EQ(s.worst, 1u);
+  EXPECT_DOUBLE_EQ(s.max_abs, 0x1.0p-20);
+  EXPECT_DOUBLE_EQ(s.max_rel, 0x1.0p-21);
+  EXPECT_EQ(s.max_ulp, 8);  // 2 - 2^-20 lies in [1, 2), where one fp32 ulp is 2^-23
+  EXPECT_DOUBLE_EQ(s.oracle_max, 4.0);
+  EXPECT_TRUE(s.finite);
+}
+
+TEST(Numerics, RelativeErrorIsFlooredNearZero) {
+  const std::vector<double> oracle = {1.0, 0.0};
+  const std::vector<float> cand = {1.0f, 1e-30f};
+  const ErrorStats s = measure(cand, oracle);
+  EXPECT_NEAR(s.max_rel, 1e-30 / 0x1.0p-23, 1e-30);  // floor = eps32 * max|oracle|
+}
+
+TEST(Numerics, NanOrSizeMismatchFailsEveryCheck) {
+  const std::vector<double> oracle = {1.0, 2.0};
+  const std::vector<float> nan = {1.0f, std::nanf("")};
+  const std::vector<float> ok = {1.0f, 2.0f};
+  EXPECT_FALSE(measure(nan, oracle).finite);
+  EXPECT_FALSE(check_close("t", nan, ok, oracle));
+  EXPECT_FALSE(check_close("t", ok, nan, oracle));
+  const std::vector<float> short_one = {1.0f};
+  EXPECT_FALSE(check_close("t", short_one, ok, oracle));
+}
+
+TEST(Numerics, RuleAcceptsWithinKTimesReferenceErrorAndRejectsBeyond) {
+  const std::vector<double> oracle = {1.0, 1.0, 1.0, 1.0};
+  const std::vector<float> ref32 = {1.0f + 0x1.0p-10f, 1.0f, 1.0f, 1.0f};
+  const std::vector<float> good = {1.0f, 1.0f, 1.0f - 0x1.0p-9f, 1.0f};  // 2x reference
+  const std::vector<float> bad = {1.0f, 1.0f, 1.0f, 1.0f + 0x1.0p-7f};   // 8x reference
+  const Verdict g = check_close("layers.0.wq.grad", good, ref32, oracle, 2.0);
+  EXPECT_TRUE(g) << g.report;
+  const Verdict b = check_close("layers.0.wq.grad", bad, ref32, oracle, 2.0);
+  EXPECT_FALSE(b);
+  EXPECT_THAT(b.report, HasSubstr("layers.0.wq.grad"));
+  EXPECT_THAT(b.report, HasSubstr("FAIL"));
+  EXPECT_THAT(b.report, HasSubstr("at [3]"));
+}
+
+TEST(Numerics, TinyFloorIsFourFp32UlpsOfTheOracleMagnitude) {
+  const std::vector<double> oracle = {0.5, -8.0};
+  EXPECT_DOUBLE_EQ(default_tiny(oracle), 4 * 0x1.0p-23 * 8.0);
+  // An exact reference does not make the rule demand exactness.
+  const std::vector<float> exact = {0.5f, -8.0f};
+  const std::vector<float> near = {0.5f, -8.0f + 0x1.0p-19f};  // 2^-19 = 2 ulps of 8
+  EXPECT_TRUE(check_close("t", near, exact, oracle));
+  const std::vector<float> far = {0.5f, -8.0f + 0x1.0p-15f};
+  EXPECT_FALSE(check_close("t", far, exact, oracle));
+}
+
+TEST(Numerics, Fp64CheckUsesRelativeToleranceOfMagnitude) {
+  const std::vector<double> oracle = {100.0, 1.0};
+  const std::vector<double> cand = {100.0 + 1e-11, 1.0};
+  EXPECT_TRUE(check_close64("t", cand, oracle, 1e-12));
+  EXPECT_FALSE(check_close64("t", cand, oracle, 1e-14));
+}
+
+}  // namespace
+}  // namespace tspemu::ref
