@@ -1,0 +1,49 @@
+// SequenceLayout: which tokens of each sequence a rank holds, as a permutation.
+//
+// What: D ranks split every sequence of S tokens into D shards of S/D tokens. Local token i of rank
+// r sits at global position position(r, i):
+//   contiguous  r·(S/D) + i
+//   zigzag      cut the sequence into 2D chunks of c = S/(2D); rank r holds chunks r and 2D-1-r,
+//               in that order: r·c + i for i < c, else (2D-1-r)·c + (i-c). Every rank then does the
+//               same causal-attention work (Megatron-LM context parallel, ring-flash-attention).
+//   striped     i·D + r (token t on rank t mod D)
+// Requirements: S divisible by D (by 2D for zigzag); checked by the constructor.
+// Guarantees: every global position belongs to exactly one (rank, i); scatter/gather move whole
+// token rows of [B, S, C] tensors to and from [B, S/D, C] shards.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tspemu::tsp {
+
+enum class LayoutKind { contiguous, zigzag, striped };
+const char* layout_name(LayoutKind k);
+LayoutKind parse_layout(const std::string& name);  // throws std::invalid_argument
+
+class SequenceLayout {
+ public:
+  SequenceLayout(LayoutKind kind, int ranks, int seq_len);
+
+  LayoutKind kind() const { return kind_; }
+  int ranks() const { return ranks_; }
+  int seq_len() const { return seq_len_; }
+  int local_tokens() const { return seq_len_ / ranks_; }
+  std::int64_t position(int rank, int i) const;
+  std::vector<std::int64_t> positions(int rank) const;  // [S/D], global positions, local order
+
+  // shard[b, i, :] = full[b, position(rank, i), :]        full [B, S, C] -> shard [B, S/D, C]
+  template <class T>
+  void scatter(const T* full, T* shard, int rank, int B, int C) const;
+  // full[b, position(rank, i), :] = shard[b, i, :]        the inverse, for one rank's rows
+  template <class T>
+  void gather(const T* shard, T* full, int rank, int B, int C) const;
+
+ private:
+  LayoutKind kind_;
+  int ranks_;
+  int seq_len_;
+};
+
+}  // namespace tspemu::tsp

@@ -1,0 +1,65 @@
+// TspAttention: one rank's part of a TSP attention block, y = x + o_proj(attn(norm(x))).
+//
+// Schedule (TSP-NOTES.md; paper: "ranks iterate over broadcast parameter shards and reconstruct
+// context through a sequence-wise key/value exchange"). Rank p holds its tokens X_p [B, Tl, C]
+// and head shard p of W_Q, W_K, W_V, W_O packed in one buffer (packed_shards.hpp).
+//   Y_p = X_p;  N_p = rmsnorm(X_p)
+//   for r in 0..D-1:                                     (D broadcasts)
+//     W = broadcast(packed shard r, root r)
+//     for each head bucket: Q, K, V = N_p·W_Qᵀ, N_p·W_Kᵀ, N_p·W_Vᵀ; RoPE(Q, K) at global positions
+//       K_all, V_all = all_gather(K, V), reordered by global position      (full sequence)
+//       A = causal_attention(Q, K_all, V_all);  Y_p += A · W_Oᵀ          (no all-reduce)
+// Backward (the adjoint): re-broadcast shard r; recompute Q, K, V and the gathered K/V;
+// dA = dY·W_O; the partial dW of shard r from this rank's tokens is reduced to its owner r
+// (reduce, rank order); dK, dV of the full sequence are reduce-scattered back to their token
+// owners. The norm weight is replicated; its gradient is all-reduced.
+// Kept for backward (Category::activations): N_p, rstd, A and the softmax statistics of every
+// shard — [B, Tl, C] per tensor, i.e. 1/D of the sequence. Transient: the broadcast shard
+// (Category::comm), the full-sequence K/V of one bucket (Category::kv), Q/K/V (workspace).
+// Memory phases recorded in the arena: "attention" (forward), "attention.backward".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
+
+namespace tspemu::tsp {
+
+class TspAttention {
+ public:
+  // Cuts this rank's shard (and the replicated norm weight) from the master layer.
+  TspAttention(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+
+  void forward(const float* x, float* y);  // [B, Tl, C] this rank's tokens
+  // x: forward's input; dy: gradient of y; dx overwritten. Gradients of this rank's shard and of
+  // the norm weight are overwritten (see grad_shard, grad_norm).
+  void backward(const float* x, const float* dy, float* dx);
+
+  const Buffer<float>& grad_shard() const { return grad_; }      // packed like the weights
+  const Buffer<float>& grad_norm() const { return grad_norm_; }  // [C], summed over all ranks
+  const Buffer<float>& weight_shard() const { return w_; }
+
+ private:
+  struct Scratch;
+  void project_and_gather(const float* W, int bucket, float* q, float* kv_local, float* kv_gathered,
+                          float* k_all, float* v_all);
+
+  Rank& rank_;
+  TspShape s_;
+  SequenceLayout layout_;
+  std::vector<std::int64_t> positions_;    // [Tl] global positions of this rank's tokens
+  std::vector<std::int64_t> k_positions_;  // [S] 0..S-1: gathered K/V is in global order
+  Buffer<float> w_;                        // packed shard (weights)
+  Buffer<float> norm_w_;                   // [C] (weights, replicated)
+  Buffer<float> grad_;                     // packed shard (gradients)
+  Buffer<float> grad_norm_;                // [C] (gradients)
+  Buffer<float> xn_;                       // [B·Tl, C] (activations)
+  Buffer<float> rstd_;                     // [B·Tl]
+  Buffer<float> att_;  // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
+  Buffer<float> lse_;  // [D][buckets][B, NHb, Tl]
+};
+
+}  // namespace tspemu::tsp

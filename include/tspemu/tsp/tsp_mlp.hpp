@@ -1,0 +1,50 @@
+// TspMlp: one rank's part of a TSP gated-MLP block, y = x + down(silu(gate(n)) * up(n)),
+// n = rmsnorm(x).
+//
+// Schedule (paper: "weight shards circulate in a ring while partial outputs accumulate locally";
+// the ring order is derived, TSP-NOTES.md). Rank p holds its tokens and MLP shard p (gate and up
+// rows, down columns, packed). D compute steps, D-1 ring hops, double buffered:
+//   Y_p = X_p;  cur = shard p
+//   for k in 0..D-1:
+//     if k < D-1: isend(cur -> p+1), irecv(next <- p-1)       started before the GEMMs
+//     o = (p - k) mod D:  Y_p += (silu(N_p·W_gate^(o)ᵀ) ⊙ (N_p·W_up^(o)ᵀ)) · W_down^(o)ᵀ
+//     wait for both; cur = next
+// Backward runs the ring again: the weight shard hops ahead, and the gradient shard of o travels
+// behind it, each rank adding its tokens' contribution; after D hops it arrives complete at its
+// owner (summed in ring order o, o+1, ..., o-1). The norm weight's gradient is all-reduced.
+// Kept for backward (activations): N_p, rstd, and gate/up pre-activations of every shard —
+// [B·Tl, F] each, this rank's tokens only. Transient: two ring buffers (comm) of one shard each.
+// Memory phases: "mlp", "mlp.backward".
+#pragma once
+
+#include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
+
+namespace tspemu::tsp {
+
+class TspMlp {
+ public:
+  TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+
+  void forward(const float* x, float* y);  // [B, Tl, C]
+  void backward(const float* x, const float* dy, float* dx);
+
+  const Buffer<float>& grad_shard() const { return grad_; }
+  const Buffer<float>& grad_norm() const { return grad_norm_; }
+  const Buffer<float>& weight_shard() const { return w_; }
+
+ private:
+  Rank& rank_;
+  TspShape s_;
+  Buffer<float> w_;          // packed MLP shard p (weights)
+  Buffer<float> norm_w_;     // [C] (weights, replicated)
+  Buffer<float> grad_;       // packed gradient of shard p
+  Buffer<float> grad_norm_;  // [C]
+  Buffer<float> xn_;         // [B·Tl, C]
+  Buffer<float> rstd_;       // [B·Tl]
+  Buffer<float> gate_;       // [D][B·Tl, Fl] by shard index o
+  Buffer<float> up_;         // [D][B·Tl, Fl]
+};
+
+}  // namespace tspemu::tsp

@@ -1,0 +1,39 @@
+// TspShape: the model and the parallel shape of a TSP run, validated before any thread starts.
+//
+// Letters (TSP-NOTES.md): D TSP degree (ranks on the one folded axis); B micro-batch; S sequence
+// length; Tl = S/D tokens per rank; C hidden; NH/NKV query/KV heads, g = NH/NKV; hs head size;
+// F MLP width. Per rank: NHl = NH/D, NKVl = NKV/D heads, Fl = F/D MLP columns.
+// Requirements checked by validate() (std::invalid_argument naming the values): a valid model
+// config; D >= 1; D | NH, D | NKV (GQA: every shard owns whole KV heads), D | F; S divisible by D
+// (2D for zigzag); B >= 1; head_buckets >= 1 dividing NKVl.
+#pragma once
+
+#include "tspemu/reference/model_config.hpp"
+#include "tspemu/tsp/sequence_layout.hpp"
+
+namespace tspemu::tsp {
+
+struct TspOptions {
+  LayoutKind layout = LayoutKind::zigzag;
+  // Split each broadcast head shard into this many groups of KV heads, one K/V all-gather per
+  // group: the full-sequence K/V buffer shrinks by this factor, the bytes moved stay the same.
+  int head_buckets = 1;
+};
+
+struct TspShape {
+  ref::ModelConfig model;
+  int D = 1;
+  int B = 1;
+  int S = 0;
+  TspOptions options;
+
+  void validate() const;
+  int Tl() const { return S / D; }
+  int hs() const { return model.head_size(); }
+  int NHl() const { return model.n_heads / D; }
+  int NKVl() const { return model.n_kv_heads / D; }
+  int Fl() const { return model.ffn / D; }
+  SequenceLayout layout() const { return SequenceLayout(options.layout, D, S); }
+};
+
+}  // namespace tspemu::tsp

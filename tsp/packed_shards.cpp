@@ -1,0 +1,109 @@
+#include "tspemu/tsp/packed_shards.hpp"
+
+#include <cstring>
+
+namespace tspemu::tsp {
+
+namespace {
+
+// Copies `rows` rows of `cols` elements between strided matrices.
+void copy_block(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
+                std::size_t rows, std::size_t cols) {
+  for (std::size_t i = 0; i < rows; ++i)
+    std::memcpy(dst + i * dst_ld, src + i * src_ld, cols * sizeof(float));
+}
+
+struct AttnDims {
+  std::size_t C, q_rows, kv_rows;  // q_rows = NHl·hs, kv_rows = NKVl·hs
+  std::size_t q_full, kv_full;     // NH·hs, NKV·hs
+};
+AttnDims attn_dims(const TspShape& s) {
+  const std::size_t hs = static_cast<std::size_t>(s.hs());
+  return {static_cast<std::size_t>(s.model.hidden), static_cast<std::size_t>(s.NHl()) * hs,
+          static_cast<std::size_t>(s.NKVl()) * hs, static_cast<std::size_t>(s.model.n_heads) * hs,
+          static_cast<std::size_t>(s.model.n_kv_heads) * hs};
+}
+
+template <class P>
+AttentionShardView<P> attn_view(P base, const TspShape& s) {
+  const AttnDims d = attn_dims(s);
+  AttentionShardView<P> v;
+  v.wq = base;
+  v.wk = v.wq + d.q_rows * d.C;
+  v.wv = v.wk + d.kv_rows * d.C;
+  v.wo = v.wv + d.kv_rows * d.C;
+  return v;
+}
+
+template <class P>
+MlpShardView<P> mlp_view_of(P base, const TspShape& s) {
+  const std::size_t fc =
+      static_cast<std::size_t>(s.Fl()) * static_cast<std::size_t>(s.model.hidden);
+  return {base, base + fc, base + 2 * fc};
+}
+
+}  // namespace
+
+std::size_t attention_shard_size(const TspShape& s) {
+  const AttnDims d = attn_dims(s);
+  return d.C * (2 * d.q_rows + 2 * d.kv_rows);
+}
+std::size_t mlp_shard_size(const TspShape& s) {
+  return 3 * static_cast<std::size_t>(s.Fl()) * static_cast<std::size_t>(s.model.hidden);
+}
+AttentionShardView<float*> attention_view(float* p, const TspShape& s) {
+  return attn_view(p, s);
+}
+AttentionShardView<const float*> attention_view(const float* p, const TspShape& s) {
+  return attn_view(p, s);
+}
+MlpShardView<float*> mlp_view(float* p, const TspShape& s) {
+  return mlp_view_of(p, s);
+}
+MlpShardView<const float*> mlp_view(const float* p, const TspShape& s) {
+  return mlp_view_of(p, s);
+}
+
+void pack_attention_shard(const ref::LayerWeights<float>& m, const TspShape& s, int r,
+                          float* packed) {
+  const AttnDims d = attn_dims(s);
+  const std::size_t ru = static_cast<std::size_t>(r);
+  auto v = attention_view(packed, s);
+  copy_block(v.wq, d.C, m.wq.data() + ru * d.q_rows * d.C, d.C, d.q_rows, d.C);
+  copy_block(v.wk, d.C, m.wk.data() + ru * d.kv_rows * d.C, d.C, d.kv_rows, d.C);
+  copy_block(v.wv, d.C, m.wv.data() + ru * d.kv_rows * d.C, d.C, d.kv_rows, d.C);
+  copy_block(v.wo, d.q_rows, m.wo.data() + ru * d.q_rows, d.q_full, d.C, d.q_rows);
+}
+
+void unpack_attention_shard(const float* packed, const TspShape& s, int r,
+                            ref::LayerWeights<float>& m) {
+  const AttnDims d = attn_dims(s);
+  const std::size_t ru = static_cast<std::size_t>(r);
+  auto v = attention_view(packed, s);
+  copy_block(m.wq.data() + ru * d.q_rows * d.C, d.C, v.wq, d.C, d.q_rows, d.C);
+  copy_block(m.wk.data() + ru * d.kv_rows * d.C, d.C, v.wk, d.C, d.kv_rows, d.C);
+  copy_block(m.wv.data() + ru * d.kv_rows * d.C, d.C, v.wv, d.C, d.kv_rows, d.C);
+  copy_block(m.wo.data() + ru * d.q_rows, d.q_full, v.wo, d.q_rows, d.C, d.q_rows);
+}
+
+void pack_mlp_shard(const ref::LayerWeights<float>& m, const TspShape& s, int r, float* packed) {
+  const std::size_t C = static_cast<std::size_t>(s.model.hidden),
+                    Fl = static_cast<std::size_t>(s.Fl()),
+                    F = static_cast<std::size_t>(s.model.ffn), ru = static_cast<std::size_t>(r);
+  auto v = mlp_view(packed, s);
+  copy_block(v.gate, C, m.w_gate.data() + ru * Fl * C, C, Fl, C);
+  copy_block(v.up, C, m.w_up.data() + ru * Fl * C, C, Fl, C);
+  copy_block(v.down, Fl, m.w_down.data() + ru * Fl, F, C, Fl);
+}
+
+void unpack_mlp_shard(const float* packed, const TspShape& s, int r, ref::LayerWeights<float>& m) {
+  const std::size_t C = static_cast<std::size_t>(s.model.hidden),
+                    Fl = static_cast<std::size_t>(s.Fl()),
+                    F = static_cast<std::size_t>(s.model.ffn), ru = static_cast<std::size_t>(r);
+  auto v = mlp_view(packed, s);
+  copy_block(m.w_gate.data() + ru * Fl * C, C, v.gate, C, Fl, C);
+  copy_block(m.w_up.data() + ru * Fl * C, C, v.up, C, Fl, C);
+  copy_block(m.w_down.data() + ru * Fl, F, v.down, Fl, C, Fl);
+}
+
+}  // namespace tspemu::tsp

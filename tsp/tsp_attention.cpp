@@ -1,0 +1,235 @@
+#include "tspemu/tsp/tsp_attention.hpp"
+
+#include <cstring>
+#include <numeric>
+
+#include "tspemu/reference/attention.hpp"
+#include "tspemu/reference/matmul.hpp"
+#include "tspemu/reference/rmsnorm.hpp"
+#include "tspemu/reference/rope.hpp"
+#include "tspemu/runtime/collectives.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
+
+namespace tspemu::tsp {
+
+namespace {
+
+struct Dims {
+  int B, Tl, S, C, D, hs, NHl, NKVl, nb, NHb, NKVb;
+  int M() const { return B * Tl; }                                           // local token rows
+  std::size_t q_cols() const { return static_cast<std::size_t>(NHb) * hs; }  // one bucket's Q width
+  std::size_t kv_cols() const {
+    return static_cast<std::size_t>(NKVb) * hs;
+  }  // one bucket's K width
+};
+
+Dims dims_of(const TspShape& s) {
+  const int nb = s.options.head_buckets;
+  return {s.B,     s.Tl(),   s.S, s.model.hidden, s.D,          s.hs(),
+          s.NHl(), s.NKVl(), nb,  s.NHl() / nb,   s.NKVl() / nb};
+}
+
+// Gathered K/V arrive rank-major, [D][2][B·Tl, NKVb·hs] (K then V of each rank); the attention
+// kernel wants them by global position, [B, S, NKVb·hs] each. (and back, for the gradients)
+void order_by_position(const SequenceLayout& layout, const Dims& d, const float* gathered,
+                       float* k_all, float* v_all) {
+  const std::size_t row = d.kv_cols();
+  const std::size_t block = static_cast<std::size_t>(d.M()) * row;
+  for (int q = 0; q < d.D; ++q)
+    for (int b = 0; b < d.B; ++b)
+      for (int i = 0; i < d.Tl; ++i) {
+        const std::size_t src = static_cast<std::size_t>(q) * 2 * block +
+                                (static_cast<std::size_t>(b) * d.Tl + i) * row;
+        const std::size_t dst = (static_cast<std::size_t>(b) * d.S + layout.position(q, i)) * row;
+        std::memcpy(k_all + dst, gathered + src, row * sizeof(float));
+        std::memcpy(v_all + dst, gathered + src + block, row * sizeof(float));
+      }
+}
+
+void order_by_rank(const SequenceLayout& layout, const Dims& d, const float* dk_all,
+                   const float* dv_all, float* scattered) {
+  const std::size_t row = d.kv_cols();
+  const std::size_t block = static_cast<std::size_t>(d.M()) * row;
+  for (int q = 0; q < d.D; ++q)
+    for (int b = 0; b < d.B; ++b)
+      for (int i = 0; i < d.Tl; ++i) {
+        const std::size_t dst = static_cast<std::size_t>(q) * 2 * block +
+                                (static_cast<std::size_t>(b) * d.Tl + i) * row;
+        const std::size_t src = (static_cast<std::size_t>(b) * d.S + layout.position(q, i)) * row;
+        std::memcpy(scattered + dst, dk_all + src, row * sizeof(float));
+        std::memcpy(scattered + dst + block, dv_all + src, row * sizeof(float));
+      }
+}
+
+}  // namespace
+
+TspAttention::TspAttention(Rank& rank, const TspShape& shape,
+                           const ref::LayerWeights<float>& master)
+    : rank_(rank), s_(shape), layout_(shape.layout()) {
+  s_.validate();
+  if (rank.size() != s_.D)
+    throw std::invalid_argument("TspAttention: world has " + std::to_string(rank.size()) +
+                                " ranks but D=" + std::to_string(s_.D));
+  const Dims d = dims_of(s_);
+  positions_ = layout_.positions(rank.id());
+  k_positions_.resize(static_cast<std::size_t>(d.S));
+  std::iota(k_positions_.begin(), k_positions_.end(), 0);
+  Arena& a = rank.arena();
+  w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
+  pack_attention_shard(master, s_, rank.id(), w_.data());
+  norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);
+  std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
+}
+
+// Q, K, V of one bucket of shard W for this rank's tokens, RoPE at their global positions, then
+// the K/V all-gather and reordering into the full sequence.
+void TspAttention::project_and_gather(const float* W, int bucket, float* q, float* kv_local,
+                                      float* kv_gathered, float* k_all, float* v_all) {
+  const Dims d = dims_of(s_);
+  const auto view = attention_view(W, s_);
+  const int M = d.M(), C = d.C;
+  const int qc = static_cast<int>(d.q_cols()), kc = static_cast<int>(d.kv_cols());
+  float* k_local = kv_local;
+  float* v_local = kv_local + static_cast<std::size_t>(M) * kc;
+  // torch: q = n @ wq[bucket].T ;  k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
+  ref::matmul_nt(q, xn_.data(), view.wq + static_cast<std::size_t>(bucket) * qc * C, M, qc, C);
+  ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                 C);
+  ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                 C);
+  ref::rope_forward(q, positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+  ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+  const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
+  all_gather<float>(rank_.comm(), std::span<const float>(kv_local, kv_count),
+                    std::span<float>(kv_gathered, kv_count * d.D));
+  order_by_position(layout_, d, kv_gathered, k_all, v_all);
+}
+
+void TspAttention::forward(const float* x, float* y) {
+  const Dims d = dims_of(s_);
+  Arena& a = rank_.arena();
+  auto phase = a.phase("attention");
+  const int M = d.M(), C = d.C;
+  const std::size_t MC = static_cast<std::size_t>(M) * C;
+  const std::size_t full_kv = static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
+  // Drop the previous step's activations before taking new ones (peak = one step's worth).
+  xn_.reset();
+  rstd_.reset();
+  att_.reset();
+  lse_.reset();
+  xn_ = a.allocate<float>(MC, Category::activations);
+  rstd_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
+  att_ = a.allocate<float>(static_cast<std::size_t>(d.D) * d.nb * M * d.q_cols(),
+                           Category::activations);
+  lse_ = a.allocate<float>(static_cast<std::size_t>(d.D) * d.nb * d.B * d.NHb * d.Tl,
+                           Category::activations);
+  auto wbuf = a.allocate<float>(attention_shard_size(s_), Category::comm);
+  auto q = a.allocate<float>(static_cast<std::size_t>(M) * d.q_cols(), Category::workspace);
+  auto kv_local =
+      a.allocate<float>(2 * static_cast<std::size_t>(M) * d.kv_cols(), Category::workspace);
+  auto kv_gathered =
+      a.allocate<float>(2 * static_cast<std::size_t>(M) * d.kv_cols() * d.D, Category::kv);
+  auto k_all = a.allocate<float>(full_kv, Category::kv);
+  auto v_all = a.allocate<float>(full_kv, Category::kv);
+
+  ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
+  std::memcpy(y, x, MC * sizeof(float));
+  const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
+  for (int r = 0; r < d.D; ++r) {
+    // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
+    float* W = r == rank_.id() ? w_.data() : wbuf.data();
+    broadcast<float>(rank_.comm(), std::span<float>(W, w_.size()), r);
+    const auto view = attention_view(static_cast<const float*>(W), s_);
+    for (int bkt = 0; bkt < d.nb; ++bkt) {
+      project_and_gather(W, bkt, q.data(), kv_local.data(), kv_gathered.data(), k_all.data(),
+                         v_all.data());
+      float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
+      float* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
+      ref::causal_attention_forward(att, lse, q.data(), k_all.data(), v_all.data(),
+                                    positions_.data(), k_positions_.data(), ad);
+      // torch: y += att @ wo[:, bucket].T       (partial o_proj over this shard's heads)
+      ref::matmul_nt(y, att, view.wo + bkt * d.q_cols(), M, C, static_cast<int>(d.q_cols()), true,
+                     static_cast<int>(d.q_cols()), d.NHl * d.hs, C);
+    }
+  }
+}
+
+void TspAttention::backward(const float* x, const float* dy, float* dx) {
+  const Dims d = dims_of(s_);
+  Arena& a = rank_.arena();
+  auto phase = a.phase("attention.backward");
+  const int M = d.M(), C = d.C;
+  const int qc = static_cast<int>(d.q_cols()), kc = static_cast<int>(d.kv_cols());
+  const std::size_t MC = static_cast<std::size_t>(M) * C;
+  const std::size_t full_kv = static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
+  const std::size_t shard = attention_shard_size(s_);
+  if (grad_.empty()) {
+    grad_ = a.allocate<float>(shard, Category::gradients);
+    grad_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
+  }
+  auto wbuf = a.allocate<float>(shard, Category::comm);
+  auto partial = a.allocate<float>(shard, Category::comm);  // this rank's share of dW of shard r
+  auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
+  auto q = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto dq = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto da = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto kv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
+  auto dkv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
+  auto kv_gathered = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc * d.D, Category::kv);
+  auto k_all = a.allocate<float>(full_kv, Category::kv);
+  auto v_all = a.allocate<float>(full_kv, Category::kv);
+  auto dk_all = a.allocate<float>(full_kv, Category::kv);
+  auto dv_all = a.allocate<float>(full_kv, Category::kv);
+
+  const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
+  for (int r = 0; r < d.D; ++r) {
+    float* W = r == rank_.id() ? w_.data() : wbuf.data();
+    broadcast<float>(rank_.comm(), std::span<float>(W, shard), r);
+    const auto view = attention_view(static_cast<const float*>(W), s_);
+    const auto g = attention_view(partial.data(), s_);
+    std::memset(partial.data(), 0, shard * sizeof(float));
+    for (int bkt = 0; bkt < d.nb; ++bkt) {
+      project_and_gather(W, bkt, q.data(), kv_local.data(), kv_gathered.data(), k_all.data(),
+                         v_all.data());
+      const float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
+      const float* lse =
+          lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
+      const int ldo = d.NHl * d.hs;  // row stride of wo [C, NHl·hs]
+      // torch: da = dy @ wo[:, bucket] ;  dwo[:, bucket] += dy.T @ att
+      ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
+      ref::matmul_tn(g.wo + bkt * qc, dy, att, C, qc, M, true, C, qc, ldo);
+      ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(),
+                                     k_all.data(), v_all.data(), lse, positions_.data(),
+                                     k_positions_.data(), ad);
+      // dK, dV of every token go back to the rank that owns the token, summed over all ranks'
+      // queries (reduce_scatter, rank order).
+      order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());
+      const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
+      reduce_scatter<float>(rank_.comm(),
+                            std::span<const float>(kv_gathered.data(), kv_count * d.D),
+                            std::span<float>(dkv_local.data(), kv_count));
+      float* dk = dkv_local.data();
+      float* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
+      ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+      ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+      // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (likewise k, v)
+      const std::size_t qo = static_cast<std::size_t>(bkt) * qc * C,
+                        ko = static_cast<std::size_t>(bkt) * kc * C;
+      ref::matmul_tn(g.wq + qo, dq.data(), xn_.data(), qc, C, M, true);
+      ref::matmul_tn(g.wk + ko, dk, xn_.data(), kc, C, M, true);
+      ref::matmul_tn(g.wv + ko, dv, xn_.data(), kc, C, M, true);
+      ref::matmul_nn(dxn.data(), dq.data(), view.wq + qo, M, C, qc, true);
+      ref::matmul_nn(dxn.data(), dk, view.wk + ko, M, C, kc, true);
+      ref::matmul_nn(dxn.data(), dv, view.wv + ko, M, C, kc, true);
+    }
+    // Every rank's partial dW of shard r, summed at its owner in rank order.
+    reduce<float>(rank_.comm(), std::span<const float>(partial.data(), shard),
+                  r == rank_.id() ? grad_.span() : std::span<float>(), r);
+  }
+  std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
+  for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
+  all_reduce<float>(rank_.comm(), grad_norm_.span());
+}
+
+}  // namespace tspemu::tsp

@@ -1,0 +1,147 @@
+#include "tspemu/tsp/tsp_mlp.hpp"
+
+#include <cstring>
+
+#include "tspemu/reference/matmul.hpp"
+#include "tspemu/reference/rmsnorm.hpp"
+#include "tspemu/reference/silu_mul.hpp"
+#include "tspemu/runtime/collectives.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
+
+namespace tspemu::tsp {
+
+TspMlp::TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master)
+    : rank_(rank), s_(shape) {
+  s_.validate();
+  if (rank.size() != s_.D)
+    throw std::invalid_argument("TspMlp: world has " + std::to_string(rank.size()) +
+                                " ranks but D=" + std::to_string(s_.D));
+  Arena& a = rank.arena();
+  w_ = a.allocate<float>(mlp_shard_size(s_), Category::weights);
+  pack_mlp_shard(master, s_, rank.id(), w_.data());
+  norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(float));
+}
+
+void TspMlp::forward(const float* x, float* y) {
+  Arena& a = rank_.arena();
+  auto phase = a.phase("mlp");
+  const int D = s_.D, p = rank_.id(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
+  const std::size_t MC = static_cast<std::size_t>(M) * C, MF = static_cast<std::size_t>(M) * Fl;
+  const std::size_t shard = w_.size();
+  xn_.reset();
+  rstd_.reset();
+  gate_.reset();
+  up_.reset();
+  xn_ = a.allocate<float>(MC, Category::activations);
+  rstd_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
+  gate_ = a.allocate<float>(MF * D, Category::activations);
+  up_ = a.allocate<float>(MF * D, Category::activations);
+  auto h = a.allocate<float>(MF, Category::workspace);
+  // Two ring buffers: the one being received into is never the one being sent (that send has
+  // completed a step earlier), and the rank's own shard is never overwritten.
+  Buffer<float> ring[2];
+  if (D > 1) ring[0] = a.allocate<float>(shard, Category::comm);
+  if (D > 2) ring[1] = a.allocate<float>(shard, Category::comm);
+
+  ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
+  std::memcpy(y, x, MC * sizeof(float));
+  const float* cur = w_.data();
+  for (int k = 0; k < D; ++k) {
+    SendHandle sent;
+    RecvHandle received;
+    float* next = ring[k % 2].data();
+    if (k < D - 1) {
+      sent = isend<float>(rank_.comm(), std::span<const float>(cur, shard), (p + 1) % D);
+      received = irecv<float>(rank_.comm(), std::span<float>(next, shard), (p + D - 1) % D);
+    }
+    const int o = (p - k + D) % D;
+    const auto v = mlp_view(cur, s_);
+    float* g = gate_.data() + MF * o;
+    float* u = up_.data() + MF * o;
+    // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
+    ref::matmul_nt(g, xn_.data(), v.gate, M, Fl, C);
+    ref::matmul_nt(u, xn_.data(), v.up, M, Fl, C);
+    ref::silu_mul_forward(h.data(), g, u, MF);
+    ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
+    if (k < D - 1) {
+      received.wait();
+      sent.wait();
+      cur = next;
+    }
+  }
+}
+
+void TspMlp::backward(const float* x, const float* dy, float* dx) {
+  Arena& a = rank_.arena();
+  auto phase = a.phase("mlp.backward");
+  const int D = s_.D, p = rank_.id(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
+  const std::size_t MC = static_cast<std::size_t>(M) * C, MF = static_cast<std::size_t>(M) * Fl;
+  const std::size_t shard = w_.size();
+  if (grad_.empty()) {
+    grad_ = a.allocate<float>(shard, Category::gradients);
+    grad_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
+  }
+  auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
+  auto h = a.allocate<float>(MF, Category::workspace);
+  auto dh = a.allocate<float>(MF, Category::workspace);
+  auto dg = a.allocate<float>(MF, Category::workspace);
+  auto du = a.allocate<float>(MF, Category::workspace);
+  // Weight ring as in forward, plus a gradient ring one shard behind it.
+  Buffer<float> wring[2], gring[2];
+  if (D > 1) wring[0] = a.allocate<float>(shard, Category::comm);
+  if (D > 2) wring[1] = a.allocate<float>(shard, Category::comm);
+  gring[0] = a.allocate<float>(shard, Category::comm, /*zero=*/true);
+  if (D > 1) gring[1] = a.allocate<float>(shard, Category::comm);
+
+  const float* cur_w = w_.data();
+  float* cur_g = gring[0].data();  // the gradient of shard p starts here, at zero
+  for (int k = 0; k < D; ++k) {
+    SendHandle w_sent;
+    RecvHandle w_received;
+    float* next_w = wring[k % 2].data();
+    if (k < D - 1) {
+      w_sent = isend<float>(rank_.comm(), std::span<const float>(cur_w, shard), (p + 1) % D);
+      w_received = irecv<float>(rank_.comm(), std::span<float>(next_w, shard), (p + D - 1) % D);
+    }
+    const int o = (p - k + D) % D;
+    const auto v = mlp_view(cur_w, s_);
+    const auto gv = mlp_view(cur_g, s_);
+    const float* g = gate_.data() + MF * o;
+    const float* u = up_.data() + MF * o;
+    ref::silu_mul_forward(h.data(), g, u, MF);
+    // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
+    ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
+    ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
+    ref::silu_mul_backward(dg.data(), du.data(), dh.data(), g, u, MF);
+    // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n ; dn += dg @ w_gate[o] + du @ w_up[o]
+    ref::matmul_tn(gv.gate, dg.data(), xn_.data(), Fl, C, M, true);
+    ref::matmul_tn(gv.up, du.data(), xn_.data(), Fl, C, M, true);
+    ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl, true);
+    ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+    if (D > 1) {
+      // The gradient shard moves on to the next rank, which adds its tokens' share; after D hops
+      // shard o is back at its owner, complete.
+      float* next_g = gring[(k + 1) % 2].data();
+      SendHandle g_sent =
+          isend<float>(rank_.comm(), std::span<const float>(cur_g, shard), (p + 1) % D);
+      RecvHandle g_received =
+          irecv<float>(rank_.comm(), std::span<float>(next_g, shard), (p + D - 1) % D);
+      if (k < D - 1) {
+        w_received.wait();
+        w_sent.wait();
+        cur_w = next_w;
+      }
+      g_received.wait();
+      g_sent.wait();
+      cur_g = next_g;
+    }
+  }
+  std::memcpy(grad_.data(), cur_g, shard * sizeof(float));
+  std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
+  for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
+  all_reduce<float>(rank_.comm(), grad_norm_.span());
+}
+
+}  // namespace tspemu::tsp
