@@ -1,0 +1,69 @@
+// TspModel: one rank's part of a whole TSP transformer — embedding, L TSP layers, final norm,
+// LM head and the mean cross-entropy — forward and backward.
+//
+// Vocabulary sharding (a choice of ours; the paper does not say): rank r owns rows
+// [r·V/D, (r+1)·V/D) of the embedding and of the LM head, and both are used the TSP way —
+// broadcast one owner at a time, never all-reduced:
+//   embedding  for each shard r: broadcast it; each rank copies the rows of its own tokens whose
+//              ids fall in shard r.
+//   LM head    for each shard r: broadcast it; each rank computes the logits of its own tokens for
+//              those V/D ids and folds them into a running (online) logsumexp and the target logit,
+//              so the full [tokens, V] logits never exist and no collective over the vocabulary is
+//              needed. The loss is the all-reduce of one double per rank.
+// Backward re-broadcasts each head shard, recomputes its logits, and reduces the partial weight
+// gradients to the owner (as the attention shards). With tied embeddings the owner adds the head
+// and embedding gradients of its shard. Norm weights are replicated; their gradients are
+// all-reduced.
+// Requirements: TspShape::validate() and D | V.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/tsp_attention.hpp"
+#include "tspemu/tsp/tsp_mlp.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
+
+namespace tspemu::tsp {
+
+class TspModel {
+ public:
+  TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<float>& master);
+
+  // tokens, targets: this rank's [B, Tl] (SequenceLayout::scatter of the full [B, S]). Returns
+  // the mean cross-entropy over all B·S tokens, identical on every rank.
+  double forward(const std::int32_t* tokens, const std::int32_t* targets);
+  // Gradients of that loss for every parameter this rank owns (overwritten).
+  void backward();
+
+  int vocab_shard_rows() const { return vocab_rows_; }
+  const Buffer<float>& grad_embed_shard() const { return grad_embed_; }  // [V/D, C]
+  const Buffer<float>& grad_head_shard() const { return grad_head_; }    // [V/D, C]; empty if tied
+  const Buffer<float>& grad_final_norm() const { return grad_final_norm_; }
+  const TspAttention& attention(int layer) const {
+    return *attention_[static_cast<std::size_t>(layer)];
+  }
+  const TspMlp& mlp(int layer) const { return *mlp_[static_cast<std::size_t>(layer)]; }
+
+ private:
+  float* head_shard() { return s_.model.tie_embeddings ? embed_.data() : head_.data(); }
+
+  Rank& rank_;
+  TspShape s_;
+  int vocab_rows_;
+  std::vector<std::unique_ptr<TspAttention>> attention_;
+  std::vector<std::unique_ptr<TspMlp>> mlp_;
+  Buffer<float> embed_;       // [V/D, C] (weights)
+  Buffer<float> head_;        // [V/D, C] (weights), empty when tied
+  Buffer<float> final_norm_;  // [C]
+  Buffer<float> grad_embed_, grad_head_, grad_final_norm_;
+  std::vector<std::int32_t> tokens_, targets_;  // this rank's, from forward
+  std::vector<Buffer<float>> x_;                // L+1 × [B·Tl, C]: x_[l] enters layer l
+  std::vector<Buffer<float>> mid_;              // L × [B·Tl, C]: attention output of layer l
+  Buffer<float> xn_final_, rstd_final_, lse_;   // [B·Tl, C], [B·Tl], [B·Tl]
+};
+
+}  // namespace tspemu::tsp
