@@ -62,8 +62,7 @@ struct Outcome {
   Results<double> oracle;
   Results<float> reference;
   Results<float> tsp;
-  std::vector<std::size_t> weight_bytes;      // per rank, arena weights category peak
-  std::vector<std::size_t> activation_bytes;  // per rank, arena activations category peak
+  std::vector<ArenaStats> arena;  // per rank, after forward + backward
 };
 
 template <class T>
@@ -110,10 +109,7 @@ inline Results<float> run_tsp(const Case& c, World& world, const ref::LayerWeigh
   r.y.resize(x.size());
   r.dx.resize(x.size());
   r.grads = ref::LayerWeights<float>::zeros(s.model);
-  if (memory) {
-    memory->weight_bytes.assign(static_cast<std::size_t>(c.D), 0);
-    memory->activation_bytes.assign(static_cast<std::size_t>(c.D), 0);
-  }
+  if (memory) memory->arena.assign(static_cast<std::size_t>(c.D), ArenaStats{});
   world.run([&](Rank& rank) {
     if (per_rank) per_rank(rank);
     const int p = rank.id();
@@ -143,12 +139,7 @@ inline Results<float> run_tsp(const Case& c, World& world, const ref::LayerWeigh
       mlp.backward(xl.data(), dyl.data(), dxl.data());
       finish(mlp, mlp.grad_norm().data(), r.grads.post_norm, unpack_mlp_shard);
     }
-    if (memory) {
-      memory->weight_bytes[static_cast<std::size_t>(p)] =
-          a.stats().category_peak[static_cast<std::size_t>(Category::weights)];
-      memory->activation_bytes[static_cast<std::size_t>(p)] =
-          a.stats().category_peak[static_cast<std::size_t>(Category::activations)];
-    }
+    if (memory) memory->arena[static_cast<std::size_t>(p)] = a.stats();
   });
   return r;
 }

@@ -1,0 +1,89 @@
+// Memory per rank, measured by the arenas: weights are 1/D of the reference layer's (plus the
+// replicated norm weight), transient buffers are the documented shard buffers, and activations
+// scale with the rank's S/D tokens.
+#include <gtest/gtest.h>
+
+#include "block_harness.hpp"
+
+namespace tspemu::tsp::testing {
+namespace {
+
+std::size_t charged(std::size_t floats) {
+  return (floats * sizeof(float) + 63) / 64 * 64;
+}
+std::size_t peak(const ArenaStats& a, Category c) {
+  return a.category_peak[static_cast<std::size_t>(c)];
+}
+
+Case attention_case(int S, int buckets = 1) {
+  Case c;
+  c.block = Block::attention;
+  c.D = 4;
+  c.NH = 8;
+  c.NKV = 8;
+  c.B = 1;
+  c.S = S;
+  c.head_buckets = buckets;
+  return c;
+}
+
+TEST(TspMemory, AttentionWeightsPerRankAreOneDthOfTheLayerPlusTheNorm) {
+  const Case c = attention_case(64);
+  const TspShape s = c.shape();
+  const Outcome o = run_case(c);
+  const std::size_t C = static_cast<std::size_t>(s.model.hidden);
+  const std::size_t layer_floats =
+      2 * C * C + 2 * C * static_cast<std::size_t>(s.model.kv_dim());  // wq wk wv wo
+  ASSERT_EQ(layer_floats % static_cast<std::size_t>(c.D), 0u);
+  for (const ArenaStats& a : o.arena) {
+    EXPECT_EQ(peak(a, Category::weights), charged(layer_floats / c.D) + charged(C));
+    // Transient: the broadcast shard, plus in backward this rank's partial gradient of it.
+    EXPECT_EQ(peak(a, Category::comm), 2 * charged(attention_shard_size(s)));
+    EXPECT_EQ(peak(a, Category::gradients), charged(attention_shard_size(s)) + charged(C));
+  }
+}
+
+TEST(TspMemory, MlpWeightsPerRankAreOneDthOfTheLayerAndTheRingHoldsFourShardsInBackward) {
+  Case c = attention_case(64);
+  c.block = Block::mlp;
+  const TspShape s = c.shape();
+  const Outcome o = run_case(c);
+  const std::size_t C = static_cast<std::size_t>(s.model.hidden),
+                    F = static_cast<std::size_t>(s.model.ffn);
+  for (const ArenaStats& a : o.arena) {
+    EXPECT_EQ(peak(a, Category::weights), charged(3 * C * F / c.D) + charged(C));
+    // Backward: two weight-ring buffers and two gradient-ring buffers (forward needs only two).
+    EXPECT_EQ(peak(a, Category::comm), 4 * charged(mlp_shard_size(s)));
+  }
+}
+
+TEST(TspMemory, ActivationsScaleWithTheRanksTokens) {
+  for (Block b : {Block::attention, Block::mlp}) {
+    Case shorter = attention_case(64), longer = attention_case(128);
+    shorter.block = longer.block = b;
+    const Outcome o1 = run_case(shorter), o2 = run_case(longer);
+    for (std::size_t r = 0; r < o1.arena.size(); ++r) {
+      const std::size_t a1 = peak(o1.arena[r], Category::activations),
+                        a2 = peak(o2.arena[r], Category::activations);
+      EXPECT_GT(a1, 0u);
+      EXPECT_EQ(a2, 2 * a1) << "rank " << r << ": doubling S must double the activations kept";
+    }
+    // The same tokens per rank on more ranks keep the same activations: 64 tokens on D=4 (16 per
+    // rank) vs 32 tokens on D=2.
+    Case fewer_ranks = shorter;
+    fewer_ranks.D = 2;
+    fewer_ranks.NH = fewer_ranks.NKV = 8;
+    fewer_ranks.S = 32;
+    const Outcome o3 = run_case(fewer_ranks);
+    EXPECT_EQ(peak(o3.arena[0], Category::activations), peak(o1.arena[0], Category::activations));
+  }
+}
+
+TEST(TspMemory, HeadBucketsShrinkTheGatheredKvBuffer) {
+  const Outcome one = run_case(attention_case(64, 1)), two = run_case(attention_case(64, 2));
+  for (std::size_t r = 0; r < one.arena.size(); ++r)
+    EXPECT_EQ(peak(two.arena[r], Category::kv) * 2, peak(one.arena[r], Category::kv));
+}
+
+}  // namespace
+}  // namespace tspemu::tsp::testing
