@@ -81,28 +81,52 @@ TspAttention::TspAttention(Rank& rank, const TspShape& shape,
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
 }
 
-// Q, K, V of one bucket of shard W for this rank's tokens, RoPE at their global positions, then
-// the K/V all-gather and reordering into the full sequence.
-void TspAttention::project_and_gather(const float* W, int bucket, float* q, float* kv_local,
-                                      float* kv_gathered, float* k_all, float* v_all) {
+// Q of one bucket of shard W for this rank's tokens, RoPE at their global positions.
+void TspAttention::project_q(const float* W, int bucket, float* q) {
+  const Dims d = dims_of(s_);
+  const int qc = static_cast<int>(d.q_cols());
+  // torch: q = n @ wq[bucket].T
+  ref::matmul_nt(q, xn_.data(),
+                 attention_view(W, s_).wq + static_cast<std::size_t>(bucket) * qc * d.C, d.M(), qc,
+                 d.C);
+  ref::rope_forward(q, positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+}
+
+// K and V of one bucket for this rank's tokens (RoPE on K), then the all-gather and the
+// reordering into the full sequence by global position.
+void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_local,
+                                         float* kv_gathered, float* k_all, float* v_all) {
   const Dims d = dims_of(s_);
   const auto view = attention_view(W, s_);
-  const int M = d.M(), C = d.C;
-  const int qc = static_cast<int>(d.q_cols()), kc = static_cast<int>(d.kv_cols());
+  const int M = d.M(), C = d.C, kc = static_cast<int>(d.kv_cols());
   float* k_local = kv_local;
   float* v_local = kv_local + static_cast<std::size_t>(M) * kc;
-  // torch: q = n @ wq[bucket].T ;  k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
-  ref::matmul_nt(q, xn_.data(), view.wq + static_cast<std::size_t>(bucket) * qc * C, M, qc, C);
+  // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
   ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
                  C);
   ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
                  C);
-  ref::rope_forward(q, positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
   ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
   const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
   all_gather<float>(rank_.comm(), std::span<const float>(kv_local, kv_count),
                     std::span<float>(kv_gathered, kv_count * d.D));
   order_by_position(layout_, d, kv_gathered, k_all, v_all);
+}
+
+float* TspAttention::kept_shard(int r) {
+  return r == rank_.id() ? w_.data()
+                         : kept_shards_.data() + static_cast<std::size_t>(r) * w_.size();
+}
+
+float* TspAttention::kept_k(int r, int bucket) {
+  const Dims d = dims_of(s_);
+  const std::size_t full = static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
+  return kept_kv_.data() + (static_cast<std::size_t>(r) * d.nb + bucket) * 2 * full;
+}
+
+float* TspAttention::kept_v(int r, int bucket) {
+  const Dims d = dims_of(s_);
+  return kept_k(r, bucket) + static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
 }
 
 void TspAttention::forward(const float* x, float* y) {
@@ -117,6 +141,8 @@ void TspAttention::forward(const float* x, float* y) {
   rstd_.reset();
   att_.reset();
   lse_.reset();
+  kept_shards_.reset();
+  kept_kv_.reset();
   xn_ = a.allocate<float>(MC, Category::activations);
   rstd_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
   att_ = a.allocate<float>(static_cast<std::size_t>(d.D) * d.nb * M * d.q_cols(),
@@ -131,22 +157,29 @@ void TspAttention::forward(const float* x, float* y) {
       a.allocate<float>(2 * static_cast<std::size_t>(M) * d.kv_cols() * d.D, Category::kv);
   auto k_all = a.allocate<float>(full_kv, Category::kv);
   auto v_all = a.allocate<float>(full_kv, Category::kv);
+  if (s_.options.keep_attention_shards)
+    kept_shards_ = a.allocate<float>(w_.size() * d.D, Category::comm);
+  if (s_.options.keep_kv) kept_kv_ = a.allocate<float>(full_kv * 2 * d.D * d.nb, Category::kv);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
   std::memcpy(y, x, MC * sizeof(float));
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
     // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
-    float* W = r == rank_.id() ? w_.data() : wbuf.data();
+    float* W = r == rank_.id()                    ? w_.data()
+               : s_.options.keep_attention_shards ? kept_shard(r)
+                                                  : wbuf.data();
     broadcast<float>(rank_.comm(), std::span<float>(W, w_.size()), r);
     const auto view = attention_view(static_cast<const float*>(W), s_);
     for (int bkt = 0; bkt < d.nb; ++bkt) {
-      project_and_gather(W, bkt, q.data(), kv_local.data(), kv_gathered.data(), k_all.data(),
-                         v_all.data());
+      float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
+      float* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
+      project_q(W, bkt, q.data());
+      project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
       float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
       float* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
-      ref::causal_attention_forward(att, lse, q.data(), k_all.data(), v_all.data(),
-                                    positions_.data(), k_positions_.data(), ad);
+      ref::causal_attention_forward(att, lse, q.data(), k, v, positions_.data(),
+                                    k_positions_.data(), ad);
       // torch: y += att @ wo[:, bucket].T       (partial o_proj over this shard's heads)
       ref::matmul_nt(y, att, view.wo + bkt * d.q_cols(), M, C, static_cast<int>(d.q_cols()), true,
                      static_cast<int>(d.q_cols()), d.NHl * d.hs, C);
@@ -167,7 +200,7 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
     grad_ = a.allocate<float>(shard, Category::gradients);
     grad_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
   }
-  auto wbuf = a.allocate<float>(shard, Category::comm);
+  auto wbuf = a.allocate<float>(s_.options.keep_attention_shards ? 0 : shard, Category::comm);
   auto partial = a.allocate<float>(shard, Category::comm);  // this rank's share of dW of shard r
   auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
   auto q = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
@@ -176,21 +209,29 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
   auto kv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
   auto dkv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
   auto kv_gathered = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc * d.D, Category::kv);
-  auto k_all = a.allocate<float>(full_kv, Category::kv);
-  auto v_all = a.allocate<float>(full_kv, Category::kv);
+  auto k_all = a.allocate<float>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
+  auto v_all = a.allocate<float>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
   auto dk_all = a.allocate<float>(full_kv, Category::kv);
   auto dv_all = a.allocate<float>(full_kv, Category::kv);
 
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
-    float* W = r == rank_.id() ? w_.data() : wbuf.data();
-    broadcast<float>(rank_.comm(), std::span<float>(W, shard), r);
+    float* W;
+    if (s_.options.keep_attention_shards) {
+      W = kept_shard(r);
+    } else {
+      W = r == rank_.id() ? w_.data() : wbuf.data();
+      broadcast<float>(rank_.comm(), std::span<float>(W, shard), r);
+    }
     const auto view = attention_view(static_cast<const float*>(W), s_);
     const auto g = attention_view(partial.data(), s_);
     std::memset(partial.data(), 0, shard * sizeof(float));
     for (int bkt = 0; bkt < d.nb; ++bkt) {
-      project_and_gather(W, bkt, q.data(), kv_local.data(), kv_gathered.data(), k_all.data(),
-                         v_all.data());
+      project_q(W, bkt, q.data());
+      float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
+      float* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
+      if (!s_.options.keep_kv)
+        project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
       const float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
       const float* lse =
           lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
@@ -199,8 +240,7 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
       ref::matmul_tn(g.wo + bkt * qc, dy, att, C, qc, M, true, C, qc, ldo);
       ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(),
-                                     k_all.data(), v_all.data(), lse, positions_.data(),
-                                     k_positions_.data(), ad);
+                                     k, v, lse, positions_.data(), k_positions_.data(), ad);
       // dK, dV of every token go back to the rank that owns the token, summed over all ranks'
       // queries (reduce_scatter, rank order).
       order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());

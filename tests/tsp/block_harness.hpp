@@ -26,6 +26,8 @@ struct Case {
   int D = 1, NH = 4, NKV = 4, hs = 8, B = 1, S = 16;
   LayoutKind layout = LayoutKind::zigzag;
   int head_buckets = 1;
+  bool keep_attention_shards = false;
+  bool keep_kv = false;
   std::uint64_t seed = 7;
 
   TspShape shape() const {
@@ -41,6 +43,8 @@ struct Case {
     s.S = S;
     s.options.layout = layout;
     s.options.head_buckets = head_buckets;
+    s.options.keep_attention_shards = keep_attention_shards;
+    s.options.keep_kv = keep_kv;
     return s;
   }
   std::string name() const {

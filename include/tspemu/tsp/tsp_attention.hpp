@@ -17,6 +17,8 @@
 // shard — [B, Tl, C] per tensor, i.e. 1/D of the sequence. Transient: the broadcast shard
 // (Category::comm), the full-sequence K/V of one bucket (Category::kv), Q/K/V (workspace).
 // Memory phases recorded in the arena: "attention" (forward), "attention.backward".
+// Options (TspOptions): keep the broadcast shards and/or the gathered K/V from forward, so the
+// backward neither re-broadcasts nor re-gathers; results are bitwise the same either way.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +46,12 @@ class TspAttention {
 
  private:
   struct Scratch;
-  void project_and_gather(const float* W, int bucket, float* q, float* kv_local, float* kv_gathered,
-                          float* k_all, float* v_all);
+  void project_q(const float* W, int bucket, float* q);
+  void project_and_gather_kv(const float* W, int bucket, float* kv_local, float* kv_gathered,
+                             float* k_all, float* v_all);
+  float* kept_shard(int r);          // options.keep_attention_shards
+  float* kept_k(int r, int bucket);  // options.keep_kv
+  float* kept_v(int r, int bucket);
 
   Rank& rank_;
   TspShape s_;
@@ -58,8 +64,10 @@ class TspAttention {
   Buffer<float> grad_norm_;                // [C] (gradients)
   Buffer<float> xn_;                       // [B·Tl, C] (activations)
   Buffer<float> rstd_;                     // [B·Tl]
-  Buffer<float> att_;  // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
-  Buffer<float> lse_;  // [D][buckets][B, NHb, Tl]
+  Buffer<float> att_;          // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
+  Buffer<float> lse_;          // [D][buckets][B, NHb, Tl]
+  Buffer<float> kept_shards_;  // [D][packed shard] (comm), only with keep_attention_shards
+  Buffer<float> kept_kv_;      // [D][buckets][2][B, S, NKVb·hs] (kv), only with keep_kv
 };
 
 }  // namespace tspemu::tsp

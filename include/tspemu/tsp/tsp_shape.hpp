@@ -18,6 +18,13 @@ struct TspOptions {
   // Split each broadcast head shard into this many groups of KV heads, one K/V all-gather per
   // group: the full-sequence K/V buffer shrinks by this factor, the bytes moved stay the same.
   int head_buckets = 1;
+  // Backward of attention, trading memory for communication and compute:
+  // keep the D broadcast weight shards from forward instead of broadcasting them again
+  // (+ (D-1) shards of memory, - D broadcasts);
+  bool keep_attention_shards = false;
+  // keep the gathered full-sequence K/V of every shard instead of recomputing and re-gathering
+  // them (+ D·2·B·S·NKVl·hs floats, - D all-gathers and the K/V projections).
+  bool keep_kv = false;
 };
 
 struct TspShape {
