@@ -71,10 +71,12 @@ TspAttention::TspAttention(Rank& rank, const TspShape& shape,
     throw std::invalid_argument("TspAttention: world has " + std::to_string(rank.size()) +
                                 " ranks but D=" + std::to_string(s_.D));
   const Dims d = dims_of(s_);
-  positions_ = layout_.positions(rank.id());
-  k_positions_.resize(static_cast<std::size_t>(d.S));
-  std::iota(k_positions_.begin(), k_positions_.end(), 0);
   Arena& a = rank.arena();
+  positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.Tl), Category::other);
+  for (int i = 0; i < d.Tl; ++i)
+    positions_[static_cast<std::size_t>(i)] = layout_.position(rank.id(), i);
+  k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.S), Category::other);
+  std::iota(k_positions_.begin(), k_positions_.end(), 0);
   w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
   pack_attention_shard(master, s_, rank.id(), w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);

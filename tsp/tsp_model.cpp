@@ -41,8 +41,12 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   const int D = s_.D, C = s_.model.hidden, L = s_.model.n_layers, Vl = vocab_rows_;
   const int M = s_.B * s_.Tl();
   const std::size_t MC = static_cast<std::size_t>(M) * C, shard = static_cast<std::size_t>(Vl) * C;
-  tokens_.assign(tokens, tokens + M);
-  targets_.assign(targets, targets + M);
+  tokens_.reset();
+  targets_.reset();
+  tokens_ = a.allocate<std::int32_t>(static_cast<std::size_t>(M), Category::activations);
+  targets_ = a.allocate<std::int32_t>(static_cast<std::size_t>(M), Category::activations);
+  std::copy(tokens, tokens + M, tokens_.begin());
+  std::copy(targets, targets + M, targets_.begin());
   for (int t = 0; t < M; ++t)
     if (tokens_[static_cast<std::size_t>(t)] < 0 ||
         tokens_[static_cast<std::size_t>(t)] >= s_.model.vocab ||

@@ -56,14 +56,14 @@ class TspAttention {
   Rank& rank_;
   TspShape s_;
   SequenceLayout layout_;
-  std::vector<std::int64_t> positions_;    // [Tl] global positions of this rank's tokens
-  std::vector<std::int64_t> k_positions_;  // [S] 0..S-1: gathered K/V is in global order
-  Buffer<float> w_;                        // packed shard (weights)
-  Buffer<float> norm_w_;                   // [C] (weights, replicated)
-  Buffer<float> grad_;                     // packed shard (gradients)
-  Buffer<float> grad_norm_;                // [C] (gradients)
-  Buffer<float> xn_;                       // [B·Tl, C] (activations)
-  Buffer<float> rstd_;                     // [B·Tl]
+  Buffer<std::int64_t> positions_;    // [Tl] global positions of this rank's tokens (other)
+  Buffer<std::int64_t> k_positions_;  // [S] 0..S-1: gathered K/V is in global order (other)
+  Buffer<float> w_;                   // packed shard (weights)
+  Buffer<float> norm_w_;              // [C] (weights, replicated)
+  Buffer<float> grad_;                // packed shard (gradients)
+  Buffer<float> grad_norm_;           // [C] (gradients)
+  Buffer<float> xn_;                  // [B·Tl, C] (activations)
+  Buffer<float> rstd_;                // [B·Tl]
   Buffer<float> att_;          // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
   Buffer<float> lse_;          // [D][buckets][B, NHb, Tl]
   Buffer<float> kept_shards_;  // [D][packed shard] (comm), only with keep_attention_shards

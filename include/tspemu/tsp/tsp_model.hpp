@@ -60,10 +60,10 @@ class TspModel {
   Buffer<float> head_;        // [V/D, C] (weights), empty when tied
   Buffer<float> final_norm_;  // [C]
   Buffer<float> grad_embed_, grad_head_, grad_final_norm_;
-  std::vector<std::int32_t> tokens_, targets_;  // this rank's, from forward
-  std::vector<Buffer<float>> x_;                // L+1 × [B·Tl, C]: x_[l] enters layer l
-  std::vector<Buffer<float>> mid_;              // L × [B·Tl, C]: attention output of layer l
-  Buffer<float> xn_final_, rstd_final_, lse_;   // [B·Tl, C], [B·Tl], [B·Tl]
+  Buffer<std::int32_t> tokens_, targets_;      // this rank's [B·Tl], from forward (activations)
+  std::vector<Buffer<float>> x_;               // L+1 × [B·Tl, C]: x_[l] enters layer l
+  std::vector<Buffer<float>> mid_;             // L × [B·Tl, C]: attention output of layer l
+  Buffer<float> xn_final_, rstd_final_, lse_;  // [B·Tl, C], [B·Tl], [B·Tl]
 };
 
 }  // namespace tspemu::tsp
