@@ -21,8 +21,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/tsp_attention.hpp"
-#include "tspemu/tsp/tsp_mlp.hpp"
+#include "tspemu/tsp/tsp_layer.hpp"
 
 namespace {
 
@@ -108,25 +107,18 @@ void BM_TspLayer(benchmark::State& state) {
     double seconds = 0;
     w.run([&](Rank& r) {
       Arena& a = r.arena();
-      tsp::TspAttention attn(r, s, f.w);
-      tsp::TspMlp mlp(r, s, f.w);
+      tsp::TspLayer layer(r, s, f.w);
       auto x = a.allocate<float>(local, Category::activations);
-      auto mid = a.allocate<float>(local, Category::activations);
       auto y = a.allocate<float>(local, Category::activations);
       auto dy = a.allocate<float>(local, Category::workspace);
-      auto dmid = a.allocate<float>(local, Category::workspace);
       auto dx = a.allocate<float>(local, Category::workspace);
       layout.scatter(f.x.data(), x.data(), r.id(), kB, f.cfg.hidden);
       layout.scatter(f.dy.data(), dy.data(), r.id(), kB, f.cfg.hidden);
       barrier(r.comm());
       ref::gemm_counters() = {};
       const auto t0 = std::chrono::steady_clock::now();
-      attn.forward(x.data(), mid.data());
-      mlp.forward(mid.data(), y.data());
-      if (backward) {
-        mlp.backward(mid.data(), dy.data(), dmid.data());
-        attn.backward(x.data(), dmid.data(), dx.data());
-      }
+      layer.forward(x.data(), y.data());
+      if (backward) layer.backward(x.data(), dy.data(), dx.data());
       barrier(r.comm());
       if (r.id() == 0)
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -30,9 +30,8 @@ TspModel::TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<fl
   final_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::weights);
   std::memcpy(final_norm_.data(), master.final_norm.data(), final_norm_.size() * sizeof(float));
   for (int l = 0; l < s_.model.n_layers; ++l) {
-    attention_.push_back(
-        std::make_unique<TspAttention>(rank, s_, master.layers[static_cast<std::size_t>(l)]));
-    mlp_.push_back(std::make_unique<TspMlp>(rank, s_, master.layers[static_cast<std::size_t>(l)]));
+    layers_.push_back(
+        std::make_unique<TspLayer>(rank, s_, master.layers[static_cast<std::size_t>(l)]));
   }
 }
 
@@ -56,12 +55,10 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
                                   ": token or target id at local index " + std::to_string(t) +
                                   " is outside [0, vocab=" + std::to_string(s_.model.vocab) + ")");
   x_.clear();
-  mid_.clear();
   xn_final_.reset();
   rstd_final_.reset();
   lse_.reset();
   for (int l = 0; l <= L; ++l) x_.push_back(a.allocate<float>(MC, Category::activations));
-  for (int l = 0; l < L; ++l) mid_.push_back(a.allocate<float>(MC, Category::activations));
   auto wbuf = a.allocate<float>(shard, Category::comm);
 
   {
@@ -79,10 +76,8 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
     }
   }
   for (int l = 0; l < L; ++l) {
-    attention_[static_cast<std::size_t>(l)]->forward(x_[static_cast<std::size_t>(l)].data(),
-                                                     mid_[static_cast<std::size_t>(l)].data());
-    mlp_[static_cast<std::size_t>(l)]->forward(mid_[static_cast<std::size_t>(l)].data(),
-                                               x_[static_cast<std::size_t>(l) + 1].data());
+    layers_[static_cast<std::size_t>(l)]->forward(x_[static_cast<std::size_t>(l)].data(),
+                                                  x_[static_cast<std::size_t>(l) + 1].data());
   }
 
   auto phase = a.phase("head");
@@ -144,7 +139,7 @@ void TspModel::backward() {
   auto partial = a.allocate<float>(shard, Category::comm);
   auto head_grad = a.allocate<float>(shard, Category::workspace);  // this rank's own head shard's
   auto dx = a.allocate<float>(MC, Category::workspace);
-  auto dmid = a.allocate<float>(MC, Category::workspace);
+  auto dprev = a.allocate<float>(MC, Category::workspace);
   {
     auto phase = a.phase("head.backward");
     auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
@@ -175,10 +170,9 @@ void TspModel::backward() {
     all_reduce<float>(rank_.comm(), grad_final_norm_.span());
   }
   for (int l = L - 1; l >= 0; --l) {
-    mlp_[static_cast<std::size_t>(l)]->backward(mid_[static_cast<std::size_t>(l)].data(), dx.data(),
-                                                dmid.data());
-    attention_[static_cast<std::size_t>(l)]->backward(x_[static_cast<std::size_t>(l)].data(),
-                                                      dmid.data(), dx.data());
+    layers_[static_cast<std::size_t>(l)]->backward(x_[static_cast<std::size_t>(l)].data(),
+                                                   dx.data(), dprev.data());
+    std::swap(dx, dprev);
   }
   auto phase = a.phase("embedding.backward");
   for (int r = 0; r < D; ++r) {

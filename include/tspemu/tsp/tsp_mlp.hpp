@@ -33,6 +33,10 @@ class TspMlp {
   const Buffer<float>& grad_shard() const { return grad_; }
   const Buffer<float>& grad_norm() const { return grad_norm_; }
   const Buffer<float>& weight_shard() const { return w_; }
+  // Elements of one [B, Tl, C] activation of this rank.
+  std::size_t local_elements() const {
+    return static_cast<std::size_t>(s_.B) * s_.Tl() * s_.model.hidden;
+  }
 
  private:
   Rank& rank_;

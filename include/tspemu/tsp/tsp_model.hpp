@@ -23,8 +23,7 @@
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/tsp_attention.hpp"
-#include "tspemu/tsp/tsp_mlp.hpp"
+#include "tspemu/tsp/tsp_layer.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp {
@@ -44,9 +43,9 @@ class TspModel {
   const Buffer<float>& grad_head_shard() const { return grad_head_; }    // [V/D, C]; empty if tied
   const Buffer<float>& grad_final_norm() const { return grad_final_norm_; }
   const TspAttention& attention(int layer) const {
-    return *attention_[static_cast<std::size_t>(layer)];
+    return layers_[static_cast<std::size_t>(layer)]->attention();
   }
-  const TspMlp& mlp(int layer) const { return *mlp_[static_cast<std::size_t>(layer)]; }
+  const TspMlp& mlp(int layer) const { return layers_[static_cast<std::size_t>(layer)]->mlp(); }
 
  private:
   float* head_shard() { return s_.model.tie_embeddings ? embed_.data() : head_.data(); }
@@ -54,15 +53,13 @@ class TspModel {
   Rank& rank_;
   TspShape s_;
   int vocab_rows_;
-  std::vector<std::unique_ptr<TspAttention>> attention_;
-  std::vector<std::unique_ptr<TspMlp>> mlp_;
+  std::vector<std::unique_ptr<TspLayer>> layers_;
   Buffer<float> embed_;       // [V/D, C] (weights)
   Buffer<float> head_;        // [V/D, C] (weights), empty when tied
   Buffer<float> final_norm_;  // [C]
   Buffer<float> grad_embed_, grad_head_, grad_final_norm_;
   Buffer<std::int32_t> tokens_, targets_;      // this rank's [B·Tl], from forward (activations)
   std::vector<Buffer<float>> x_;               // L+1 × [B·Tl, C]: x_[l] enters layer l
-  std::vector<Buffer<float>> mid_;             // L × [B·Tl, C]: attention output of layer l
   Buffer<float> xn_final_, rstd_final_, lse_;  // [B·Tl, C], [B·Tl], [B·Tl]
 };
 

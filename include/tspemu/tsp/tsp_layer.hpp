@@ -1,0 +1,42 @@
+// TspLayer: one rank's part of a TSP transformer layer = TspAttention then TspMlp, each with its
+// own RMSNorm and residual on this rank's tokens only (norms and residuals need no communication
+// because every rank holds whole tokens).
+// Kept for backward: the attention block's output (the MLP block's input), [B·Tl, C]
+// (activations), besides what each block keeps.
+#pragma once
+
+#include "tspemu/tsp/tsp_attention.hpp"
+#include "tspemu/tsp/tsp_mlp.hpp"
+
+namespace tspemu::tsp {
+
+class TspLayer {
+ public:
+  TspLayer(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master)
+      : rank_(rank), attention_(rank, shape, master), mlp_(rank, shape, master) {}
+
+  void forward(const float* x, float* y) {  // [B, Tl, C]
+    mid_.reset();
+    mid_ = rank_.arena().allocate<float>(mlp_rows(), Category::activations);
+    attention_.forward(x, mid_.data());
+    mlp_.forward(mid_.data(), y);
+  }
+  // x: forward's input; dx overwritten; the blocks' gradients overwritten.
+  void backward(const float* x, const float* dy, float* dx) {
+    auto dmid = rank_.arena().allocate<float>(mlp_rows(), Category::workspace);
+    mlp_.backward(mid_.data(), dy, dmid.data());
+    attention_.backward(x, dmid.data(), dx);
+  }
+
+  const TspAttention& attention() const { return attention_; }
+  const TspMlp& mlp() const { return mlp_; }
+
+ private:
+  std::size_t mlp_rows() const { return mlp_.local_elements(); }
+  Rank& rank_;
+  TspAttention attention_;
+  TspMlp mlp_;
+  Buffer<float> mid_;  // attention output = MLP input (activations)
+};
+
+}  // namespace tspemu::tsp
