@@ -21,10 +21,10 @@ constexpr int kQueryBlock = 128;
 void check_dims(const AttentionDims& d) {
   if (d.B < 0 || d.Tq < 0 || d.Tk < 0 || d.NH <= 0 || d.NKV <= 0 || d.hs <= 0 ||
       d.NH % d.NKV != 0) {
-    throw std::invalid_argument(
-        "causal_attention: bad dims B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) +
-        " Tk=" + std::to_string(d.Tk) + " NH=" + std::to_string(d.NH) +
-        " NKV=" + std::to_string(d.NKV) + " hs=" + std::to_string(d.hs));
+    throw std::invalid_argument("causal_attention: bad dims B=" + std::to_string(d.B) +
+                                " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
+                                " NH=" + std::to_string(d.NH) + " NKV=" + std::to_string(d.NKV) +
+                                " hs=" + std::to_string(d.hs));
   }
 }
 
@@ -68,8 +68,8 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
       for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
         const int kend = key_prefix(q_positions, i0, i1, k_positions, d.Tk);
-        const T* q_blk = q + hv.q_off + std::size_t(i0) * hv.ldq;  // [bq, hs], ld = NH*hs
-        T* o_blk = out + hv.q_off + std::size_t(i0) * hv.ldq;      // [bq, hs], ld = NH*hs
+        const T* q_blk = q + hv.q_off + std::size_t(i0) * hv.ldq;    // [bq, hs], ld = NH*hs
+        T* o_blk = out + hv.q_off + std::size_t(i0) * hv.ldq;        // [bq, hs], ld = NH*hs
         T* lse_blk = lse + (std::size_t(b) * d.NH + h) * d.Tq + i0;  // [bq]
         if (kend == 0) {
           for (int i = 0; i < bq; ++i) {
@@ -166,13 +166,13 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
   }
 }
 
-#define TSPEMU_INSTANTIATE(T)                                                                 \
-  template void causal_attention_forward<T>(T*, T*, const T*, const T*, const T*,             \
-                                            const std::int64_t*, const std::int64_t*,         \
-                                            const AttentionDims&);                            \
-  template void causal_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*,        \
-                                             const T*, const T*, const std::int64_t*,         \
-                                             const std::int64_t*, const AttentionDims&);
+#define TSPEMU_INSTANTIATE(T)                                                                    \
+  template void causal_attention_forward<T>(T*, T*, const T*, const T*, const T*,                \
+                                            const std::int64_t*, const std::int64_t*,            \
+                                            const AttentionDims&);                               \
+  template void causal_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                             const T*, const std::int64_t*, const std::int64_t*, \
+                                             const AttentionDims&);
 TSPEMU_INSTANTIATE(float)
 TSPEMU_INSTANTIATE(double)
 #undef TSPEMU_INSTANTIATE

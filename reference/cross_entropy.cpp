@@ -12,9 +12,8 @@ namespace {
 
 void check_target(std::int32_t t, int n, int V) {
   if (t < 0 || t >= V) {
-    throw std::invalid_argument("cross_entropy: targets[" + std::to_string(n) +
-                                "]=" + std::to_string(t) + " outside [0, " + std::to_string(V) +
-                                ")");
+    throw std::invalid_argument("cross_entropy: targets[" + std::to_string(n) + "]=" +
+                                std::to_string(t) + " outside [0, " + std::to_string(V) + ")");
   }
 }
 
@@ -56,7 +55,6 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
 template double cross_entropy_forward<float>(const float*, const std::int32_t*, int, int);
 template double cross_entropy_forward<double>(const double*, const std::int32_t*, int, int);
 template void cross_entropy_backward<float>(float*, const float*, const std::int32_t*, int, int);
-template void cross_entropy_backward<double>(double*, const double*, const std::int32_t*, int,
-                                             int);
+template void cross_entropy_backward<double>(double*, const double*, const std::int32_t*, int, int);
 
 }  // namespace tspemu::ref

@@ -45,22 +45,22 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const T* 
 
 // With K == 0 BLAS still applies beta, so C is zeroed (or kept) as the contract says.
 template <class T>
-void matmul_nt(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda,
-               int ldb, int ldc) {
+void matmul_nt(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda, int ldb,
+               int ldc) {
   gemm<T>(CblasNoTrans, CblasTrans, M, N, K, A, lda < 0 ? K : lda, B, ldb < 0 ? K : ldb, C,
           ldc < 0 ? N : ldc, accumulate);
 }
 
 template <class T>
-void matmul_nn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda,
-               int ldb, int ldc) {
+void matmul_nn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda, int ldb,
+               int ldc) {
   gemm<T>(CblasNoTrans, CblasNoTrans, M, N, K, A, lda < 0 ? K : lda, B, ldb < 0 ? N : ldb, C,
           ldc < 0 ? N : ldc, accumulate);
 }
 
 template <class T>
-void matmul_tn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda,
-               int ldb, int ldc) {
+void matmul_tn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate, int lda, int ldb,
+               int ldc) {
   gemm<T>(CblasTrans, CblasNoTrans, M, N, K, A, lda < 0 ? M : lda, B, ldb < 0 ? N : ldb, C,
           ldc < 0 ? N : ldc, accumulate);
 }

@@ -170,8 +170,8 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, 
   matmul_tn(grads.wo.data(), dy, cache.att.data(), C, qd, N, true);
   const AttentionDims dims{B, T_, T_, NH, NKV, hs};
   causal_attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), cache.q.data(),
-                            cache.k.data(), cache.v.data(), cache.lse.data(), positions,
-                            positions, dims);
+                            cache.k.data(), cache.v.data(), cache.lse.data(), positions, positions,
+                            dims);
   rope_backward(dq.data(), positions, B, T_, NH, hs, cfg.rope_base);
   rope_backward(dk.data(), positions, B, T_, NKV, hs, cfg.rope_base);
   // dxn = dq @ Wq + dk @ Wk + dv @ Wv;  dW* += d*.T @ xn
@@ -228,8 +228,8 @@ void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const 
   matmul_nn(dxn.data(), dup.data(), w.w_up.data(), N, C, F, true);
   matmul_tn(grads.w_gate.data(), dgate.data(), cache.xn.data(), F, C, N, true);
   matmul_tn(grads.w_up.data(), dup.data(), cache.xn.data(), F, C, N, true);
-  rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(),
-                   cache.rstd.data(), N, C);
+  rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(), cache.rstd.data(),
+                   N, C);
   add_into(dx, dy, std::size_t(N) * C);
 }
 
@@ -245,8 +245,8 @@ void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
 
 template <class T>
 void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
-                    T* dx, const std::int64_t* positions, int B, int T_,
-                    const LayerCache<T>& cache, LayerWeights<T>& grads) {
+                    T* dx, const std::int64_t* positions, int B, int T_, const LayerCache<T>& cache,
+                    LayerWeights<T>& grads) {
   std::vector<T> dmid(std::size_t(B) * T_ * cfg.hidden);
   mlp_block_backward(cfg, w, cache.mid.data(), dy, dmid.data(), B, T_, cache.mlp, grads);
   attention_block_backward(cfg, w, x, dmid.data(), dx, positions, B, T_, cache.attn, grads);
@@ -344,29 +344,28 @@ void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCac
   if (d_embedded) *d_embedded = std::move(dx);
 }
 
-#define TSPEMU_INSTANTIATE(T)                                                                     \
-  template struct LayerWeights<T>;                                                                \
-  template struct ModelWeights<T>;                                                                \
-  template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                 \
-  template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);     \
-  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, \
-                                           T*, const std::int64_t*, int, int,                     \
-                                           AttentionCache<T>&);                                   \
-  template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&,          \
-                                            const T*, const T*, T*, const std::int64_t*, int,    \
-                                            int, const AttentionCache<T>&, LayerWeights<T>&);    \
-  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,   \
-                                     int, int, MlpCache<T>&);                                     \
-  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,      \
-                                      const T*, T*, int, int, const MlpCache<T>&,                 \
-                                      LayerWeights<T>&);                                          \
-  template void layer_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,       \
-                                 const std::int64_t*, int, int, LayerCache<T>&);                  \
-  template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,          \
-                                  const T*, T*, const std::int64_t*, int, int,                    \
-                                  const LayerCache<T>&, LayerWeights<T>&);                        \
-  template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);        \
-  template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,    \
+#define TSPEMU_INSTANTIATE(T)                                                                      \
+  template struct LayerWeights<T>;                                                                 \
+  template struct ModelWeights<T>;                                                                 \
+  template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                  \
+  template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);      \
+  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,   \
+                                           T*, const std::int64_t*, int, int, AttentionCache<T>&); \
+  template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,  \
+                                            const T*, T*, const std::int64_t*, int, int,           \
+                                            const AttentionCache<T>&, LayerWeights<T>&);           \
+  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,     \
+                                     int, int, MlpCache<T>&);                                      \
+  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,        \
+                                      const T*, T*, int, int, const MlpCache<T>&,                  \
+                                      LayerWeights<T>&);                                           \
+  template void layer_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,         \
+                                 const std::int64_t*, int, int, LayerCache<T>&);                   \
+  template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, const T*,  \
+                                  T*, const std::int64_t*, int, int, const LayerCache<T>&,         \
+                                  LayerWeights<T>&);                                               \
+  template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);          \
+  template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,      \
                                   ModelWeights<T>&, std::vector<T>*);
 TSPEMU_INSTANTIATE(float)
 TSPEMU_INSTANTIATE(double)

@@ -25,12 +25,12 @@ void ModelConfig::validate() const {
   require_positive("n_kv_heads", n_kv_heads);
   require_positive("ffn", ffn);
   if (hidden % n_heads != 0) {
-    fail("n_heads=" + std::to_string(n_heads) + " does not divide hidden=" +
-         std::to_string(hidden));
+    fail("n_heads=" + std::to_string(n_heads) +
+         " does not divide hidden=" + std::to_string(hidden));
   }
   if (n_heads % n_kv_heads != 0) {
-    fail("n_kv_heads=" + std::to_string(n_kv_heads) + " does not divide n_heads=" +
-         std::to_string(n_heads));
+    fail("n_kv_heads=" + std::to_string(n_kv_heads) +
+         " does not divide n_heads=" + std::to_string(n_heads));
   }
   if (head_size() % 2 != 0) {
     fail("head size hidden/n_heads=" + std::to_string(head_size()) +

@@ -41,7 +41,7 @@ ErrorStats measure_impl(std::span<const C> cand, std::span<const double> oracle)
     }
     const double denom = std::max(std::fabs(o), rel_floor);
     const double rel = abs_err == 0 ? 0 : (denom > 0 ? abs_err / denom : kInf);
-    if (abs_err > s.max_abs) {
+    if (abs_err > s.max_abs || i == 0) {
       s.max_abs = abs_err;
       s.worst = i;
       s.worst_candidate = c;
@@ -96,11 +96,12 @@ Verdict check_close(std::string_view name, std::span<const float> candidate,
   if (tiny < 0) tiny = default_tiny(oracle);
   v.bound = k * v.reference.max_abs + tiny;
   v.ok = v.candidate.finite && v.reference.finite && v.candidate.max_abs <= v.bound;
-  v.report = format("%.*s: %s candidate %s | reference32 max_abs=%.3e | bound k*ref+tiny = "
-                    "%g*%.3e+%.3e = %.3e (oracle max %.3e, n=%zu)",
-                    int(name.size()), name.data(), v.ok ? "PASS" : "FAIL",
-                    v.candidate.to_string().c_str(), v.reference.max_abs, k, v.reference.max_abs,
-                    tiny, v.bound, v.candidate.oracle_max, v.candidate.count);
+  v.report = format(
+      "%.*s: %s candidate %s | reference32 max_abs=%.3e | bound k*ref+tiny = "
+      "%g*%.3e+%.3e = %.3e (oracle max %.3e, n=%zu)",
+      int(name.size()), name.data(), v.ok ? "PASS" : "FAIL", v.candidate.to_string().c_str(),
+      v.reference.max_abs, k, v.reference.max_abs, tiny, v.bound, v.candidate.oracle_max,
+      v.candidate.count);
   return v;
 }
 

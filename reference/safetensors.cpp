@@ -22,13 +22,15 @@ namespace {
 
 constexpr std::uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
 
-[[noreturn]] void fail(const std::string& what) { throw SafetensorsError("safetensors: " + what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw SafetensorsError("safetensors: " + what);
+}
 
 std::size_t dtype_size(const std::string& dtype) {
   static const std::map<std::string, std::size_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8}, {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   const auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -83,10 +85,20 @@ SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
 }
 
 SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes) {
+  try {
+    return parse(std::move(bytes));
+  } catch (const nlohmann::json::exception& e) {
+    // Belt and braces: every JSON access above is type-checked first, so this is unexpected.
+    fail(std::string("malformed header: ") + e.what());
+  }
+}
+
+SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
   SafetensorsReader r;
   r.bytes_ = std::move(bytes);
   const std::size_t size = r.bytes_.size();
-  if (size < 8) fail("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+  if (size < 8)
+    fail("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
   const std::uint64_t n = load_le<std::uint64_t>(r.bytes_.data());
   if (n > size - 8) {
     fail("header length " + std::to_string(n) + " runs past the end of the file (" +
@@ -97,7 +109,8 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
   const std::size_t data_size = size - r.data_start_;
 
   const auto* hb = reinterpret_cast<const char*>(r.bytes_.data() + 8);
-  const nlohmann::json header = nlohmann::json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json header =
+      nlohmann::json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("header is not valid JSON");
   if (!header.is_object()) fail("header JSON is not an object");
 
@@ -126,8 +139,7 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
     const std::size_t esize = dtype_size(info.dtype);
     if (esize == 0) fail(where + "unknown dtype '" + info.dtype + "'");
     for (const auto& d : *sh) {
-      if (!d.is_number_integer() || (!d.is_number_unsigned() &&
-                                     d.get<std::int64_t>() < 0)) {
+      if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<std::int64_t>() < 0)) {
         fail(where + "shape entry " + d.dump() + " is not a non-negative integer");
       }
       const std::uint64_t dim = d.get<std::uint64_t>();
@@ -151,7 +163,8 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
         fail(where + "data_offsets entry " + o.dump() + " is not a non-negative integer");
       }
     }
-    const std::uint64_t begin = (*off)[0].get<std::uint64_t>(), end = (*off)[1].get<std::uint64_t>();
+    const std::uint64_t begin = (*off)[0].get<std::uint64_t>(),
+                        end = (*off)[1].get<std::uint64_t>();
     if (begin > end) {
       fail(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
            "] has begin > end");
@@ -201,7 +214,8 @@ std::vector<T> SafetensorsReader::read(const std::string& name) const {
   } else if (ti.dtype == "F64") {
     for (std::size_t i = 0; i < n; ++i) out[i] = T(load_le<double>(p + 8 * i));
   } else if (ti.dtype == "BF16") {
-    for (std::size_t i = 0; i < n; ++i) out[i] = T(bf16_to_float(load_le<std::uint16_t>(p + 2 * i)));
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = T(bf16_to_float(load_le<std::uint16_t>(p + 2 * i)));
   } else if (ti.dtype == "F16") {
     for (std::size_t i = 0; i < n; ++i) out[i] = T(f16_to_float(load_le<std::uint16_t>(p + 2 * i)));
   } else {
@@ -221,7 +235,8 @@ std::vector<std::int64_t> SafetensorsReader::read_int64(const std::string& name)
   } else if (ti.dtype == "I32") {
     for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i);
   } else {
-    fail("tensor '" + name + "': wrong dtype " + ti.dtype + " for an integer tensor (expected I64 or I32)");
+    fail("tensor '" + name + "': wrong dtype " + ti.dtype +
+         " for an integer tensor (expected I64 or I32)");
   }
   return out;
 }

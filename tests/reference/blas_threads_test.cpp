@@ -17,12 +17,13 @@ TEST(OpenBlas, ConcurrentSgemmFromEightThreadsIsBitwiseEqualToSerial) {
   constexpr int kThreads = 8, M = 96, N = 80, K = 112, kRepeats = 20;
   std::vector<std::vector<float>> A(kThreads), B(kThreads), serial(kThreads), parallel(kThreads);
   for (int t = 0; t < kThreads; ++t) {
-    const auto a = testing::random_vector(M * K, 100 + t), b = testing::random_vector(N * K, 200 + t);
+    const auto a = testing::random_vector(M * K, 100 + t),
+               b = testing::random_vector(N * K, 200 + t);
     A[t].assign(a.begin(), a.end());
     B[t].assign(b.begin(), b.end());
     serial[t].resize(M * N);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A[t].data(), K,
-                B[t].data(), K, 0.0f, serial[t].data(), N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A[t].data(), K, B[t].data(),
+                K, 0.0f, serial[t].data(), N);
   }
   std::vector<int> mismatches(kThreads, 0);
   std::vector<std::thread> threads;

@@ -50,7 +50,8 @@ TEST(ModelConfig, RejectsHeadsNotDividingHidden) {
 }
 
 TEST(ModelConfig, RejectsKvHeadsNotDividingHeads) {
-  expect_rejected([](ModelConfig& c) { c.n_kv_heads = 3; }, "n_kv_heads=3 does not divide n_heads=4");
+  expect_rejected([](ModelConfig& c) { c.n_kv_heads = 3; },
+                  "n_kv_heads=3 does not divide n_heads=4");
 }
 
 TEST(ModelConfig, RejectsOddHeadSizeBecauseRopeRotatesPairs) {

@@ -111,8 +111,8 @@ TEST(Attention, ZigzagQueryShardAgainstFullKeysEqualsFullAttentionRows) {
     causal_attention_forward(ol.data(), lsel.data(), ql.data(), k.data(), v.data(), qpos.data(),
                              pos.data(), local);
     std::vector<double> dql(ql.size()), dkl(k.size()), dvl(v.size());
-    causal_attention_backward(dql.data(), dkl.data(), dvl.data(), dol.data(), ql.data(),
-                              k.data(), v.data(), lsel.data(), qpos.data(), pos.data(), local);
+    causal_attention_backward(dql.data(), dkl.data(), dvl.data(), dol.data(), ql.data(), k.data(),
+                              v.data(), lsel.data(), qpos.data(), pos.data(), local);
     for (int i = 0; i < Tq; ++i) {
       for (int c = 0; c < row; ++c) {
         EXPECT_NEAR(ol[i * row + c], out[qpos[i] * row + c], 1e-13) << "rank " << r;

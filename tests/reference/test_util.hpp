@@ -63,8 +63,8 @@ struct GradCheck {
   std::size_t max_checks = 0;  // 0: every element; else an evenly spread subset
 
   // Checks analytic[i] == d loss / d param[i]; param is perturbed and restored.
-  void run(const std::string& name, std::vector<double>& param,
-           const std::vector<double>& analytic, const std::function<double()>& loss) const {
+  void run(const std::string& name, std::vector<double>& param, const std::vector<double>& analytic,
+           const std::function<double()>& loss) const {
     ASSERT_EQ(param.size(), analytic.size()) << name;
     const std::size_t n = param.size();
     const std::size_t stride =

@@ -16,7 +16,7 @@
 //     reuses instead of storing the T x T probabilities, as in FlashAttention).
 //   - A query that sees no key gets out = 0, lse = -inf, and contributes no gradient.
 //   - backward overwrites dq (local queries) and dk, dv (all Tk keys).
-// Cost: ~4 * B * NH * hs * (visible pairs) flops forward, twice that backward (S is recomputed).
+// Cost: ~4 * B * NH * hs * (visible pairs) flops forward, 2.5x that backward (S is recomputed).
 #pragma once
 
 #include <cstdint>

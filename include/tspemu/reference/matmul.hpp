@@ -4,7 +4,7 @@
 //   expression they implement. All other reference arithmetic is plain loops.
 // Requirements: row-major storage; ld* is the row stride in elements (>= the row length), so
 //   a head's columns inside a [T, NH*hs] activation can be addressed without copying.
-//   C must not alias A or B.
+//   C must not alias A or B. Thread-safe: concurrent calls from rank threads are fine.
 // Guarantees: OpenBLAS is pinned to one thread (openblas_set_num_threads(1), once per process)
 //   before the first product, so a rank thread never fans out; results of one call are
 //   deterministic for fixed shapes and strides. Every call adds its wall time and flop count to
@@ -16,17 +16,22 @@
 
 namespace tspemu::ref {
 
-// C[M,N] = (accumulate ? C : 0) + A[M,K] · B[N,K]ᵀ           torch: C (+)= A @ B.T  (Linear: y = x Wᵀ)
+// ld* < 0 (the default) means densely packed rows.
+
+// C[M,N] = (accumulate ? C : 0) + A[M,K] · B[N,K]ᵀ
+//   torch: C (+)= A @ B.T      (Linear forward: y = x Wᵀ)
 template <class T>
 void matmul_nt(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate = false,
                int lda = -1, int ldb = -1, int ldc = -1);
 
-// C[M,N] = (accumulate ? C : 0) + A[M,K] · B[K,N]             torch: C (+)= A @ B    (dx = dy W)
+// C[M,N] = (accumulate ? C : 0) + A[M,K] · B[K,N]
+//   torch: C (+)= A @ B        (input gradient: dx = dy W)
 template <class T>
 void matmul_nn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate = false,
                int lda = -1, int ldb = -1, int ldc = -1);
 
-// C[M,N] = (accumulate ? C : 0) + A[K,M]ᵀ · B[K,N]            torch: C (+)= A.T @ B  (dW = dyᵀ x)
+// C[M,N] = (accumulate ? C : 0) + A[K,M]ᵀ · B[K,N]
+//   torch: C (+)= A.T @ B      (weight gradient: dW = dyᵀ x)
 template <class T>
 void matmul_tn(T* C, const T* A, const T* B, int M, int N, int K, bool accumulate = false,
                int lda = -1, int ldb = -1, int ldc = -1);

@@ -16,6 +16,8 @@
 //     can sum partial contributions; zero them first with ModelWeights::zeros / LayerWeights).
 //   - model_backward overwrites all of `grads`.
 //   - Deterministic: same inputs, same bits (one-threaded BLAS, fixed loop orders).
+//   - Reentrant: no shared mutable state, so rank threads may call any entry point or kernel
+//     concurrently on their own buffers (OpenBLAS concurrency is covered by blas_threads_test).
 #pragma once
 
 #include <cstdint>
@@ -82,8 +84,8 @@ struct AttentionCache {
 
 template <class T>
 void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w,
-                             const T* x,  // [B, T, C]
-                             T* y,        // [B, T, C]
+                             const T* x,                     // [B, T, C]
+                             T* y,                           // [B, T, C]
                              const std::int64_t* positions,  // [T]
                              int B, int T_, AttentionCache<T>& cache);
 
@@ -130,8 +132,8 @@ void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
 
 template <class T>
 void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
-                    T* dx, const std::int64_t* positions, int B, int T_,
-                    const LayerCache<T>& cache, LayerWeights<T>& grads);
+                    T* dx, const std::int64_t* positions, int B, int T_, const LayerCache<T>& cache,
+                    LayerWeights<T>& grads);
 
 // ---- whole model
 struct Batch {

@@ -27,15 +27,15 @@
 namespace tspemu::ref {
 
 struct ErrorStats {
-  double max_abs = 0;         // max_i |c - o|
-  double max_rel = 0;         // max_i rel_i (see above)
-  std::int64_t max_ulp = 0;   // max_i fp32 ulp distance
-  std::size_t worst = 0;      // index of max_abs
+  double max_abs = 0;        // max_i |c - o|
+  double max_rel = 0;        // max_i rel_i (see above)
+  std::int64_t max_ulp = 0;  // max_i fp32 ulp distance
+  std::size_t worst = 0;     // index of max_abs
   double worst_candidate = 0;
   double worst_oracle = 0;
-  double oracle_max = 0;      // max_i |o|
+  double oracle_max = 0;  // max_i |o|
   std::size_t count = 0;
-  bool finite = true;         // false: NaN/Inf in candidate, or size mismatch
+  bool finite = true;  // false: NaN/Inf in candidate, or size mismatch
 
   std::string to_string() const;  // "max_abs=.. at [i] (cand=.., oracle=..) max_rel=.. max_ulp=.."
 };

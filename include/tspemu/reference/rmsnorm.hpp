@@ -12,10 +12,10 @@ namespace tspemu::ref {
 
 // torch: out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 template <class T>
-void rmsnorm_forward(T* out,         // [N, C]
-                     T* rstd,        // [N]
-                     const T* x,     // [N, C]
-                     const T* w,     // [C]
+void rmsnorm_forward(T* out,      // [N, C]
+                     T* rstd,     // [N]
+                     const T* x,  // [N, C]
+                     const T* w,  // [C]
                      int N, int C, double eps);
 
 // dx = rstd * (w*dy) - x * rstd³ / C * sum_c(w*dy*x);  dw += sum_n dy * x * rstd

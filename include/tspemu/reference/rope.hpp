@@ -18,13 +18,12 @@
 namespace tspemu::ref {
 
 template <class T>
-void rope_forward(T* x,                       // [B, T, NH, hs], rotated in place
+void rope_forward(T* x,                           // [B, T, NH, hs], rotated in place
                   const std::int64_t* positions,  // [T]
                   int B, int T_, int NH, int hs, double base);
 
 // dx = Rᵀ dy, in place: d[B, T, NH, hs] holds dL/d(rotated) on entry, dL/d(unrotated) on exit.
 template <class T>
-void rope_backward(T* d, const std::int64_t* positions, int B, int T_, int NH, int hs,
-                   double base);
+void rope_backward(T* d, const std::int64_t* positions, int B, int T_, int NH, int hs, double base);
 
 }  // namespace tspemu::ref

@@ -3,7 +3,8 @@
 // Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length n;
 //   n bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
 //   {str: str}}; then the data buffer, offsets relative to its start, little-endian, row-major.
-// Requirements: a little-endian host (static_assert in the .cpp).
+// Requirements: a little-endian host (static_assert in the .cpp). The reader holds the whole file
+//   in memory (fine for test-sized models; not meant for multi-GB checkpoints).
 // Guarantees (reader): the whole file is validated before any tensor is read, and every malformed
 //   input throws SafetensorsError naming the problem and the tensor; it never reads out of
 //   bounds. Rejected: file shorter than 8 bytes; header length past the end of the file (or
@@ -36,9 +37,9 @@ struct SafetensorsError : std::runtime_error {
 };
 
 struct TensorInfo {
-  std::string dtype;                 // "F32", "F64", "F16", "BF16", "I64", ...
+  std::string dtype;  // "F32", "F64", "F16", "BF16", "I64", ...
   std::vector<std::int64_t> shape;
-  std::size_t begin = 0, end = 0;    // byte offsets into the data buffer
+  std::size_t begin = 0, end = 0;  // byte offsets into the data buffer
   std::size_t numel() const;
 };
 
@@ -57,6 +58,7 @@ class SafetensorsReader {
   std::vector<std::int64_t> read_int64(const std::string& name) const;
 
  private:
+  static SafetensorsReader parse(std::vector<unsigned char> bytes);
   std::vector<unsigned char> bytes_;
   std::size_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
@@ -66,8 +68,7 @@ class SafetensorsReader {
 class SafetensorsWriter {
  public:
   void add(const std::string& name, std::span<const float> data, std::vector<std::int64_t> shape);
-  void add(const std::string& name, std::span<const double> data,
-           std::vector<std::int64_t> shape);
+  void add(const std::string& name, std::span<const double> data, std::vector<std::int64_t> shape);
   void add(const std::string& name, std::span<const std::int64_t> data,
            std::vector<std::int64_t> shape);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
