@@ -20,9 +20,10 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
     check_count(comm, op, "recv", recv_count, n * count);
     if (send != recv + me * bytes && overlaps(send, bytes, recv, recv_count * es))
       bad_argument(comm, op, "send overlaps recv but is not this rank's block of it");
-  } else if (overlaps(send, bytes, recv, recv_count * es)) {
-    bad_argument(comm, op, "send and recv overlap");
   }
+  // all_gatherv: the in-place rule (send is exactly this rank's block of recv) can only be checked
+  // once the counts are known, after the Round below. (Fix: it used to reject every overlap, so
+  // the documented in-place form of all_gatherv always threw.)
   Round rd(comm,
            {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
            std::span<const std::byte>(send, bytes), recv, /*counts_must_match=*/!variable);
@@ -44,6 +45,12 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
                                 " elements, the ranks' counts (" + counts + ") sum to " +
                                 std::to_string(total)));
   }
+  if (variable && send != recv + my_offset * es && overlaps(send, bytes, recv, recv_count * es))
+    raise(comm.self(),
+          std::invalid_argument("rank " + std::to_string(comm.world_rank(comm.rank())) +
+                                ": all_gatherv #" + std::to_string(rd.seq()) + " on group " +
+                                comm.name() +
+                                ": send overlaps recv but is not this rank's block of it"));
   std::size_t received = 0;
   {
     ReadScope read(rd);

@@ -28,18 +28,22 @@ void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::
   Round rd(comm, {CollectiveKind::all_reduce, dtype, -1, send_count},
            std::span<const std::byte>(send, bytes), recv);
   const std::byte* srcs[kMaxRanks];
+  const std::size_t b0 = chunk_begin(send_count, n, me);
+  const std::size_t mine = chunk_begin(send_count, n, me + 1) - b0;
+  // Counted as the two-step algorithm on every path (counters.hpp: reduce_scatter + all_gather
+  // over balanced chunks). Fix: the eager path used to count (n-1)·N each way, so the counters
+  // depended on the payload size rather than following the formula.
+  const std::size_t traffic = (bytes - mine * es) + (n - 1) * mine * es;
   if (rd.peer(0).eager) {
     // Small: every rank sums the eager copies itself, in rank order, so all agree bitwise.
     for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r));
     sum_ranks_into(dtype, recv, srcs, static_cast<int>(n), send_count);
     rd.finish();
-    count_traffic(comm, CollectiveKind::all_reduce, (n - 1) * bytes, (n - 1) * bytes);
+    count_traffic(comm, CollectiveKind::all_reduce, traffic, traffic);
     return;
   }
   // Step 1 (reduce-scatter): this rank sums its chunk over every rank's send buffer into recv.
   // In place is safe: only this rank reads its own chunk of its own buffer.
-  const std::size_t b0 = chunk_begin(send_count, n, me);
-  const std::size_t mine = chunk_begin(send_count, n, me + 1) - b0;
   {
     ReadScope read(rd);
     for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r)) + b0 * es;

@@ -65,6 +65,9 @@ Arena::~Arena() {
 void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
   ++stats_.allocations;
   if (bytes == 0) return nullptr;
+  // Fix: checked before rounding, which wraps to 0 for bytes near SIZE_MAX and then passed.
+  if (bytes > stats_.capacity || bytes > static_cast<std::size_t>(-1) - kAlignment)
+    throw_oom(bytes, c);
   const std::size_t size = charged(bytes);
   if (size > stats_.capacity - std::min(stats_.capacity, stats_.current) ||
       stats_.current + size > stats_.capacity)

@@ -65,16 +65,19 @@ Comm Comm::split(int color, int key, const std::string& group_name) {
   std::shared_ptr<detail::Group> g;
   {
     std::lock_guard lock(w.groups_mu);
-    for (auto it = w.split_groups.begin(); it != w.split_groups.end();)
-      it = it->second.expired() ? w.split_groups.erase(it) : std::next(it);
-    auto& cell = w.split_groups[std::make_tuple(w.generation.load(std::memory_order_relaxed),
-                                                group_->id, seq, color)];
-    g = cell.lock();
-    if (!g) {
+    const auto key =
+        std::make_tuple(w.generation.load(std::memory_order_relaxed), group_->id, seq, color);
+    auto it = w.split_groups.find(key);
+    if (it == w.split_groups.end()) {
       std::string n = group_name.empty() ? group_->name + "/" + std::to_string(color) : group_name;
-      g = std::make_shared<detail::Group>(&w, w.next_group_id++, n, world_ranks);
-      cell = g;
+      auto made = std::make_shared<detail::Group>(&w, w.next_group_id++, n, world_ranks);
+      it = w.split_groups
+               .emplace(key,
+                        detail::WorldShared::PendingGroup{made, static_cast<int>(members.size())})
+               .first;
     }
+    g = it->second.group;
+    if (--it->second.lookups_left == 0) w.split_groups.erase(it);
   }
   return Comm(std::move(g), my_index, self_);
 }

@@ -105,6 +105,7 @@ void Round::wait_stage(int r, std::uint64_t stage) {
 }
 
 void Round::finish() {
+  finished_ = true;
   advance(kDone);
   if (!exposed_) return;
   try {

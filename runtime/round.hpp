@@ -23,6 +23,13 @@ class Round {
   // Throws CollectiveMismatch (every member, same message) when the fingerprints disagree.
   Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std::byte* recv,
         bool fingerprint_counts_must_match = true);
+  // Fix: a Round left by an exception between construction and finish() (a failed wait_stage,
+  // begin_read seeing the abort, all_gatherv's late argument check) used to return while peers
+  // could still be copying from this rank's exposed buffers, which the caller then frees
+  // (use-after-free). Every such path has raised the world's abort first, so wait as finish does.
+  ~Round() {
+    if (exposed_ && !finished_) wait_all_done_after_abort();
+  }
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
 
@@ -55,6 +62,7 @@ class Round {
   int size_;
   std::uint64_t seq_;
   bool exposed_;
+  bool finished_ = false;
   OpRef op_;
   const Descriptor* peers_[kMaxRanks];
 };

@@ -91,6 +91,14 @@ void SendHandle::wait() {
 void SendHandle::withdraw_or_wait() noexcept {
   Comm& comm = *comm_;
   Channel& ch = comm.group().channel(comm.rank(), peer_);
+  // Fix: if the message was already consumed, its slot may hold a later message of ours; the CAS
+  // below would withdraw that one instead (and a later withdraw_or_wait of it would then wait
+  // forever). seq_cst: pairs with the receiver's store of `consumed`. Only this thread posts to
+  // the slot, so if the message is not consumed now, the slot still holds it.
+  if (ch.consumed.load(std::memory_order_seq_cst) >= index_ + 1) {
+    comm_ = nullptr;
+    return;
+  }
   P2PMessage& msg = ch.ring[index_ % detail::kChannelDepth];
   std::uint32_t expected = detail::kPosted;
   // acq_rel: if the receiver already took the message (CAS fails), wait for its bounded copy.
@@ -147,6 +155,15 @@ RecvHandle& RecvHandle::operator=(RecvHandle&& o) noexcept {
 
 RecvHandle::~RecvHandle() {
   if (comm_ == nullptr) return;
+  // Fix: a receive being unwound by an exception is abandoned, not waited for. Waiting let a
+  // throwing rank block in this destructor for a message its peer (itself waiting for the
+  // throwing rank) would never send: the run then failed only at the hang timeout, with a
+  // HangError from another rank instead of the original exception. The buffer is never written;
+  // the sender fails with PeerFailure once the exception aborts the run.
+  if (std::uncaught_exceptions() > 0) {
+    comm_ = nullptr;
+    return;
+  }
   try {
     wait();
   } catch (...) {
@@ -178,15 +195,22 @@ void RecvHandle::wait() {
     std::uint32_t expected = detail::kPosted;
     // acq_rel: taking the message excludes the sender's withdrawal (see P2PMessage::state).
     if (!msg.state.compare_exchange_strong(expected, detail::kTaken, std::memory_order_acq_rel)) {
-      detail::check_abort(self, op);
+      // Fix: the sender withdraws while unwinding, before its exception reaches World's handler
+      // and raises the abort. Throwing at once let this rank's PeerFailure become the run's
+      // "first failure", misnaming the failing rank. Wait (bounded by the hang timeout and the
+      // sender's departure) for the abort so the error names the sender's failure.
+      detail::wait_until(self, comm.world_rank(peer_), op, [] { return false; });
       throw PeerFailure("recv #" + std::to_string(index_ + 1) + " on group " + comm.name() +
                         ": rank " + std::to_string(peer_) + " withdrew its message");
     }
     std::memcpy(buf_, msg.data_ptr, msg.bytes);
   }
+  // Fix (TSan data race): read the message's size before releasing the slot; once `consumed` is
+  // stored the sender may reuse it for message index_ + depth and rewrite msg.bytes.
+  const std::uint64_t bytes = msg.bytes;
   ch.consumed.store(index_ + 1, std::memory_order_seq_cst);
   state_of(comm, peer_).parker.unpark();
-  detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : msg.bytes);
+  detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : bytes);
 }
 
 }  // namespace tspemu

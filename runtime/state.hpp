@@ -145,6 +145,9 @@ struct WorldShared {
   WorldOptions opts;
   int spin_iterations;   // before yielding: shorter when ranks outnumber cores
   int yield_iterations;  // before parking
+  // A yield that took longer than this ran another thread on our core: stop yielding and park
+  // (a parked rank is woken ahead of a CPU-bound thread; a yielding one waits out its slice).
+  std::chrono::nanoseconds long_yield;
   std::vector<std::unique_ptr<RankState>> ranks;
   std::shared_ptr<Group> world_group;
 
@@ -157,11 +160,17 @@ struct WorldShared {
   std::exception_ptr failure;
 
   // Groups made by split, found by (run generation, parent id, parent seq, color) so every member
-  // gets the same one. Weak: a group dies with its last Comm.
+  // gets the same one. The entry holds the group until its last member has looked it up, then is
+  // erased (the members' Comms keep the group alive). Fix: the entry used to be a weak_ptr, so a
+  // fast member that dropped its Comm (e.g. after an eager send) before a slow member's lookup
+  // killed the group, and the slow member made a fresh, empty one and hung.
+  struct PendingGroup {
+    std::shared_ptr<Group> group;
+    int lookups_left = 0;
+  };
   std::mutex groups_mu;
   std::uint64_t next_group_id = 1;
-  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int>, std::weak_ptr<Group>>
-      split_groups;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int>, PendingGroup> split_groups;
 
   // Run control. The caller of World::run bumps `generation` (release; pairs with the workers'
   // acquire wait/load, publishing `fn` and the reset state) and waits for `running` to reach 0
@@ -196,6 +205,9 @@ template <class E>
 [[noreturn]] void throw_hang(RankState& self, int peer, const OpRef& op,
                              std::chrono::steady_clock::duration waited);
 
+// Longest time wait_until spends yielding before it parks (and starts polling the abort flag).
+inline constexpr std::chrono::microseconds kMaxYieldPhase{20000};
+
 template <class Ready>
 void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
   if (ready()) return;
@@ -205,9 +217,16 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
     if (ready()) return;
   }
   auto start = std::chrono::steady_clock::now();
+  auto before = start;
   for (int i = 0; i < w.yield_iterations; ++i) {
     std::this_thread::yield();
     if (ready()) return;
+    // A yield can give the core away for a whole time slice when other threads want it: park
+    // instead once that happens (long_yield), and bound the phase in time so the abort flag
+    // (polled below) is seen well within the 100 ms abort bound.
+    const auto after = std::chrono::steady_clock::now();
+    if (after - before > w.long_yield || after - start > kMaxYieldPhase) break;
+    before = after;
   }
   for (;;) {
     self.parker.prepare();

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -65,13 +67,51 @@ void Group::reset() {
     delete channels[i].exchange(nullptr, std::memory_order_relaxed);
 }
 
+namespace {
+
+// Nanoseconds of one cpu_relax() step, measured once per process (best of a few short runs, so a
+// preemption during one run does not inflate it). The x86 pause instruction costs anywhere from
+// ~3 ns to ~40 ns depending on the CPU, so spin budgets are set in time, not in steps.
+double relax_ns() {
+  static const double ns = [] {
+    double best = 1e9;
+    for (int run = 0; run < 3; ++run) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 1000; ++i) cpu_relax();
+      const auto t1 = std::chrono::steady_clock::now();
+      best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / 1000);
+    }
+    return std::max(best, 0.5);
+  }();
+  return ns;
+}
+
+}  // namespace
+
 WorldShared::WorldShared(WorldOptions o) : opts(o) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
   // the peer needs our core: yield almost at once.
+  //
+  // Otherwise spin ~2 us: enough for the cache-line hand-offs of small collectives between ranks
+  // on different cores (~0.1-0.3 us), short enough that a rank whose peer was descheduled (other
+  // processes on the machine, or the scheduler putting both ranks on one core) gives its core up
+  // quickly; a 100 us spin there made every hand-off cost the whole spin (bench/runtime_bench).
+  // Then yield, which costs ~0.6 us when nothing else wants the core, for up to ~250 us (400
+  // yields; a few futex park/wake round trips, measured ~60 us on this 2-vCPU VM, where a parked
+  // vCPU halts), so waits for a peer's copy of a few MiB do not pay a wake-up. A yield that lost
+  // the core to another process ends the phase at once (long_yield).
+  // wait_until also bounds the yield phase in time (kMaxYieldPhase), so it then parks and polls
+  // the abort flag even if each yield hands the core to another process for a long slice.
+  //
+  // Policy choices measured with bench/runtime_bench, see bench/report_runtime.py.
   const bool oversubscribed = opts.ranks > cores;
-  spin_iterations = oversubscribed ? 8 : 4000;
-  yield_iterations = oversubscribed ? 200 : 50;
+  spin_iterations =
+      oversubscribed ? 8 : static_cast<int>(std::clamp(2000.0 / relax_ns(), 16.0, 4000.0));
+  yield_iterations = oversubscribed ? 200 : 400;
+  // Oversubscribed, yields hand the core to other ranks, which is the point; otherwise a yield
+  // that took over 20 us (an idle-core yield takes ~1 us) lost the core to another process.
+  long_yield = oversubscribed ? std::chrono::nanoseconds::max() : std::chrono::microseconds(20);
 }
 
 void WorldShared::fail(int rank, const std::string& message, std::exception_ptr error) {
@@ -216,6 +256,8 @@ void World::run(const std::function<void(Rank&)>& fn) {
   w.failure_message.clear();
   w.failure = nullptr;
   w.world_group->reset();
+  // Entries of a failed run whose members never all looked them up (see split_groups).
+  w.split_groups.clear();
   for (auto& r : w.ranks) {
     r->exited.store(false, std::memory_order_relaxed);
     r->reading.store(false, std::memory_order_relaxed);

@@ -10,13 +10,16 @@
 // Up to 4 messages per ordered pair may be in flight; a fifth isend waits for the first to be
 // received.
 // Handles: wait() completes the operation; a handle destroyed unwaited waits in its destructor
-// (a send being unwound by an exception is withdrawn instead, so the receiver fails, not reads).
+// (a send being unwound by an exception is withdrawn instead, so the receiver fails, not reads; a
+// receive being unwound is abandoned, its buffer untouched).
 // Cost: one copy of the message.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "tspemu/runtime/comm.hpp"
@@ -85,6 +88,13 @@ void recv(Comm& comm, std::span<std::type_identity_t<T>> data, int src) {
 template <class T>
 void sendrecv(Comm& comm, std::span<const std::type_identity_t<T>> out, int dst,
               std::span<std::type_identity_t<T>> in, int src) {
+  // Fix: the "must not overlap" rule was not checked; an overlap silently corrupted `in`.
+  const auto* ob = reinterpret_cast<const std::byte*>(out.data());
+  const auto* ib = reinterpret_cast<const std::byte*>(in.data());
+  if (!out.empty() && !in.empty() && ob < ib + in.size_bytes() && ib < ob + out.size_bytes())
+    throw std::invalid_argument("sendrecv on group " + comm.name() +
+                                ": out and in overlap (to rank " + std::to_string(dst) +
+                                ", from rank " + std::to_string(src) + ")");
   SendHandle s = isend<T>(comm, out, dst);
   RecvHandle r = irecv<T>(comm, in, src);
   r.wait();
