@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Runs build/bench/tsp_bench and prints the same-run ratios of tracker issue 4 with PASS/FAIL.
+
+Targets on a 2-core machine (medians of repetitions, one run):
+  D = 2 forward time <= 0.55 x the single-thread reference's forward time
+  D = 8 forward time (8 ranks on 2 cores) <= 1.25 x D = 2's
+Also printed: every point's median ms, tokens/s, GEMM GFLOP/s and share, peak MiB per rank.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(here, "..", "build", "bench", "tsp_bench"))
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--json", help="also keep the raw Google Benchmark JSON here")
+    args = ap.parse_args()
+    cmd = [args.binary, "--benchmark_format=json", f"--benchmark_repetitions={args.repetitions}",
+           "--benchmark_report_aggregates_only=true"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    data = json.loads(out)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(out)
+    med = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        name = b["run_name"].replace("/iterations:2", "").replace("/manual_time", "")
+        med[name] = b
+    print(f"{'benchmark':40s} {'ms':>9s} {'tokens/s':>10s} {'GEMM GF/s':>10s} {'GEMM share':>10s} {'peak MiB':>9s}")
+    for name, b in med.items():
+        print(f"{name:40s} {b['real_time']:9.1f} {b.get('tokens_per_s', 0):10.0f} {b.get('gemm_GFLOPs', 0):10.1f} "
+              f"{b.get('gemm_share', 0):10.2f} {b.get('peak_MiB', 0):9.1f}")
+
+    def t(name):
+        return med[name]["real_time"]
+
+    ok = True
+    print()
+    for what, num, den, limit in [
+        ("D=2 forward / reference forward", "BM_TspLayer/D:2/backward:0", "BM_ReferenceLayer/backward:0", 0.55),
+        ("D=8 forward / D=2 forward", "BM_TspLayer/D:8/backward:0", "BM_TspLayer/D:2/backward:0", 1.25),
+        ("D=2 fwd+bwd / reference fwd+bwd (no target)", "BM_TspLayer/D:2/backward:1", "BM_ReferenceLayer/backward:1", None),
+        ("D=8 fwd+bwd / D=2 fwd+bwd (no target)", "BM_TspLayer/D:8/backward:1", "BM_TspLayer/D:2/backward:1", None),
+    ]:
+        r = t(num) / t(den)
+        verdict = "" if limit is None else ("PASS" if r <= limit else "FAIL")
+        if limit is not None:
+            ok = ok and r <= limit
+        print(f"{what:48s} {r:6.3f} {'<= ' + str(limit) if limit else '':8s} {verdict}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
