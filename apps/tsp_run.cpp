@@ -93,26 +93,7 @@ int run_tsp_step(const RunOptions& opts, std::ostream& out) {
       tsp_seconds = seconds_since(start);
       loss_tsp = loss;
     }
-    const std::size_t shard = model.grad_embed_shard().size();
-    std::copy(model.grad_embed_shard().begin(), model.grad_embed_shard().end(),
-              gt.embed.begin() + p * shard);
-    if (!s.model.tie_embeddings)
-      std::copy(model.grad_head_shard().begin(), model.grad_head_shard().end(),
-                gt.lm_head.begin() + p * shard);
-    for (int l = 0; l < s.model.n_layers; ++l) {
-      auto& layer = gt.layers[static_cast<std::size_t>(l)];
-      tsp::unpack_attention_shard(model.attention(l).grad_shard().data(), s, p, layer);
-      tsp::unpack_mlp_shard(model.mlp(l).grad_shard().data(), s, p, layer);
-      if (p == 0) {
-        std::copy(model.attention(l).grad_norm().begin(), model.attention(l).grad_norm().end(),
-                  layer.input_norm.begin());
-        std::copy(model.mlp(l).grad_norm().begin(), model.mlp(l).grad_norm().end(),
-                  layer.post_norm.begin());
-      }
-    }
-    if (p == 0)
-      std::copy(model.grad_final_norm().begin(), model.grad_final_norm().end(),
-                gt.final_norm.begin());
+    model.write_gradients(gt);
   });
 
   nlohmann::json report;

@@ -7,6 +7,7 @@
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/runtime/collectives.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
 
 namespace tspemu::tsp {
 
@@ -193,6 +194,27 @@ void TspModel::backward() {
   } else {
     std::memcpy(grad_head_.data(), head_grad.data(), shard * sizeof(float));
   }
+}
+
+void TspModel::write_gradients(ref::ModelWeights<float>& full) const {
+  const int p = rank_.id();
+  const std::size_t shard = grad_embed_.size();
+  std::copy(grad_embed_.begin(), grad_embed_.end(),
+            full.embed.begin() + static_cast<std::ptrdiff_t>(p * shard));
+  if (!s_.model.tie_embeddings)
+    std::copy(grad_head_.begin(), grad_head_.end(),
+              full.lm_head.begin() + static_cast<std::ptrdiff_t>(p * shard));
+  for (int l = 0; l < s_.model.n_layers; ++l) {
+    auto& layer = full.layers[static_cast<std::size_t>(l)];
+    unpack_attention_shard(attention(l).grad_shard().data(), s_, p, layer);
+    unpack_mlp_shard(mlp(l).grad_shard().data(), s_, p, layer);
+    if (p == 0) {
+      std::copy(attention(l).grad_norm().begin(), attention(l).grad_norm().end(),
+                layer.input_norm.begin());
+      std::copy(mlp(l).grad_norm().begin(), mlp(l).grad_norm().end(), layer.post_norm.begin());
+    }
+  }
+  if (p == 0) std::copy(grad_final_norm_.begin(), grad_final_norm_.end(), full.final_norm.begin());
 }
 
 }  // namespace tspemu::tsp

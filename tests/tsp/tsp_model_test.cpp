@@ -76,26 +76,7 @@ void check_model(const ModelCase& mc) {
     TspModel model(rank, s, w32);
     losses[static_cast<std::size_t>(p)] = model.forward(tl.data(), yl.data());
     model.backward();
-    const std::size_t shard = model.grad_embed_shard().size();
-    std::copy(model.grad_embed_shard().begin(), model.grad_embed_shard().end(),
-              gt.embed.begin() + p * shard);
-    if (!mc.tied)
-      std::copy(model.grad_head_shard().begin(), model.grad_head_shard().end(),
-                gt.lm_head.begin() + p * shard);
-    for (int l = 0; l < mc.L; ++l) {
-      auto& layer = gt.layers[static_cast<std::size_t>(l)];
-      unpack_attention_shard(model.attention(l).grad_shard().data(), s, p, layer);
-      unpack_mlp_shard(model.mlp(l).grad_shard().data(), s, p, layer);
-      if (p == 0) {
-        std::copy(model.attention(l).grad_norm().begin(), model.attention(l).grad_norm().end(),
-                  layer.input_norm.begin());
-        std::copy(model.mlp(l).grad_norm().begin(), model.mlp(l).grad_norm().end(),
-                  layer.post_norm.begin());
-      }
-    }
-    if (p == 0)
-      std::copy(model.grad_final_norm().begin(), model.grad_final_norm().end(),
-                gt.final_norm.begin());
+    model.write_gradients(gt);
   });
   for (double l : losses) EXPECT_EQ(l, losses[0]) << "every rank reports the same loss";
   auto v = ref::check_close("loss", std::vector<float>{static_cast<float>(losses[0])},

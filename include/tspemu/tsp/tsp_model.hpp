@@ -38,6 +38,11 @@ class TspModel {
   // Gradients of that loss for every parameter this rank owns (overwritten).
   void backward();
 
+  // Writes the gradients this rank owns into their places in full-size tensors (rank 0 also
+  // writes the replicated norm gradients). Ranks write disjoint elements, so all ranks may fill
+  // the same `full` concurrently.
+  void write_gradients(ref::ModelWeights<float>& full) const;
+
   int vocab_shard_rows() const { return vocab_rows_; }
   const Buffer<float>& grad_embed_shard() const { return grad_embed_; }  // [V/D, C]
   const Buffer<float>& grad_head_shard() const { return grad_head_; }    // [V/D, C]; empty if tied
