@@ -144,7 +144,15 @@ class CounterProbe {
 };
 
 // Counts this process's threads (entries of /proc/self/task).
+// Threads of this process. The first thread a process creates can also start helper threads of
+// its own (ThreadSanitizer's background thread), so a baseline is taken after one throwaway
+// thread has come and gone.
 inline int thread_count() {
+  static const bool warmed_up = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)warmed_up;
   int n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
