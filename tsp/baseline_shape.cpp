@@ -1,0 +1,78 @@
+#include "tspemu/tsp/baseline_shape.hpp"
+
+#include <stdexcept>
+
+namespace tspemu::tsp {
+
+namespace {
+std::string s(int v) {
+  return std::to_string(v);
+}
+}  // namespace
+
+BaselineShape BaselineShape::tp(const ref::ModelConfig& m, int D, int B, int S) {
+  return {.model = m, .T = D, .Sp = 1, .B = B, .S = S, .sequence_parallel = false};
+}
+BaselineShape BaselineShape::megatron_sp(const ref::ModelConfig& m, int D, int B, int S) {
+  return {.model = m, .T = D, .Sp = 1, .B = B, .S = S, .sequence_parallel = true};
+}
+BaselineShape BaselineShape::sp(const ref::ModelConfig& m, int D, int B, int S) {
+  return {.model = m, .T = 1, .Sp = D, .B = B, .S = S, .sequence_parallel = false};
+}
+BaselineShape BaselineShape::tp_sp(const ref::ModelConfig& m, int T, int Sp, int B, int S) {
+  return {.model = m, .T = T, .Sp = Sp, .B = B, .S = S, .sequence_parallel = false};
+}
+
+std::string BaselineShape::strategy() const {
+  if (sequence_parallel) return Sp == 1 ? "TP+Megatron-SP" : "TP+Megatron-SP+SP";
+  if (Sp == 1) return "TP";
+  if (T == 1) return "SP";
+  return "TP+SP";
+}
+
+void BaselineShape::validate() const {
+  const std::string who = strategy() + " config: ";
+  auto reject = [&](const std::string& why) { throw std::invalid_argument(who + why); };
+  model.validate();
+  if (T < 1) reject("T=" + s(T) + " must be >= 1");
+  if (Sp < 1) reject("Sp=" + s(Sp) + " must be >= 1");
+  if (B < 1) reject("B=" + s(B) + " must be >= 1");
+  if (S < 1) reject("S=" + s(S) + " must be >= 1");
+  if (model.n_heads % T != 0)
+    reject("T=" + s(T) + " does not divide n_heads=" + s(model.n_heads) +
+           " (each rank owns whole query heads)");
+  if (model.n_kv_heads % T != 0)
+    reject("T=" + s(T) + " does not divide n_kv_heads=" + s(model.n_kv_heads) +
+           " (each rank owns whole KV heads)");
+  if (model.ffn % T != 0)
+    reject("T=" + s(T) + " does not divide the MLP width ffn=" + s(model.ffn));
+  if (Sp > 1 && S % (2 * Sp) != 0)
+    reject("zigzag layout needs S=" + s(S) + " divisible by 2·Sp=" + s(2 * Sp));
+  if (sequence_parallel && (S % Sp != 0 || (S / Sp) % T != 0))
+    reject("sequence parallelism needs S/Sp=" + s(S / Sp) +
+           " tokens per row divisible by T=" + s(T));
+}
+
+SequenceLayout BaselineShape::row_layout() const {
+  return SequenceLayout(Sp > 1 ? LayoutKind::zigzag : LayoutKind::contiguous, Sp, S);
+}
+
+std::vector<std::int64_t> BaselineShape::positions(int rank) const {
+  const SequenceLayout rl = row_layout();
+  const int r = row(rank);
+  std::vector<std::int64_t> p(static_cast<std::size_t>(rows()));
+  const int first = sequence_parallel ? col(rank) * rows() : 0;
+  for (int i = 0; i < rows(); ++i) p[static_cast<std::size_t>(i)] = rl.position(r, first + i);
+  return p;
+}
+
+TspShape BaselineShape::shard_shape() const {
+  TspShape t;
+  t.model = model;
+  t.D = T;
+  t.B = B;
+  t.S = S;
+  return t;
+}
+
+}  // namespace tspemu::tsp
