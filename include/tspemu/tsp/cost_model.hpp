@@ -1,0 +1,291 @@
+// Analytic cost model of TSP and its baselines: bytes moved per collective kind and memory per
+// category, per layer and per rank, forward and backward; and a whole-model per-device memory
+// estimate for real model sizes (`tspemu plan`). A plain library: no threads, no World, no Arena —
+// it only names the runtime's enums (CollectiveKind, Category) so results index like the
+// measured TrafficCounters and ArenaStats.
+//
+// Inputs
+//   ModelShape    B, S, hidden h, n_heads, n_kv_heads, ffn (the gated-MLP width F·h, absolute, as
+//                 ref::ModelConfig::ffn), layers L, vocab V.
+//   Strategy      TSP degree D; TP degree T; TP + Megatron-SP degree T; SP (context parallel)
+//                 degree Sp; TP+SP mesh T × Sp (Strategy::tsp/tp/megatron_sp/sp/tp_sp).
+//   ElementSizes  bytes per activation / weight / gradient element, optimizer bytes per parameter
+//                 (default bf16: 2 / 2 / 2 / 12 = fp32 Adam m, v and master copy, TSP-NOTES.md),
+//                 bytes per index (int64 positions). ElementSizes::fp32_emulator() is what the
+//                 emulator allocates (float everywhere, no optimizer).
+//   CostOptions   mirrors tspemu::tsp::TspOptions: head_buckets, keep_attention_shards, keep_kv.
+//
+// Conventions
+//   Runtime counting (layer_traffic(...).forward/.backward): bytes a rank receives and sends, per
+//   collective kind, exactly as include/tspemu/runtime/counters.hpp counts them:
+//     broadcast       root sends (n-1)·N, each other rank receives N
+//     all_gather      each rank receives (n-1) blocks, sends its block n-1 times
+//     reduce_scatter  each rank receives and sends (n-1) blocks
+//     all_reduce      2-step over balanced chunks (the first N mod n chunks one element longer):
+//                     rank r receives (N - c_r) + (n-1)·c_r, c_r its chunk; 2(n-1)/n·N when n | N
+//     reduce          root receives (n-1)·N, every other rank sends N
+//     send / recv     the message
+//   Paper convention (LayerTraffic::paper_*): the ring cost model of TSP-NOTES.md, per rank,
+//   elements × bytes, as a real number: all_gather / reduce_scatter / reduce / broadcast of N over
+//   n ranks (n-1)/n·N, all_reduce 2(n-1)/n·N, a ring hop N. Where they differ:
+//     * all_reduce with n ∤ N: runtime bytes depend on the rank (chunk sizes), paper does not;
+//     * broadcast and reduce per call: the runtime charges the root (n-1)·N; the ring spreads it.
+//       TSP rotates the root over all D ranks, so per layer the received bytes agree exactly
+//       ((D-1)·shard = (D-1)/D·params), only the root's sent bytes differ per call;
+//     * TSP's norm-weight gradient all-reduces (2 × h per layer, backward) are in both, but the
+//       TSP-NOTES table lists forward only.
+//   Paper forward volume per layer per rank (TSP-NOTES.md table; g = n_h/n_kv, F = ffn/h):
+//     TP           4(T-1)/T · B·S·h
+//     SP           2(Sp-1)/Sp · B·S·h/g
+//     TP+SP        4(T-1)/T · B·(S/Sp)·h + 2(Sp-1)/Sp · B·S·h/(g·T)
+//     Megatron-SP  the same bytes as TP, as all_gather + reduce_scatter
+//     TSP          (D-1)/D · (2 + 2/g + 3F)·h² + 2(D-1)/D · B·S·h/g
+//   so with g = 1, F = 4, D = T: TSP/TP = 1/2 + 4h/(B·S), below 1 exactly when B·S > 8h.
+//   Backward (derived, the adjoint; see tsp_attention.hpp, tsp_mlp.hpp, baseline_*.hpp):
+//     TSP          re-broadcast (unless keep_attention_shards) + K/V re-gather (unless keep_kv)
+//                  + dK/dV reduce_scatter + attention dW reduce to owner + MLP ring: D-1 weight
+//                  hops and D gradient hops + 2 norm-gradient all-reduces of h
+//     TP           2 all-reduces of dN (B·S·h); norm gradients need none (replicated tokens)
+//     Megatron-SP  per block all_gather(dY) + reduce_scatter(dN), + 2 norm-gradient all-reduces
+//                  over all ranks (the implementation calls the all_gather even when T = 1)
+//     SP / TP+SP   K/V re-gather + dK/dV reduce_scatter over sp; weight gradients all-reduced
+//                  over sp (the shard, 1/T of the layer); norm gradients all-reduced over sp;
+//                  TP+SP adds the 2 tp all-reduces of dN.
+//   Mesh ranks (baselines) as baseline_shape.hpp: rank = row·T + col, the tp group is the row
+//   (rank col in it), the sp group the column (rank row).
+//   The runtime counts of both the TSP layer and the baseline layer (BaselineAttention then
+//   BaselineMlp) are checked against the measurement in tests/tsp/cost_model_test.cpp.
+//   All results are bytes.
+//
+// Memory of the TSP layer (tsp_layer_memory): an exact replay of every arena allocation that
+// TspLayer (tsp_layer.hpp), TspAttention (tsp_attention.cpp) and TspMlp (tsp_mlp.cpp) make, in
+// program order, with its category and lifetime; each allocation of n bytes is charged
+// round_up(n, 64), a request of 0 bytes is not charged, and phases record the arena's current
+// bytes at entry and after every allocation inside them (arena.hpp). Results: the bytes resident
+// after construction, and for forward (from the constructed layer) and backward (peaks restarted at
+// the end of forward, like Arena::reset_peaks) the per-category peaks, the overall peak and the
+// phase peaks "attention", "mlp" / "mlp.backward", "attention.backward", for the first or any
+// later training step (see tsp_layer_memory). baseline_layer_memory does the same for one rank of
+// the baselines' BaselineAttention + BaselineMlp (baseline_attention.cpp, baseline_mlp.cpp,
+// baseline_region.hpp). Both are replays of the code as written: a change of an allocation in
+// those files must be mirrored here (tests/tsp/cost_model_test.cpp fails until it is).
+//
+// Whole-model per-device memory (device_memory, for `tspemu plan`): Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models", adapted to the gated MLP and to
+// what the emulator keeps for backward (per token per layer: attention N, A (h each), softmax lse
+// (n_h fp32), rstd; MLP input, N (h each), gate and up (F each), rstd; the layer input h), with
+// flash-style attention (no S² scores). Sharding: TSP divides the layer and vocabulary parameters
+// by D and the tokens by D, everything per token is local; TP divides parameters by T, the
+// per-token norm inputs/outputs and the layer input (4h + h) are replicated, the rest / T;
+// Megatron-SP divides everything by T (Korthikanti's sequence-parallel case; the emulator's
+// baseline keeps N gathered instead); SP replicates parameters and divides tokens by Sp; TP+SP
+// is TP over T on S/Sp tokens. Model states: parameters per device × (weight + gradient +
+// optimizer) bytes, no ZeRO. Recompute::full (default; what makes 128K tokens fit, and what
+// reproduces the paper's ordering TSP < TP < TP+SP at 128K): only the layer input is kept per
+// layer, plus one layer's kept set while it is recomputed. Transient: the peak of one layer's
+// buffers in flight (shards, gathered K/V, their gradients, the MLP intermediates), following the
+// implementations' backward buffers. Logits and the loss are not included. Estimates, not
+// measurements: the paper's absolute numbers (TSP-NOTES) are not reproduced, only the ordering
+// (the 7B-class model at 128K: TSP ≈ 25 GB, TP ≈ 62 GB, TP+SP 2×4 ≈ 86 GB, 1×8 ≈ 155 GB; paper
+// 38.8, 70.0, 85.0, 140.0; TP+SP 4×2 ≈ 60 GB lands just below TP here).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tspemu/runtime/arena.hpp"
+#include "tspemu/runtime/counters.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
+
+namespace tspemu::tsp::cost {
+
+struct ModelShape {
+  std::int64_t B = 1;
+  std::int64_t S = 0;
+  std::int64_t hidden = 0;  // h
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;
+  std::int64_t ffn = 0;  // MLP width (absolute; the F of TSP-NOTES is ffn / hidden)
+  std::int64_t layers = 1;
+  std::int64_t vocab = 0;
+  bool tie_embeddings = false;
+
+  static ModelShape from(const ref::ModelConfig& m, std::int64_t B, std::int64_t S);
+  std::int64_t head_size() const { return hidden / n_heads; }
+  std::int64_t kv_dim() const { return n_kv_heads * head_size(); }
+  std::int64_t q_dim() const { return n_heads * head_size(); }
+  double g() const { return static_cast<double>(n_heads) / static_cast<double>(n_kv_heads); }
+  // Parameters of one layer: attention (W_Q, W_K, W_V, W_O), MLP (gate, up, down), 2 norms.
+  std::int64_t attention_params() const { return hidden * (2 * q_dim() + 2 * kv_dim()); }
+  std::int64_t mlp_params() const { return 3 * ffn * hidden; }
+  std::int64_t layer_params() const { return attention_params() + mlp_params() + 2 * hidden; }
+  // Embedding + LM head (unless tied) + final norm.
+  std::int64_t vocab_params() const { return (tie_embeddings ? 1 : 2) * vocab * hidden + hidden; }
+  std::int64_t total_params() const { return layers * layer_params() + vocab_params(); }
+};
+
+enum class Scheme { tsp, tp, megatron_sp, sp, tp_sp };
+const char* scheme_name(Scheme s);  // "TSP", "TP", "TP+Megatron-SP", "SP", "TP+SP"
+
+struct Strategy {
+  Scheme scheme = Scheme::tsp;
+  int D = 1;   // TSP degree (tsp only)
+  int T = 1;   // tensor-parallel degree (tp, megatron_sp, tp_sp)
+  int Sp = 1;  // sequence-parallel degree (sp, tp_sp)
+
+  static Strategy tsp(int D) { return {Scheme::tsp, D, 1, 1}; }
+  static Strategy tp(int T) { return {Scheme::tp, 1, T, 1}; }
+  static Strategy megatron_sp(int T) { return {Scheme::megatron_sp, 1, T, 1}; }
+  static Strategy sp(int Sp) { return {Scheme::sp, 1, 1, Sp}; }
+  static Strategy tp_sp(int T, int Sp) { return {Scheme::tp_sp, 1, T, Sp}; }
+  int ranks() const { return scheme == Scheme::tsp ? D : T * Sp; }
+  std::string name() const;  // e.g. "TSP D=8", "TP+SP 2x4"
+};
+
+struct ElementSizes {
+  double activation = 2;  // bytes per activation element
+  double weight = 2;
+  double gradient = 2;
+  double optimizer_per_param = 12;  // fp32 Adam m, v + fp32 master weights
+  double index = 8;                 // int64 positions (Category::other)
+  static ElementSizes bf16() { return {}; }
+  // The emulator: float activations, weights and gradients, no optimizer state.
+  static ElementSizes fp32_emulator() { return {4, 4, 4, 0, 8}; }
+};
+
+struct CostOptions {  // mirrors TspOptions (tsp_shape.hpp)
+  int head_buckets = 1;
+  bool keep_attention_shards = false;
+  bool keep_kv = false;
+  static CostOptions from(const TspOptions& o) {
+    return {o.head_buckets, o.keep_attention_shards, o.keep_kv};
+  }
+};
+
+// ---- Traffic --------------------------------------------------------------------------------
+
+// One rank, one pass (forward or backward) of one layer, counted like TrafficCounters.
+struct Traffic {
+  std::array<std::uint64_t, kCollectiveKindCount> calls{}, sent{}, received{};
+  std::uint64_t& received_of(CollectiveKind k) { return received[static_cast<std::size_t>(k)]; }
+  std::uint64_t received_of(CollectiveKind k) const {
+    return received[static_cast<std::size_t>(k)];
+  }
+  std::uint64_t sent_of(CollectiveKind k) const { return sent[static_cast<std::size_t>(k)]; }
+  std::uint64_t calls_of(CollectiveKind k) const { return calls[static_cast<std::size_t>(k)]; }
+  std::uint64_t total_received() const;
+  std::uint64_t total_sent() const;
+  // Adds `n` calls of collective k, each sending s and receiving r bytes.
+  void add(CollectiveKind k, std::uint64_t n, std::uint64_t s, std::uint64_t r);
+};
+
+struct LayerTraffic {
+  Traffic forward, backward;  // runtime counting, this rank
+  double paper_forward = 0;   // ring cost model, bytes per rank (TSP-NOTES table)
+  double paper_backward = 0;  // ring cost model, derived adjoint
+};
+
+// Bytes of one layer (attention block then MLP block) for `rank` (0 <= rank < ranks()), in the
+// runtime's elements of size `activation` for activations and `weight` for weights/gradients
+// (the emulator moves floats: ElementSizes::fp32_emulator()). Requirements as the
+// implementations: D (T) | n_heads, n_kv_heads, ffn; D | S, Sp | S; head_buckets | n_kv_heads/D
+// (std::invalid_argument otherwise; the zigzag layout's 2D | S is not required here).
+LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                           const CostOptions& opt = {}, int rank = 0);
+
+// The TSP-NOTES forward-volume formula, elements (not bytes), per layer per rank.
+double paper_forward_elements(const ModelShape& m, const Strategy& st);
+
+// Bytes rank r receives (= sends) in an all_reduce of `count` elements over n ranks, as the
+// runtime counts it (balanced chunks).
+std::uint64_t all_reduce_bytes(std::uint64_t count, int n, int r, double element_bytes);
+
+// ---- Memory of one layer in the emulator, exact against the arena
+// ----------------------------------------
+
+using CategoryBytes = std::array<std::uint64_t, kCategoryCount>;
+
+struct Allocation {  // one arena allocation of a replayed layer
+  std::string name;  // "attention: kv_gathered [D, 2, M, kc]", ...
+  Category category;
+  std::uint64_t bytes;    // requested
+  std::uint64_t charged;  // round_up(bytes, 64), 0 for an empty request
+  std::string lifetime;   // "layer", "step" (kept for backward), or the phase it is freed with
+};
+
+struct PassMemory {
+  CategoryBytes category_peak{};               // as ArenaStats::category_peak
+  std::uint64_t peak = 0;                      // as ArenaStats::peak
+  std::map<std::string, std::uint64_t> phase;  // as Arena::phase_peaks()
+  CategoryBytes end{};                         // category_current at the end of the pass
+};
+
+struct LayerArenaMemory {
+  CategoryBytes resident{};  // after the blocks' constructors (weights, position indices)
+  PassMemory forward;        // from the constructed layer
+  PassMemory backward;       // peaks restarted at the end of forward (Arena::reset_peaks)
+  std::vector<Allocation> allocations;
+  std::uint64_t category(Category c) const { return resident[static_cast<std::size_t>(c)]; }
+};
+using TspLayerMemory = LayerArenaMemory;
+
+// Every allocation of one rank's TspLayer (constructor, forward, backward), replayed with the
+// arena's rules. `es.activation` sizes activations/K/V/workspace, `es.weight` the shards, and
+// `es.gradient` the gradients (the emulator: 4 each; index arrays es.index).
+// `steps` training steps (forward + backward) are replayed on the same layer; the passes reported
+// are those of the last step, each with peaks restarted at its start (the first forward: from the
+// constructed layer). `allocations` lists the first step. From the second step on, the gradients
+// stay allocated and — a property of TspLayer::forward worth knowing — the previous step's MLP
+// activations (xn, rstd, gate, up: TspMlp releases them only in its own next forward) are still
+// held while the next attention forward runs, and both blocks' activations are held through the
+// whole backward; so step 2 peaks higher than step 1 in "attention".
+TspLayerMemory tsp_layer_memory(const ModelShape& m, int D, const CostOptions& opt = {},
+                                const ElementSizes& es = ElementSizes::fp32_emulator(),
+                                int steps = 1);
+
+// The same replay for one rank of a baseline layer: BaselineAttention then BaselineMlp constructed,
+// forward attention then MLP, backward MLP then attention (baseline_attention.cpp,
+// baseline_mlp.cpp, baseline_region.hpp: the Megatron-SP pieces in flight, the partial row-parallel
+// output, the gathered dY). There is no layer object: the MLP input and dX buffers belong to the
+// caller. Every rank of the mesh allocates the same. `st` is tp, megatron_sp, sp or tp_sp.
+LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
+                                       const ElementSizes& es = ElementSizes::fp32_emulator(),
+                                       int steps = 1);
+
+// ---- Whole model, per device, real sizes (plan) -----------------------------------------------
+
+enum class Recompute { none, full };
+
+struct DeviceMemory {
+  double weights = 0, gradients = 0, optimizer = 0;
+  double activations = 0;  // kept for backward (+ one recomputed layer under Recompute::full)
+  double transient = 0;    // peak of one layer's buffers in flight
+  double params = 0;       // parameters held by the device
+  double total() const { return weights + gradients + optimizer + activations + transient; }
+};
+
+// Per-layer parts, per device (bytes; params and tokens in elements / tokens).
+struct LayerMemoryEstimate {
+  double params = 0;      // parameters of one layer held by the device
+  double weights = 0;     // params × weight bytes
+  double gradients = 0;   // params × gradient bytes
+  double optimizer = 0;   // params × optimizer bytes per parameter
+  double kept = 0;        // activations kept for backward without recompute
+  double checkpoint = 0;  // the layer input (what Recompute::full keeps)
+  double transient = 0;   // buffers in flight at the layer's peak (shards, K/V, workspace)
+  double tokens = 0;      // tokens the device processes (B·S/D; TP, Megatron-SP: B·S; B·S/Sp)
+};
+LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
+                                 const ElementSizes& es = {}, const CostOptions& opt = {});
+
+DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es = {},
+                           Recompute rc = Recompute::full, const CostOptions& opt = {});
+
+// The paper's 7B-class model (TSP-NOTES.md): h 4096, L 32, 32 heads, F = 4h gated, V 32000.
+ModelShape paper_7b(std::int64_t B, std::int64_t S);
+
+}  // namespace tspemu::tsp::cost

@@ -1,0 +1,735 @@
+#include "tspemu/tsp/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace tspemu::tsp::cost {
+
+namespace {
+
+using u64 = std::uint64_t;
+using i64 = std::int64_t;
+
+// Bytes of `count` elements of `size` bytes (sizes are whole numbers of bytes in practice).
+u64 bytes_of(i64 count, double size) {
+  return static_cast<u64>(std::llround(static_cast<double>(count) * size));
+}
+
+[[noreturn]] void reject(const std::string& why) {
+  throw std::invalid_argument("cost model: " + why);
+}
+
+void check_divides(i64 d, i64 n, const char* what_d, const char* what_n) {
+  if (d < 1 || n % d != 0)
+    reject(std::string(what_d) + "=" + std::to_string(d) + " does not divide " + what_n + "=" +
+           std::to_string(n));
+}
+
+void validate(const ModelShape& m, const Strategy& st, const CostOptions& opt) {
+  if (m.B < 1 || m.S < 1 || m.hidden < 1 || m.n_heads < 1 || m.n_kv_heads < 1 || m.ffn < 1)
+    reject("B, S, hidden, n_heads, n_kv_heads, ffn must be >= 1");
+  check_divides(m.n_heads, m.hidden, "n_heads", "hidden");
+  check_divides(m.n_kv_heads, m.n_heads, "n_kv_heads", "n_heads");
+  if (st.scheme == Scheme::tsp) {
+    check_divides(st.D, m.n_heads, "D", "n_heads");
+    check_divides(st.D, m.n_kv_heads, "D", "n_kv_heads");
+    check_divides(st.D, m.ffn, "D", "ffn");
+    check_divides(st.D, m.S, "D", "S");
+    check_divides(opt.head_buckets, m.n_kv_heads / st.D, "head_buckets", "n_kv_heads/D");
+  } else {
+    check_divides(st.T, m.n_heads, "T", "n_heads");
+    check_divides(st.T, m.n_kv_heads, "T", "n_kv_heads");
+    check_divides(st.T, m.ffn, "T", "ffn");
+    check_divides(st.Sp, m.S, "Sp", "S");
+    if (st.scheme == Scheme::megatron_sp) check_divides(st.T, m.S, "T", "S");
+  }
+}
+
+// The per-kind ring-model volume of a collective of N elements over n ranks (per rank).
+double ring(double N, int n) {
+  return n <= 1 ? 0.0 : (n - 1.0) / n * N;
+}
+
+}  // namespace
+
+// ---- ModelShape, Strategy ---------------------------------------------------------------------
+
+ModelShape ModelShape::from(const ref::ModelConfig& c, i64 B, i64 S) {
+  ModelShape m;
+  m.B = B;
+  m.S = S;
+  m.hidden = c.hidden;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.ffn = c.ffn;
+  m.layers = c.n_layers;
+  m.vocab = c.vocab;
+  m.tie_embeddings = c.tie_embeddings;
+  return m;
+}
+
+ModelShape paper_7b(i64 B, i64 S) {
+  ModelShape m;
+  m.B = B;
+  m.S = S;
+  m.hidden = 4096;
+  m.n_heads = 32;
+  m.n_kv_heads = 32;
+  m.ffn = 4 * 4096;
+  m.layers = 32;
+  m.vocab = 32000;
+  return m;
+}
+
+const char* scheme_name(Scheme s) {
+  switch (s) {
+    case Scheme::tsp:
+      return "TSP";
+    case Scheme::tp:
+      return "TP";
+    case Scheme::megatron_sp:
+      return "TP+Megatron-SP";
+    case Scheme::sp:
+      return "SP";
+    case Scheme::tp_sp:
+      return "TP+SP";
+  }
+  return "?";
+}
+
+std::string Strategy::name() const {
+  switch (scheme) {
+    case Scheme::tsp:
+      return "TSP D=" + std::to_string(D);
+    case Scheme::tp:
+    case Scheme::megatron_sp:
+      return std::string(scheme_name(scheme)) + " T=" + std::to_string(T);
+    case Scheme::sp:
+      return "SP Sp=" + std::to_string(Sp);
+    case Scheme::tp_sp:
+      return "TP+SP " + std::to_string(T) + "x" + std::to_string(Sp);
+  }
+  return "?";
+}
+
+// ---- Traffic ----------------------------------------------------------------------------------
+
+u64 Traffic::total_received() const {
+  u64 t = 0;
+  for (u64 v : received) t += v;
+  return t;
+}
+u64 Traffic::total_sent() const {
+  u64 t = 0;
+  for (u64 v : sent) t += v;
+  return t;
+}
+void Traffic::add(CollectiveKind k, u64 n, u64 s, u64 r) {
+  const auto i = static_cast<std::size_t>(k);
+  calls[i] += n;
+  sent[i] += n * s;
+  received[i] += n * r;
+}
+
+u64 all_reduce_bytes(u64 count, int n, int r, double element_bytes) {
+  if (n <= 1) return 0;
+  const u64 nn = static_cast<u64>(n), rr = static_cast<u64>(r);
+  // Balanced chunk of rank r: the first count % n chunks have one more element (all_reduce.cpp).
+  const u64 mine = count / nn + (rr < count % nn ? 1 : 0);
+  const u64 elements = (count - mine) + (nn - 1) * mine;
+  return bytes_of(static_cast<i64>(elements), element_bytes);
+}
+
+double paper_forward_elements(const ModelShape& m, const Strategy& st) {
+  const double BS = static_cast<double>(m.B * m.S), h = static_cast<double>(m.hidden),
+               kvd = static_cast<double>(m.kv_dim());
+  switch (st.scheme) {
+    case Scheme::tsp:
+      // (D-1)/D·(2 + 2/g + 3F)·h² + 2(D-1)/D·B·S·h/g
+      return ring(static_cast<double>(m.attention_params() + m.mlp_params()), st.D) +
+             2 * ring(BS * kvd, st.D);
+    case Scheme::tp:
+    case Scheme::megatron_sp:
+      return 4 * ring(BS * h, st.T);  // 4(T-1)/T·B·S·h
+    case Scheme::sp:
+      return 2 * ring(BS * kvd, st.Sp);  // 2(Sp-1)/Sp·B·S·h/g
+    case Scheme::tp_sp:
+      return 4 * ring(BS / st.Sp * h, st.T) + 2 * ring(BS * kvd / st.T, st.Sp);
+  }
+  return 0;
+}
+
+namespace {
+
+LayerTraffic tsp_traffic(const ModelShape& m, int D, const ElementSizes& es, const CostOptions& o,
+                         int p) {
+  using K = CollectiveKind;
+  const i64 As = m.attention_params() / D, Ms = m.mlp_params() / D;
+  const int nb = o.head_buckets;
+  const i64 M = m.B * m.S / D;                           // local token rows
+  const i64 kc = m.n_kv_heads / D / nb * m.head_size();  // one bucket's K width
+  const i64 kv_count = 2 * M * kc;                       // K and V of one bucket, local
+  const u64 Dm1 = static_cast<u64>(D - 1), Du = static_cast<u64>(D);
+  const u64 shard_w = bytes_of(As, es.weight), shard_g = bytes_of(As, es.gradient);
+  const u64 ring_w = bytes_of(Ms, es.weight), ring_g = bytes_of(Ms, es.gradient);
+  const u64 kv = bytes_of(kv_count, es.activation);
+  LayerTraffic t;
+  // Forward: D broadcasts (this rank is root once: sends (D-1)·shard; receives the D-1 others),
+  // D·nb K/V all-gathers, D-1 MLP ring hops.
+  Traffic& f = t.forward;
+  f.add(K::broadcast, Du, 0, 0);
+  f.sent[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+  f.received[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+  f.add(K::all_gather, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
+  f.add(K::send, Dm1, ring_w, 0);
+  f.add(K::recv, Dm1, 0, ring_w);
+  // Backward: MLP ring (D-1 weight hops, D gradient hops when D > 1), norm-gradient all-reduce of
+  // each block, attention re-broadcast and re-gather unless kept, dK/dV reduce-scatter, dW reduce.
+  Traffic& b = t.backward;
+  const u64 grad_hops = D > 1 ? Du : 0;
+  b.add(K::send, Dm1, ring_w, 0);
+  b.add(K::recv, Dm1, 0, ring_w);
+  b.add(K::send, grad_hops, ring_g, 0);
+  b.add(K::recv, grad_hops, 0, ring_g);
+  const u64 ar = all_reduce_bytes(static_cast<u64>(m.hidden), D, p, es.gradient);
+  b.add(K::all_reduce, 2, ar, ar);
+  if (!o.keep_attention_shards) {
+    b.add(K::broadcast, Du, 0, 0);
+    b.sent[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+    b.received[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+  }
+  if (!o.keep_kv) b.add(K::all_gather, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
+  b.add(K::reduce_scatter, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
+  // D reduces: this rank sends its partial to the D-1 other owners, receives D-1 partials once.
+  b.add(K::reduce, Du, 0, 0);
+  b.sent[static_cast<std::size_t>(K::reduce)] = Dm1 * shard_g;
+  b.received[static_cast<std::size_t>(K::reduce)] = Dm1 * shard_g;
+
+  // Paper convention (ring model), bytes.
+  const double Pa = static_cast<double>(m.attention_params()),
+               Pm = static_cast<double>(m.mlp_params());
+  const double kv_vol = 2 * ring(static_cast<double>(m.B * m.S * m.kv_dim()), D) * es.activation;
+  t.paper_forward = ring(Pa + Pm, D) * es.weight + kv_vol;
+  t.paper_backward = (o.keep_attention_shards ? 0 : ring(Pa, D) * es.weight) +
+                     (o.keep_kv ? 0 : kv_vol) + kv_vol + ring(Pa, D) * es.gradient +
+                     (D - 1.0) * static_cast<double>(Ms) * es.weight +
+                     (D > 1 ? D * static_cast<double>(Ms) * es.gradient : 0.0) +
+                     2 * 2 * ring(static_cast<double>(m.hidden), D) * es.gradient;
+  return t;
+}
+
+// The baselines (baseline_attention.hpp, baseline_mlp.hpp, baseline_region.hpp): rank =
+// row·T + col; tp group = the row (rank col), sp group = the column (rank row).
+LayerTraffic baseline_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                              int rank) {
+  using K = CollectiveKind;
+  const bool msp = st.scheme == Scheme::megatron_sp;
+  const int T = st.T, Sp = st.Sp, col = rank % T, row = rank / T;
+  const i64 rows = m.B * m.S / Sp;                 // token rows of a TP row
+  const i64 act = rows * m.hidden;                 // one [B, S/Sp, h] activation
+  const i64 kv_count = 2 * rows * m.kv_dim() / T;  // local K and V, local heads
+  const u64 Tm1 = static_cast<u64>(T - 1), Spm1 = static_cast<u64>(Sp - 1);
+  LayerTraffic t;
+  for (Traffic* pass : {&t.forward, &t.backward}) {
+    Traffic& x = *pass;
+    const bool bwd = pass == &t.backward;
+    if (msp) {
+      // Per block: all_gather(tp) of the normed pieces (backward: of dY; called even when T = 1)
+      // and, when T > 1, reduce_scatter(tp) of the partial output (backward: of dN).
+      const u64 piece = bytes_of(act / T, es.activation);
+      x.add(K::all_gather, 2, Tm1 * piece, Tm1 * piece);
+      if (T > 1) x.add(K::reduce_scatter, 2, Tm1 * piece, Tm1 * piece);
+    } else if (T > 1) {
+      const u64 ar = all_reduce_bytes(static_cast<u64>(act), T, col, es.activation);
+      x.add(K::all_reduce, 2, ar, ar);
+    }
+    if (Sp > 1) {
+      const u64 kv = bytes_of(kv_count, es.activation);
+      x.add(K::all_gather, 1, Spm1 * kv, Spm1 * kv);               // K/V (re-gathered in backward)
+      if (bwd) x.add(K::reduce_scatter, 1, Spm1 * kv, Spm1 * kv);  // dK, dV
+    }
+    if (bwd) {
+      // Weight gradients: partial per row → all_reduce(sp).
+      if (Sp > 1) {
+        for (i64 p : {m.attention_params() / T, m.mlp_params() / T}) {
+          const u64 ar = all_reduce_bytes(static_cast<u64>(p), Sp, row, es.gradient);
+          x.add(K::all_reduce, 1, ar, ar);
+        }
+      }
+      // Norm weights: Megatron-SP over every rank; otherwise over sp.
+      const int n = msp ? T * Sp : Sp, r = msp ? rank : row;
+      if (n > 1) {
+        const u64 ar = all_reduce_bytes(static_cast<u64>(m.hidden), n, r, es.gradient);
+        x.add(K::all_reduce, 2, ar, ar);
+      }
+    }
+  }
+  // Paper convention.
+  const double BSr = static_cast<double>(rows), h = static_cast<double>(m.hidden);
+  const double tp_part = 4 * ring(BSr * h, T) * es.activation;
+  const double kv_vol = ring(static_cast<double>(kv_count) * Sp, Sp) * es.activation;
+  t.paper_forward = tp_part + kv_vol;
+  const double grads =
+      2 * ring(static_cast<double>(m.attention_params() + m.mlp_params()) / T, Sp) * es.gradient;
+  const double norms = 2 * 2 * ring(h, msp ? T * Sp : Sp) * es.gradient;
+  t.paper_backward = tp_part + 2 * kv_vol + grads + norms;
+  return t;
+}
+
+}  // namespace
+
+LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                           const CostOptions& opt, int rank) {
+  validate(m, st, opt);
+  if (rank < 0 || rank >= st.ranks())
+    reject("rank=" + std::to_string(rank) + " outside 0.." + std::to_string(st.ranks() - 1));
+  return st.scheme == Scheme::tsp ? tsp_traffic(m, st.D, es, opt, rank)
+                                  : baseline_traffic(m, st, es, rank);
+}
+
+// ---- TSP layer memory: a replay of the arena ---------------------------------------------------
+
+namespace {
+
+constexpr u64 kAlign = 64;
+
+class ArenaReplay {
+ public:
+  explicit ArenaReplay(std::vector<Allocation>* log) : log_(log) {}
+
+  // Returns a handle for free().
+  std::size_t alloc(const std::string& name, Category c, u64 bytes, const std::string& lifetime) {
+    const u64 charged = bytes == 0 ? 0 : (bytes + kAlign - 1) / kAlign * kAlign;
+    if (logging_) log_->push_back({name, c, bytes, charged, lifetime});
+    live_.push_back({c, charged, true});
+    if (charged > 0) {
+      const auto ci = static_cast<std::size_t>(c);
+      current_ += charged;
+      cat_[ci] += charged;
+      peak_ = std::max(peak_, current_);
+      cat_peak_[ci] = std::max(cat_peak_[ci], cat_[ci]);
+      for (const std::string& p : active_) phases_[p] = std::max(phases_[p], current_);
+    }
+    return live_.size() - 1;
+  }
+  void free(std::size_t h) {
+    Live& l = live_[h];
+    if (!l.alive) return;
+    l.alive = false;
+    current_ -= l.charged;
+    cat_[static_cast<std::size_t>(l.c)] -= l.charged;
+  }
+  void enter(const std::string& phase) {
+    phases_[phase] = std::max(phases_[phase], current_);
+    active_.push_back(phase);
+  }
+  void leave() { active_.pop_back(); }
+  void stop_logging() { logging_ = false; }
+  void reset_peaks() {
+    peak_ = current_;
+    cat_peak_ = cat_;
+    phases_.clear();
+  }
+  PassMemory pass() const { return {cat_peak_, peak_, phases_, cat_}; }
+  const CategoryBytes& current() const { return cat_; }
+
+ private:
+  struct Live {
+    Category c;
+    u64 charged;
+    bool alive;
+  };
+  std::vector<Allocation>* log_;
+  bool logging_ = true;
+  std::vector<Live> live_;
+  CategoryBytes cat_{}, cat_peak_{};
+  u64 current_ = 0, peak_ = 0;
+  std::map<std::string, u64> phases_;
+  std::vector<std::string> active_;
+};
+
+}  // namespace
+
+TspLayerMemory tsp_layer_memory(const ModelShape& m, int D, const CostOptions& o,
+                                const ElementSizes& es, int steps) {
+  validate(m, Strategy::tsp(D), o);
+  if (steps < 1) reject("steps=" + std::to_string(steps) + " must be >= 1");
+  TspLayerMemory out;
+  ArenaReplay a(&out.allocations);
+  using C = Category;
+  const i64 Tl = m.S / D, M = m.B * Tl, Cd = m.hidden, hs = m.head_size();
+  const int nb = o.head_buckets;
+  const i64 NHl = m.n_heads / D, NKVl = m.n_kv_heads / D, Fl = m.ffn / D;
+  const i64 qc = NHl / nb * hs, kc = NKVl / nb * hs;  // one bucket's Q and K widths
+  const i64 full_kv = m.B * m.S * kc;                 // [B, S, kc]
+  const i64 As = m.attention_params() / D, Ms = m.mlp_params() / D;
+  const i64 MC = M * Cd, MF = M * Fl;
+  auto A = [&](i64 n) { return bytes_of(n, es.activation); };
+  auto W = [&](i64 n) { return bytes_of(n, es.weight); };
+  auto G = [&](i64 n) { return bytes_of(n, es.gradient); };
+
+  // TspLayer constructor: TspAttention then TspMlp.
+  a.alloc("attention: positions [Tl]", C::other, bytes_of(Tl, es.index), "layer");
+  a.alloc("attention: k_positions [S]", C::other, bytes_of(m.S, es.index), "layer");
+  a.alloc("attention: weight shard", C::weights, W(As), "layer");
+  a.alloc("attention: norm weight [h]", C::weights, W(Cd), "layer");
+  a.alloc("mlp: weight shard", C::weights, W(Ms), "layer");
+  a.alloc("mlp: norm weight [h]", C::weights, W(Cd), "layer");
+  out.resident = a.current();
+
+  // Buffers that live from one step's forward to the next (members of the blocks), released by
+  // reset() where the implementation releases them.
+  std::vector<std::size_t> layer_mid, attn_kept, mlp_kept;
+  auto release = [&](std::vector<std::size_t>& hs_) {
+    for (std::size_t h : hs_) a.free(h);
+    hs_.clear();
+  };
+  for (int step = 0; step < steps; ++step) {
+    const bool last = step == steps - 1;
+    if (last && step > 0) a.reset_peaks();
+    // Log only the first step's allocations (later steps repeat them).
+    if (step == 1) a.stop_logging();
+    // ---- forward: TspLayer::forward resets mid_ first, then each block resets its own.
+    release(layer_mid);
+    layer_mid.push_back(a.alloc("layer: mid (MLP input) [M, h]", C::activations, A(MC), "step"));
+    {
+      a.enter("attention");
+      release(attn_kept);
+      const std::string p = "attention: ";
+      attn_kept.push_back(a.alloc(p + "xn [M, h]", C::activations, A(MC), "step"));
+      attn_kept.push_back(a.alloc(p + "rstd [M]", C::activations, A(M), "step"));
+      attn_kept.push_back(
+          a.alloc(p + "att [D][M, NHl·hs]", C::activations, A(D * nb * M * qc), "step"));
+      attn_kept.push_back(a.alloc(p + "lse [D][B, NHl, Tl]", C::activations,
+                                  A(D * nb * m.B * (NHl / nb) * Tl), "step"));
+      std::vector<std::size_t> tmp;
+      tmp.push_back(a.alloc(p + "wbuf (broadcast shard)", C::comm, W(As), "attention"));
+      tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), "attention"));
+      tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * M * kc), "attention"));
+      tmp.push_back(
+          a.alloc(p + "kv_gathered [D, 2, M, kc]", C::kv, A(2 * M * kc * D), "attention"));
+      tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), "attention"));
+      tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, A(full_kv), "attention"));
+      if (o.keep_attention_shards)
+        attn_kept.push_back(
+            a.alloc(p + "kept shards [D] (keep_attention_shards)", C::comm, W(As * D), "step"));
+      if (o.keep_kv)
+        attn_kept.push_back(a.alloc(p + "kept K/V [D][nb][2, B, S, kc] (keep_kv)", C::kv,
+                                    A(full_kv * 2 * D * nb), "step"));
+      release(tmp);
+      a.leave();
+    }
+    {
+      a.enter("mlp");
+      release(mlp_kept);
+      const std::string p = "mlp: ";
+      mlp_kept.push_back(a.alloc(p + "xn [M, h]", C::activations, A(MC), "step"));
+      mlp_kept.push_back(a.alloc(p + "rstd [M]", C::activations, A(M), "step"));
+      mlp_kept.push_back(a.alloc(p + "gate [D][M, Fl]", C::activations, A(MF * D), "step"));
+      mlp_kept.push_back(a.alloc(p + "up [D][M, Fl]", C::activations, A(MF * D), "step"));
+      std::vector<std::size_t> tmp;
+      tmp.push_back(a.alloc(p + "h [M, Fl]", C::workspace, A(MF), "mlp"));
+      if (D > 1) tmp.push_back(a.alloc(p + "ring[0]", C::comm, W(Ms), "mlp"));
+      if (D > 2) tmp.push_back(a.alloc(p + "ring[1]", C::comm, W(Ms), "mlp"));
+      release(tmp);
+      a.leave();
+    }
+    if (last) out.forward = a.pass();
+
+    // ---- backward (peaks restarted, as Arena::reset_peaks)
+    if (last) a.reset_peaks();
+    std::vector<std::size_t> dmid;
+    dmid.push_back(a.alloc("layer: dmid [M, h]", C::workspace, A(MC), "backward"));
+    {
+      a.enter("mlp.backward");
+      const std::string p = "mlp.backward: ";
+      if (step == 0) {  // allocated once, kept by the block
+        a.alloc(p + "grad shard", C::gradients, G(Ms), "layer");
+        a.alloc(p + "grad norm [h]", C::gradients, G(Cd), "layer");
+      }
+      std::vector<std::size_t> tmp;
+      tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(MC), "mlp.backward"));
+      for (const char* n : {"h", "dh", "dg", "du"})
+        tmp.push_back(a.alloc(p + n + " [M, Fl]", C::workspace, A(MF), "mlp.backward"));
+      if (D > 1) tmp.push_back(a.alloc(p + "wring[0]", C::comm, W(Ms), "mlp.backward"));
+      if (D > 2) tmp.push_back(a.alloc(p + "wring[1]", C::comm, W(Ms), "mlp.backward"));
+      tmp.push_back(a.alloc(p + "gring[0]", C::comm, G(Ms), "mlp.backward"));
+      if (D > 1) tmp.push_back(a.alloc(p + "gring[1]", C::comm, G(Ms), "mlp.backward"));
+      release(tmp);
+      a.leave();
+    }
+    {
+      a.enter("attention.backward");
+      const std::string p = "attention.backward: ";
+      if (step == 0) {
+        a.alloc(p + "grad shard", C::gradients, G(As), "layer");
+        a.alloc(p + "grad norm [h]", C::gradients, G(Cd), "layer");
+      }
+      const std::string l = "attention.backward";
+      std::vector<std::size_t> tmp;
+      tmp.push_back(
+          a.alloc(p + "wbuf (broadcast shard)", C::comm, o.keep_attention_shards ? 0 : W(As), l));
+      tmp.push_back(a.alloc(p + "partial dW of shard r", C::comm, G(As), l));
+      tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(MC), l));
+      for (const char* n : {"q", "dq", "da"})
+        tmp.push_back(a.alloc(p + n + " [M, qc]", C::workspace, A(M * qc), l));
+      tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * M * kc), l));
+      tmp.push_back(a.alloc(p + "dkv_local [2, M, kc]", C::workspace, A(2 * M * kc), l));
+      tmp.push_back(a.alloc(p + "kv_gathered [D, 2, M, kc]", C::kv, A(2 * M * kc * D), l));
+      tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, o.keep_kv ? 0 : A(full_kv), l));
+      tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, o.keep_kv ? 0 : A(full_kv), l));
+      tmp.push_back(a.alloc(p + "dk_all [B, S, kc]", C::kv, A(full_kv), l));
+      tmp.push_back(a.alloc(p + "dv_all [B, S, kc]", C::kv, A(full_kv), l));
+      release(tmp);
+      a.leave();
+    }
+    release(dmid);
+    if (last) out.backward = a.pass();
+  }
+  return out;
+}
+
+LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
+                                       const ElementSizes& es, int steps) {
+  validate(m, st, {});
+  if (st.scheme == Scheme::tsp) reject("baseline_layer_memory: use tsp_layer_memory for TSP");
+  if (steps < 1) reject("steps=" + std::to_string(steps) + " must be >= 1");
+  LayerArenaMemory out;
+  ArenaReplay a(&out.allocations);
+  using C = Category;
+  const bool msp = st.scheme == Scheme::megatron_sp;
+  const int T = st.T, Sp = st.Sp;
+  const i64 Tl = m.S / Sp, M = m.B * Tl, Cd = m.hidden, hs = m.head_size();
+  const i64 rows = msp ? Tl / T : Tl;
+  const i64 local = m.B * rows * Cd, full = M * Cd;  // block input of this rank; the row's tokens
+  const i64 qc = m.n_heads / T * hs, kc = m.n_kv_heads / T * hs, Fl = m.ffn / T;
+  const i64 Mk = M * kc, full_kv = m.B * m.S * kc, MF = M * Fl;
+  const i64 As = m.attention_params() / T, Ms = m.mlp_params() / T;
+  auto A = [&](i64 n) { return bytes_of(n, es.activation); };
+  auto W = [&](i64 n) { return bytes_of(n, es.weight); };
+  auto G = [&](i64 n) { return bytes_of(n, es.gradient); };
+  using Handles = std::vector<std::size_t>;
+  auto release = [&](Handles& h) {
+    for (std::size_t x : h) a.free(x);
+    h.clear();
+  };
+  // MeshRegion (baseline_region.hpp).
+  auto gather_pieces = [&](const std::string& p) {  // all_gather(tp) into a rank-major buffer
+    a.free(a.alloc(p + "gathered pieces [T][local]", C::comm, A(local * T), "gather"));
+  };
+  auto enter = [&](const std::string& p) {
+    if (!msp) return;
+    const std::size_t piece = a.alloc(p + "normed piece [local]", C::workspace, A(local), "enter");
+    gather_pieces(p);
+    a.free(piece);
+  };
+  auto exit = [&](const std::string& p) {
+    if (T == 1) return;
+    Handles h;
+    h.push_back(a.alloc(p + "partial output [M, h]", C::workspace, A(full), "exit"));
+    if (msp) {
+      h.push_back(a.alloc(p + "reduced piece [local]", C::comm, A(local), "exit"));
+      a.free(a.alloc(p + "reduce_scatter send [T][local]", C::comm, A(local * T), "exit"));
+    }
+    release(h);
+  };
+  auto enter_backward = [&](const std::string& p, Handles& storage) {
+    if (!msp) return;
+    storage.push_back(a.alloc(p + "gathered dY [M, h]", C::workspace, A(full), "backward"));
+    gather_pieces(p);
+  };
+  auto exit_backward = [&](const std::string& p) {
+    if (!(T > 1 && msp)) return;
+    const std::size_t mine = a.alloc(p + "reduced dN piece [local]", C::comm, A(local), "exit");
+    a.free(a.alloc(p + "reduce_scatter send [T][local]", C::comm, A(local * T), "exit"));
+    a.free(mine);
+  };
+
+  a.alloc("attention: positions [Tl]", C::other, bytes_of(Tl, es.index), "layer");
+  a.alloc("attention: k_positions [S]", C::other, bytes_of(m.S, es.index), "layer");
+  a.alloc("attention: weight shard", C::weights, W(As), "layer");
+  a.alloc("attention: norm weight [h]", C::weights, W(Cd), "layer");
+  a.alloc("mlp: weight shard", C::weights, W(Ms), "layer");
+  a.alloc("mlp: norm weight [h]", C::weights, W(Cd), "layer");
+  out.resident = a.current();
+
+  Handles attn_kept, mlp_kept;
+  for (int step = 0; step < steps; ++step) {
+    const bool last = step == steps - 1;
+    if (last && step > 0) a.reset_peaks();
+    if (step == 1) a.stop_logging();
+    {
+      a.enter("attention");
+      release(attn_kept);
+      const std::string p = "attention: ";
+      attn_kept.push_back(a.alloc(p + "xn [M, h]", C::activations, A(full), "step"));
+      attn_kept.push_back(a.alloc(p + "rstd [B·rows]", C::activations, A(m.B * rows), "step"));
+      attn_kept.push_back(a.alloc(p + "att [M, qc]", C::activations, A(M * qc), "step"));
+      attn_kept.push_back(
+          a.alloc(p + "lse [B, NHl, Tl]", C::activations, A(m.B * (m.n_heads / T) * Tl), "step"));
+      enter(p);
+      Handles tmp;
+      tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), "attention"));
+      tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * Mk), "attention"));
+      if (Sp > 1) {
+        tmp.push_back(
+            a.alloc(p + "kv_gathered [Sp, 2, M, kc]", C::kv, A(2 * Mk * Sp), "attention"));
+        tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), "attention"));
+        tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, A(full_kv), "attention"));
+      }
+      exit(p);
+      release(tmp);
+      a.leave();
+    }
+    {
+      a.enter("mlp");
+      release(mlp_kept);
+      const std::string p = "mlp: ";
+      mlp_kept.push_back(a.alloc(p + "xn [M, h]", C::activations, A(full), "step"));
+      mlp_kept.push_back(a.alloc(p + "rstd [B·rows]", C::activations, A(m.B * rows), "step"));
+      mlp_kept.push_back(a.alloc(p + "gate [M, Fl]", C::activations, A(MF), "step"));
+      mlp_kept.push_back(a.alloc(p + "up [M, Fl]", C::activations, A(MF), "step"));
+      enter(p);
+      const std::size_t h = a.alloc(p + "h [M, Fl]", C::workspace, A(MF), "mlp");
+      exit(p);
+      a.free(h);
+      a.leave();
+    }
+    if (last) out.forward = a.pass();
+
+    if (last) a.reset_peaks();
+    {
+      a.enter("mlp.backward");
+      const std::string p = "mlp.backward: ";
+      if (step == 0) {
+        a.alloc(p + "grad shard", C::gradients, G(Ms), "layer");
+        a.alloc(p + "grad norm [h]", C::gradients, G(Cd), "layer");
+      }
+      Handles storage, tmp;
+      enter_backward(p, storage);
+      tmp.push_back(a.alloc(p + "h [M, Fl]", C::workspace, A(MF), "mlp.backward"));
+      tmp.push_back(a.alloc(p + "dh [M, Fl]", C::workspace, A(MF), "mlp.backward"));
+      release(storage);
+      tmp.push_back(a.alloc(p + "dg [M, Fl]", C::workspace, A(MF), "mlp.backward"));
+      tmp.push_back(a.alloc(p + "du [M, Fl]", C::workspace, A(MF), "mlp.backward"));
+      tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(full), "mlp.backward"));
+      exit_backward(p);
+      release(tmp);
+      a.leave();
+    }
+    {
+      a.enter("attention.backward");
+      const std::string p = "attention.backward: ";
+      const std::string l = "attention.backward";
+      if (step == 0) {
+        a.alloc(p + "grad shard", C::gradients, G(As), "layer");
+        a.alloc(p + "grad norm [h]", C::gradients, G(Cd), "layer");
+      }
+      Handles storage, tmp;
+      enter_backward(p, storage);
+      tmp.push_back(a.alloc(p + "da [M, qc]", C::workspace, A(M * qc), l));
+      release(storage);
+      tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), l));
+      tmp.push_back(a.alloc(p + "dq [M, qc]", C::workspace, A(M * qc), l));
+      tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
+      if (Sp > 1) {
+        tmp.push_back(a.alloc(p + "kv_gathered [Sp, 2, M, kc]", C::kv, A(2 * Mk * Sp), l));
+        tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), l));
+        tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, A(full_kv), l));
+      }
+      tmp.push_back(a.alloc(p + "dk_all [B, S, kc]", C::kv, A(full_kv), l));
+      tmp.push_back(a.alloc(p + "dv_all [B, S, kc]", C::kv, A(full_kv), l));
+      if (Sp > 1) tmp.push_back(a.alloc(p + "dkv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
+      tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(full), l));
+      exit_backward(p);
+      release(tmp);
+      a.leave();
+    }
+    if (last) out.backward = a.pass();
+  }
+  return out;
+}
+
+// ---- Whole-model estimate ---------------------------------------------------------------------
+
+namespace {
+
+LayerMemoryEstimate layer_memory_parts(const ModelShape& m, const Strategy& st,
+                                       const ElementSizes& es, const CostOptions& o) {
+  validate(m, st, o);
+  LayerMemoryEstimate e;
+  const double h = static_cast<double>(m.hidden), F = static_cast<double>(m.ffn),
+               nh = static_cast<double>(m.n_heads), kvd = static_cast<double>(m.kv_dim()),
+               BS = static_cast<double>(m.B * m.S);
+  const double Pa = static_cast<double>(m.attention_params()),
+               Pm = static_cast<double>(m.mlp_params());
+  const double ea = es.activation, fp32 = 4;
+  if (st.scheme == Scheme::tsp) {
+    const double D = st.D, tok = BS / D, nb = o.head_buckets;
+    e.tokens = tok;
+    e.params = (Pa + Pm) / D + 2 * h;
+    // Layer input, MLP input, two normed inputs, attention output: h each; gate, up: F each;
+    // softmax lse (n_h) and two rstd in fp32.
+    e.kept = tok * (5 * h + 2 * F) * ea + tok * (nh + 2) * fp32;
+    if (o.keep_attention_shards) e.kept += Pa * es.weight;  // D shards of Pa/D (as allocated)
+    if (o.keep_kv) e.kept += 2 * BS * kvd * ea;
+    e.checkpoint = tok * h * ea;
+    const double As = Pa / D, Ms = Pm / D, qc = h / D / nb, kc = kvd / D / nb;
+    const double attn = (o.keep_attention_shards ? 0 : As * es.weight) + As * es.gradient +
+                        (2 * tok * h + 3 * tok * qc + 4 * tok * kc + 2 * tok * kc * D) * ea +
+                        (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea;
+    const double mlp = ((D > 1 ? Ms : 0) + (D > 2 ? Ms : 0)) * es.weight +
+                       (1 + (D > 1 ? 1 : 0)) * Ms * es.gradient +
+                       (2 * tok * h + 4 * tok * F / D) * ea;
+    e.transient = std::max(attn, mlp);
+    return e;
+  }
+  const double T = st.T, Sp = st.Sp, tok = BS / Sp;
+  e.tokens = tok;
+  e.params = (Pa + Pm) / T + 2 * h;
+  const bool msp = st.scheme == Scheme::megatron_sp;
+  // Korthikanti et al.: without sequence parallelism the norm inputs/outputs (and the layer
+  // input) are replicated over the TP group; with Megatron-SP everything is divided by T.
+  const double replicated = 4 * h, sharded = h + 2 * F;
+  e.kept = msp ? tok * (replicated + sharded) / T * ea + tok * (nh / T + 2 / T) * fp32
+               : tok * (replicated + sharded / T) * ea + tok * (nh / T + 2) * fp32;
+  e.checkpoint = msp ? tok * h / T * ea : tok * h * ea;
+  const double kv_l = kvd / T;
+  const double attn = (3 * tok * h / T + 4 * tok * kv_l + 2 * tok * h) * ea +
+                      (Sp > 1 ? (2 * tok * kv_l * Sp + 2 * BS * kv_l) * ea : 0.0) +
+                      2 * BS * kv_l * ea;
+  const double mlp = (4 * tok * F / T + 2 * tok * h) * ea;
+  e.transient = std::max(attn, mlp);
+  return e;
+}
+
+}  // namespace
+
+LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                 const CostOptions& o) {
+  LayerMemoryEstimate e = layer_memory_parts(m, st, es, o);
+  e.weights = e.params * es.weight;
+  e.gradients = e.params * es.gradient;
+  e.optimizer = e.params * es.optimizer_per_param;
+  return e;
+}
+
+DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                           Recompute rc, const CostOptions& o) {
+  const LayerMemoryEstimate e = layer_memory(m, st, es, o);
+  const double L = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  const double vocab_rows =
+      static_cast<double>((m.tie_embeddings ? 1 : 2) * m.vocab) * h;  // embedding (+ head)
+  const double shard = st.scheme == Scheme::tsp ? st.D : st.scheme == Scheme::sp ? 1 : st.T;
+  DeviceMemory d;
+  d.params = L * e.params + vocab_rows / shard + h;
+  d.weights = d.params * es.weight;
+  d.gradients = d.params * es.gradient;
+  d.optimizer = d.params * es.optimizer_per_param;
+  d.activations = rc == Recompute::none ? L * e.kept : L * e.checkpoint + e.kept;
+  d.transient = e.transient;
+  return d;
+}
+
+}  // namespace tspemu::tsp::cost
