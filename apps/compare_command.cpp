@@ -1,0 +1,101 @@
+#include "compare_command.hpp"
+
+#include <cstdio>
+#include <ostream>
+
+#include "progress_bar.hpp"
+#include "stack_report.hpp"
+
+namespace tspemu::app {
+
+namespace cost = tsp::cost;
+
+std::vector<cost::Strategy> strategies_at(int n) {
+  std::vector<cost::Strategy> v = {cost::Strategy::tsp(n), cost::Strategy::tp(n),
+                                   cost::Strategy::megatron_sp(n), cost::Strategy::sp(n)};
+  for (int T = 2; T < n; ++T)
+    if (n % T == 0) v.push_back(cost::Strategy::tp_sp(T, n / T));
+  return v;
+}
+
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "compare",
+      "every strategy on one configuration at --ranks N, side by side: time, tokens/s, peak "
+      "memory, bytes moved vs the cost model, error vs the fp64 oracle (layer stack)");
+  cmd->add_option("--ranks,-D", a.problem.ranks, "ranks N every strategy runs on")
+      ->capture_default_str();
+  add_problem_options(*cmd, a.problem);
+  cmd->add_flag("--no-check", a.no_check, "skip the reference and the oracle");
+  cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
+  cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
+  return cmd;
+}
+
+int compare_command(const CompareArgs& a, std::ostream& out) {
+  const ProblemOptions& p = a.problem;
+  if (p.ranks < 1 || p.ranks > 256)
+    throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
+  // Problems common to every strategy are configuration errors, not skipped rows.
+  if (const std::string why = why_invalid(p, cost::Strategy::tsp(1)); !why.empty())
+    throw ConfigError(why);
+  const auto strategies = strategies_at(p.ranks);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy the layer "
+                "stack (%d x attention + MLP block), forward + backward; no embedding/LM head\n\n",
+                p.ranks, p.B, p.S, p.model.to_string().c_str(), p.model.n_layers);
+  out << line;
+  const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s\n";
+  std::snprintf(line, sizeof line, head, "strategy", "ranks", "time ms", "tokens/s", "peak MiB",
+                "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict");
+  out << line;
+  nlohmann::json j = document("compare");
+  j["config"] = {{"ranks", p.ranks}, {"B", p.B}, {"S", p.S}, {"model", p.model.to_string()}};
+  j["rows"] = nlohmann::json::array();
+  bool all_ok = true;
+  ProgressBar bar("compare", static_cast<int>(strategies.size()), !a.quiet);
+  for (const cost::Strategy& st : strategies) {
+    nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
+    if (const std::string why = why_invalid(p, st); !why.empty()) {
+      std::snprintf(line, sizeof line, "%-20s %5d  skipped: %s\n", st.name().c_str(), st.ranks(),
+                    why.c_str());
+      out << line;
+      row["skipped"] = why;
+      j["rows"].push_back(row);
+      bar.step(st.name());
+      continue;
+    }
+    StackConfig c = make_stack_config(p, st);
+    c.check = !a.no_check;
+    const StackResult r = run_stack(c);
+    const Summary s = summarize(r);
+    all_ok = all_ok && r.pass();
+    std::snprintf(line, sizeof line, "%-20s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %s\n",
+                  st.name().c_str(), st.ranks(), r.seconds * 1e3, r.tokens_per_s,
+                  mib(s.peak_bytes).c_str(), mib(s.forward_bytes).c_str(),
+                  mib(s.backward_bytes).c_str(), r.traffic_match ? "yes" : "NO",
+                  c.check ? std::to_string(r.max_err_ratio).substr(0, 6).c_str() : "-",
+                  r.pass() ? "PASS" : "FAIL");
+    out << line;
+    row.update({{"skipped", nullptr},
+                {"seconds", r.seconds},
+                {"tokens_per_s", r.tokens_per_s},
+                {"peak_bytes_per_rank", s.peak_bytes},
+                {"forward_bytes_per_rank", s.forward_bytes},
+                {"backward_bytes_per_rank", s.backward_bytes},
+                {"model_match", r.traffic_match},
+                {"checked", c.check},
+                {"max_err_ratio", r.max_err_ratio},
+                {"verdict", r.pass() ? "pass" : "fail"}});
+    j["rows"].push_back(row);
+    bar.step(st.name());
+  }
+  out << "\npeak MiB: max over ranks of the arena peak; fwd/bwd MiB: max over ranks of the bytes "
+         "received; model: every rank's bytes and calls per collective equal the cost model; "
+         "err/bnd: max over tensors of err(parallel) / (k·err(reference) + tiny), pass <= 1\n";
+  if (!a.json_path.empty()) write_json(a.json_path, j);
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace tspemu::app

@@ -1,0 +1,29 @@
+// `tspemu compare`: every strategy on one configuration and N ranks, side by side — TSP D=N, TP
+// T=N, Megatron-SP T=N, SP Sp=N and every TP+SP factorization T×Sp=N with T, Sp > 1 — each the
+// layer stack (layer_stack.hpp) checked like `run`; a strategy the shape does not allow is a row
+// with the reason.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "problem_options.hpp"
+
+namespace tspemu::app {
+
+struct CompareArgs {
+  ProblemOptions problem;
+  bool no_check = false;
+  bool quiet = false;
+  std::string json_path;
+};
+
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& a);
+// 0: every strategy that ran passed; 1 otherwise.
+int compare_command(const CompareArgs& a, std::ostream& out);
+
+// The strategies compared at n ranks, in table order.
+std::vector<tsp::cost::Strategy> strategies_at(int n);
+
+}  // namespace tspemu::app

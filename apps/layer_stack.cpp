@@ -1,0 +1,368 @@
+#include "layer_stack.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include "tspemu/reference/init.hpp"
+#include "tspemu/reference/model.hpp"
+#include "tspemu/reference/numerics.hpp"
+#include "tspemu/runtime/barrier.hpp"
+#include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/baseline_attention.hpp"
+#include "tspemu/tsp/baseline_mlp.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
+#include "tspemu/tsp/tsp_layer.hpp"
+
+namespace tspemu::app {
+
+namespace cost = tsp::cost;
+
+namespace {
+
+tsp::BaselineShape baseline_shape(const StackConfig& c) {
+  const auto& st = c.strategy;
+  switch (st.scheme) {
+    case cost::Scheme::tp:
+      return tsp::BaselineShape::tp(c.model, st.T, c.B, c.S);
+    case cost::Scheme::megatron_sp:
+      return tsp::BaselineShape::megatron_sp(c.model, st.T, c.B, c.S);
+    case cost::Scheme::sp:
+      return tsp::BaselineShape::sp(c.model, st.Sp, c.B, c.S);
+    default:
+      return tsp::BaselineShape::tp_sp(c.model, st.T, st.Sp, c.B, c.S);
+  }
+}
+
+std::vector<float> normal_floats(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(dist(gen));
+  return v;
+}
+
+// Full-size outputs of one implementation: y, dx and every layer's gradients.
+template <class T>
+struct StackTensors {
+  std::vector<T> y, dx;
+  std::vector<ref::LayerWeights<T>> grads;
+};
+
+template <class T>
+StackTensors<T> reference_stack(const ref::ModelConfig& m,
+                                const std::vector<ref::LayerWeights<T>>& w, const std::vector<T>& x,
+                                const std::vector<T>& dy, int B, int S) {
+  const int L = m.n_layers;
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(S));
+  for (int i = 0; i < S; ++i) pos[static_cast<std::size_t>(i)] = i;
+  std::vector<std::vector<T>> act(static_cast<std::size_t>(L) + 1, x);
+  std::vector<ref::LayerCache<T>> caches(static_cast<std::size_t>(L));
+  for (std::size_t l = 0; l < static_cast<std::size_t>(L); ++l)
+    ref::layer_forward(m, w[l], act[l].data(), act[l + 1].data(), pos.data(), B, S, caches[l]);
+  StackTensors<T> r;
+  r.y = act.back();
+  r.dx = dy;
+  std::vector<T> g(dy.size());
+  r.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<T>::zeros(m));
+  for (std::size_t l = static_cast<std::size_t>(L); l-- > 0;) {
+    ref::layer_backward(m, w[l], act[l].data(), r.dx.data(), g.data(), pos.data(), B, S, caches[l],
+                        r.grads[l]);
+    std::swap(r.dx, g);
+  }
+  return r;
+}
+
+template <class T, class Fn>
+void for_each_tensor(StackTensors<T>& t, Fn fn) {
+  fn("y", t.y);
+  fn("dx", t.dx);
+  for (std::size_t l = 0; l < t.grads.size(); ++l) {
+    auto& g = t.grads[l];
+    const std::string p = "grad layers." + std::to_string(l) + ".";
+    fn(p + "input_norm", g.input_norm);
+    fn(p + "wq", g.wq);
+    fn(p + "wk", g.wk);
+    fn(p + "wv", g.wv);
+    fn(p + "wo", g.wo);
+    fn(p + "post_norm", g.post_norm);
+    fn(p + "w_gate", g.w_gate);
+    fn(p + "w_up", g.w_up);
+    fn(p + "w_down", g.w_down);
+  }
+}
+
+bool equal(const TrafficCounters& got, const cost::Traffic& want) {
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k)
+    if (got.by_kind[k].calls != want.calls[k] || got.by_kind[k].bytes_sent != want.sent[k] ||
+        got.by_kind[k].bytes_received != want.received[k])
+      return false;
+  return true;
+}
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+void run_tsp(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
+             const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
+             StackTensors<float>& got) {
+  const tsp::TspShape s = tsp_shape(c);
+  const tsp::SequenceLayout layout = s.layout();
+  const int L = c.model.n_layers, C = c.model.hidden;
+  const std::size_t local = static_cast<std::size_t>(c.B) * s.Tl() * C;
+  world.run([&](Rank& rank) {
+    const int p = rank.id();
+    Arena& a = rank.arena();
+    std::vector<std::unique_ptr<tsp::TspLayer>> layers;
+    for (const auto& lw : w) layers.push_back(std::make_unique<tsp::TspLayer>(rank, s, lw));
+    std::vector<Buffer<float>> act;
+    for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
+    auto g = a.allocate<float>(local, Category::workspace);
+    auto g_next = a.allocate<float>(local, Category::workspace);
+    layout.scatter(x.data(), act[0].data(), p, c.B, C);
+    layout.scatter(dy.data(), g.data(), p, c.B, C);
+    a.reset_peaks();
+    StepClock clock(rank, out);
+    clock.start();
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      layers[l]->forward(act[l].data(), act[l + 1].data());
+      if (p == 0 && c.on_step) c.on_step();
+    }
+    clock.forward_done();
+    for (std::size_t l = layers.size(); l-- > 0;) {
+      layers[l]->backward(act[l].data(), g.data(), g_next.data());
+      std::swap(g, g_next);
+      if (p == 0 && c.on_step) c.on_step();
+    }
+    clock.backward_done();
+    if (!c.check) return;
+    // Ranks own disjoint tokens and shards: they fill the full tensors concurrently.
+    layout.gather(act.back().data(), got.y.data(), p, c.B, C);
+    layout.gather(g.data(), got.dx.data(), p, c.B, C);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& att = layers[l]->attention();
+      const auto& mlp = layers[l]->mlp();
+      tsp::unpack_attention_shard(att.grad_shard().data(), s, p, got.grads[l]);
+      tsp::unpack_mlp_shard(mlp.grad_shard().data(), s, p, got.grads[l]);
+      if (p == 0) {
+        std::copy(att.grad_norm().begin(), att.grad_norm().end(), got.grads[l].input_norm.begin());
+        std::copy(mlp.grad_norm().begin(), mlp.grad_norm().end(), got.grads[l].post_norm.begin());
+      }
+    }
+  });
+}
+
+void run_baseline(const StackConfig& c, World& world,
+                  const std::vector<ref::LayerWeights<float>>& w, const std::vector<float>& x,
+                  const std::vector<float>& dy, StackResult& out, StackTensors<float>& got) {
+  const tsp::BaselineShape s = baseline_shape(c);
+  const tsp::TspShape shard = s.shard_shape();
+  const int L = c.model.n_layers, C = c.model.hidden;
+  const std::size_t local = static_cast<std::size_t>(c.B) * s.rows() * C;
+  world.run([&](Rank& rank) {
+    const int p = rank.id();
+    Arena& a = rank.arena();
+    const auto pos = s.positions(p);
+    auto rows = [&](auto fn) {  // fn(local offset, global offset) of each token row
+      for (int b = 0; b < c.B; ++b)
+        for (int i = 0; i < s.rows(); ++i)
+          fn((static_cast<std::size_t>(b) * s.rows() + i) * C,
+             (static_cast<std::size_t>(b) * c.S + pos[static_cast<std::size_t>(i)]) * C);
+    };
+    std::vector<std::unique_ptr<tsp::BaselineAttention>> att;
+    std::vector<std::unique_ptr<tsp::BaselineMlp>> mlp;
+    for (const auto& lw : w) {
+      att.push_back(std::make_unique<tsp::BaselineAttention>(rank, s, lw));
+      mlp.push_back(std::make_unique<tsp::BaselineMlp>(rank, s, lw));
+    }
+    std::vector<Buffer<float>> act, mid;
+    for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
+    for (int l = 0; l < L; ++l) mid.push_back(a.allocate<float>(local, Category::activations));
+    auto g = a.allocate<float>(local, Category::workspace);
+    auto g_mid = a.allocate<float>(local, Category::workspace);
+    auto g_next = a.allocate<float>(local, Category::workspace);
+    rows([&](std::size_t lo, std::size_t gl) {
+      std::memcpy(act[0].data() + lo, x.data() + gl, C * sizeof(float));
+      std::memcpy(g.data() + lo, dy.data() + gl, C * sizeof(float));
+    });
+    a.reset_peaks();
+    StepClock clock(rank, out);
+    clock.start();
+    for (std::size_t l = 0; l < att.size(); ++l) {
+      att[l]->forward(act[l].data(), mid[l].data());
+      mlp[l]->forward(mid[l].data(), act[l + 1].data());
+      if (p == 0 && c.on_step) c.on_step();
+    }
+    clock.forward_done();
+    for (std::size_t l = att.size(); l-- > 0;) {
+      mlp[l]->backward(mid[l].data(), g.data(), g_mid.data());
+      att[l]->backward(act[l].data(), g_mid.data(), g_next.data());
+      std::swap(g, g_next);
+      if (p == 0 && c.on_step) c.on_step();
+    }
+    clock.backward_done();
+    if (!c.check) return;
+    // One replica writes each element: column 0 of a row its tokens (every rank under
+    // Megatron-SP, whose ranks hold different pieces), row 0 its column's shard, rank 0 the norms.
+    if (s.sequence_parallel || s.col(p) == 0)
+      rows([&](std::size_t lo, std::size_t gl) {
+        std::memcpy(got.y.data() + gl, act.back().data() + lo, C * sizeof(float));
+        std::memcpy(got.dx.data() + gl, g.data() + lo, C * sizeof(float));
+      });
+    for (std::size_t l = 0; l < att.size(); ++l) {
+      if (s.row(p) == 0) {
+        tsp::unpack_attention_shard(att[l]->grad_shard().data(), shard, s.col(p), got.grads[l]);
+        tsp::unpack_mlp_shard(mlp[l]->grad_shard().data(), shard, s.col(p), got.grads[l]);
+      }
+      if (p == 0) {
+        std::copy(att[l]->grad_norm().begin(), att[l]->grad_norm().end(),
+                  got.grads[l].input_norm.begin());
+        std::copy(mlp[l]->grad_norm().begin(), mlp[l]->grad_norm().end(),
+                  got.grads[l].post_norm.begin());
+      }
+    }
+  });
+}
+
+}  // namespace
+
+tsp::TspShape tsp_shape(const StackConfig& c) {
+  tsp::TspShape s;
+  s.model = c.model;
+  s.D = c.strategy.D;
+  s.B = c.B;
+  s.S = c.S;
+  s.options.layout = c.layout;
+  s.options.head_buckets = c.head_buckets;
+  return s;
+}
+
+void validate_stack(const StackConfig& c) {
+  if (c.strategy.scheme == cost::Scheme::tsp)
+    tsp_shape(c).validate();
+  else
+    baseline_shape(c).validate();
+}
+
+void StepClock::start() {
+  barrier(rank_.comm());
+  rank_.counters().clear();
+  t0_ = std::chrono::steady_clock::now();
+}
+
+void StepClock::forward_done() {
+  out_.ranks[static_cast<std::size_t>(rank_.id())].forward = rank_.counters();
+  rank_.counters().clear();
+}
+
+void StepClock::backward_done() {
+  RankMeasure& m = out_.ranks[static_cast<std::size_t>(rank_.id())];
+  m.backward = rank_.counters();
+  barrier(rank_.comm());
+  if (rank_.id() == 0) out_.seconds = seconds_between(t0_, std::chrono::steady_clock::now());
+  m.arena = rank_.arena().stats();
+}
+
+cost::Traffic scaled(const cost::Traffic& t, std::uint64_t n, const cost::Traffic& plus) {
+  cost::Traffic r = plus;
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    r.calls[k] += n * t.calls[k];
+    r.sent[k] += n * t.sent[k];
+    r.received[k] += n * t.received[k];
+  }
+  return r;
+}
+
+void check_traffic(StackResult& out,
+                   const std::function<std::pair<cost::Traffic, cost::Traffic>(int rank)>& model) {
+  out.traffic_match = true;
+  for (std::size_t r = 0; r < out.ranks.size(); ++r) {
+    RankMeasure& m = out.ranks[r];
+    std::tie(m.model_forward, m.model_backward) = model(static_cast<int>(r));
+    m.traffic_match = equal(m.forward, m.model_forward) && equal(m.backward, m.model_backward);
+    out.traffic_match = out.traffic_match && m.traffic_match;
+  }
+}
+
+void judge(StackResult& out, const std::string& name, std::span<const float> parallel,
+           std::span<const float> reference, std::span<const double> oracle, double k) {
+  const ref::Verdict v = ref::check_close(name, parallel, reference, oracle, k);
+  out.tensors.push_back({name, v.ok, v.candidate.max_abs, v.reference.max_abs, v.bound});
+  out.numerics_ok = out.numerics_ok && v.ok;
+  const double ratio = v.bound > 0 ? v.candidate.max_abs / v.bound : 0.0;
+  out.max_err_ratio = std::max(out.max_err_ratio, std::isfinite(ratio) ? ratio : HUGE_VAL);
+}
+
+int stack_steps(const StackConfig& c) {
+  return 2 * c.model.n_layers;
+}
+
+StackResult run_stack(const StackConfig& c) {
+  validate_stack(c);
+  const int L = c.model.n_layers, n = c.strategy.ranks();
+  const std::size_t full = static_cast<std::size_t>(c.B) * c.S * c.model.hidden;
+  ref::ModelConfig wm = c.model;
+  if (wm.vocab <= 0) wm.vocab = 2;  // the stack has no embedding; init_weights wants a vocabulary
+  const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(wm, c.seed));
+  const std::vector<float> x = normal_floats(full, c.seed + 1);
+  const std::vector<float> dy = normal_floats(full, c.seed + 2);
+
+  StackResult out;
+  out.scope = "layer stack: " + std::to_string(L) +
+              " x (attention block, MLP block), forward + backward; no embedding, LM head or loss";
+  out.ranks.resize(static_cast<std::size_t>(n));
+  StackTensors<float> got;
+  if (c.check) {
+    got.y.resize(full);
+    got.dx.resize(full);
+    got.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<float>::zeros(c.model));
+  }
+  World world({.ranks = n, .pin_threads = c.pin});
+  if (c.strategy.scheme == cost::Scheme::tsp)
+    run_tsp(c, world, w32.layers, x, dy, out, got);
+  else
+    run_baseline(c, world, w32.layers, x, dy, out, got);
+  out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
+
+  const cost::ModelShape ms = cost::ModelShape::from(c.model, c.B, c.S);
+  const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
+  const cost::CostOptions opt{.head_buckets = c.head_buckets};
+  check_traffic(out, [&](int r) {
+    const cost::LayerTraffic t = cost::layer_traffic(ms, c.strategy, es, opt, r);
+    return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L)),
+                     scaled(t.backward, static_cast<std::uint64_t>(L))};
+  });
+  out.layer_model = c.strategy.scheme == cost::Scheme::tsp
+                        ? cost::tsp_layer_memory(ms, c.strategy.D, opt, es)
+                        : cost::baseline_layer_memory(ms, c.strategy, es);
+  if (!c.check) return out;
+
+  const auto w_oracle = ref::convert_weights<double>(w32);
+  const std::vector<double> x64(x.begin(), x.end()), dy64(dy.begin(), dy.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  StackTensors<float> r32 = reference_stack(c.model, w32.layers, x, dy, c.B, c.S);
+  out.reference_seconds = seconds_between(t0, std::chrono::steady_clock::now());
+  StackTensors<double> o64 = reference_stack(c.model, w_oracle.layers, x64, dy64, c.B, c.S);
+  std::vector<std::span<const float>> ref_spans, got_spans;
+  std::vector<std::span<const double>> oracle_spans;
+  std::vector<std::string> names;
+  for_each_tensor(got, [&](const std::string& name, const std::vector<float>& v) {
+    names.push_back(name);
+    got_spans.emplace_back(v);
+  });
+  for_each_tensor(
+      r32, [&](const std::string&, const std::vector<float>& v) { ref_spans.emplace_back(v); });
+  for_each_tensor(
+      o64, [&](const std::string&, const std::vector<double>& v) { oracle_spans.emplace_back(v); });
+  for (std::size_t i = 0; i < names.size(); ++i)
+    judge(out, names[i], got_spans[i], ref_spans[i], oracle_spans[i], c.k);
+  return out;
+}
+
+}  // namespace tspemu::app

@@ -1,0 +1,113 @@
+// A training step (forward + backward) of L stacked layers — attention block then MLP block per
+// layer, no embedding and no LM head — under any strategy (TSP or a baseline of the T × Sp mesh),
+// measured (time, arena peaks, bytes per collective kind) and checked:
+//   * traffic: each rank's counters against L × cost::layer_traffic for that rank, exactly;
+//   * numerics (optional): every output and gradient against the same stack run by the reference
+//     in float and in double (the fp64 oracle), with the rule of reference/numerics.hpp.
+// Inputs are seeded: weights from ref::init_weights, the stack's input and upstream gradient from
+// a normal distribution. This is what `run --strategy <baseline>`, `compare` and `scale` run; the
+// baselines exist only as layer blocks, so TSP runs the same stack there for a like-for-like row.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tspemu/reference/model_config.hpp"
+#include "tspemu/runtime/arena.hpp"
+#include "tspemu/runtime/counters.hpp"
+#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/tsp/sequence_layout.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
+
+namespace tspemu {
+class Rank;
+}
+
+namespace tspemu::app {
+
+struct StackConfig {
+  ref::ModelConfig model;  // n_layers is L; vocab is unused
+  int B = 1;
+  int S = 0;
+  tsp::cost::Strategy strategy;
+  tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the baselines use zigzag rows
+  int head_buckets = 1;                              // TSP only
+  std::uint64_t seed = 1;
+  double k = 3.0;                 // the oracle rule's factor, as tests/tsp uses
+  bool check = true;              // run the reference and the oracle and judge every tensor
+  bool pin = false;               // WorldOptions::pin_threads
+  std::function<void()> on_step;  // called by rank 0 after each block, forward and backward
+};
+
+// The TSP shape of c (strategy TSP).
+tsp::TspShape tsp_shape(const StackConfig& c);
+// Throws std::invalid_argument when the strategy cannot run this shape (the library's message).
+void validate_stack(const StackConfig& c);
+// The number of on_step calls one run makes (for a progress bar).
+int stack_steps(const StackConfig& c);
+
+struct TensorVerdict {
+  std::string name;
+  bool ok = false;
+  double parallel_err = 0;   // max |parallel fp32 - oracle|
+  double reference_err = 0;  // max |reference fp32 - oracle|
+  double bound = 0;          // k · reference_err + tiny
+};
+
+struct RankMeasure {
+  ArenaStats arena;  // peaks over forward + backward, from after construction
+  TrafficCounters forward, backward;
+  tsp::cost::Traffic model_forward, model_backward;  // L × the cost model for this rank
+  bool traffic_match = false;
+};
+
+struct StackResult {
+  std::string scope;   // what ran: "layer stack (...)" or "whole model (...)"
+  double seconds = 0;  // forward + backward, barrier to barrier
+  double tokens_per_s = 0;
+  double reference_seconds = 0;  // the single-thread fp32 reference, forward + backward
+  std::vector<RankMeasure> ranks;
+  bool traffic_match = false;  // every rank, every kind, calls and bytes both ways
+  // The cost model's one-layer arena replay, for weights and gradients per layer.
+  tsp::cost::LayerArenaMemory layer_model;
+  std::vector<TensorVerdict> tensors;  // empty unless checked
+  double max_err_ratio = 0;            // max over tensors of parallel_err / bound
+  bool numerics_ok = true;
+  bool pass() const { return traffic_match && numerics_ok; }
+};
+
+StackResult run_stack(const StackConfig& c);
+
+// One rank's timing and counters of a step, barrier to barrier so that rank 0's clock covers
+// every rank's work; the barriers themselves are not counted. out.ranks must be sized.
+class StepClock {
+ public:
+  StepClock(Rank& rank, StackResult& out) : rank_(rank), out_(out) {}
+  void start();
+  void forward_done();
+  void backward_done();  // also records the rank's arena stats
+
+ private:
+  Rank& rank_;
+  StackResult& out_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// Sets each rank's model traffic (model(rank) -> {forward, backward}) and the match flags.
+void check_traffic(
+    StackResult& out,
+    const std::function<std::pair<tsp::cost::Traffic, tsp::cost::Traffic>(int rank)>& model);
+// t scaled by n, plus `plus` (element-wise on calls and bytes).
+tsp::cost::Traffic scaled(const tsp::cost::Traffic& t, std::uint64_t n,
+                          const tsp::cost::Traffic& plus = {});
+
+// Judges one tensor by the oracle rule and records it in out (tensors, numerics_ok, ratio).
+void judge(StackResult& out, const std::string& name, std::span<const float> parallel,
+           std::span<const float> reference, std::span<const double> oracle, double k);
+
+}  // namespace tspemu::app

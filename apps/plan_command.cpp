@@ -1,0 +1,342 @@
+#include "plan_command.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "compare_command.hpp"
+#include "problem_options.hpp"
+#include "stack_report.hpp"
+#include "svg_chart.hpp"
+
+namespace tspemu::app {
+
+namespace cost = tsp::cost;
+
+namespace {
+
+struct Preset {
+  const char* name;
+  std::int64_t hidden, layers, heads, kv_heads, ffn, vocab;
+};
+
+// The paper's 7B-class model (TSP-NOTES.md: F = 4 gated) and common published shapes.
+constexpr Preset kPresets[] = {
+    {"paper-7b", 4096, 32, 32, 32, 4 * 4096, 32000}, {"llama2-7b", 4096, 32, 32, 32, 11008, 32000},
+    {"llama3-8b", 4096, 32, 32, 8, 14336, 128256},   {"llama2-13b", 5120, 40, 40, 40, 13824, 32000},
+    {"llama3-70b", 8192, 80, 64, 8, 28672, 128256},
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Splits "80GiB" into 80 and "gib".
+std::pair<double, std::string> number_and_unit(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw ConfigError(flag + " " + text + ": not a number");
+  }
+  if (!(v > 0) || !std::isfinite(v)) throw ConfigError(flag + " " + text + ": must be positive");
+  return {v, lower(text.substr(used))};
+}
+
+std::string gb(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / 1e9);
+  return b;
+}
+
+std::string seq_label(std::int64_t S) {
+  return S % 1024 == 0 ? std::to_string(S / 1024) + "K" : std::to_string(S);
+}
+
+struct Row {
+  cost::Strategy st;
+  std::string skipped;
+  cost::DeviceMemory mem;
+  cost::LayerTraffic traffic;
+};
+
+std::vector<Row> plan_rows(const cost::ModelShape& m, int n, cost::Recompute rc) {
+  std::vector<Row> rows;
+  for (const cost::Strategy& st : strategies_at(n)) {
+    Row r{st, {}, {}, {}};
+    try {
+      r.mem = cost::device_memory(m, st, cost::ElementSizes::bf16(), rc);
+      r.traffic = cost::layer_traffic(m, st, cost::ElementSizes::bf16());
+    } catch (const std::invalid_argument& e) {
+      r.skipped = e.what();
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<std::string> plan_presets() {
+  std::vector<std::string> v;
+  for (const Preset& p : kPresets) v.emplace_back(p.name);
+  return v;
+}
+
+cost::ModelShape preset_shape(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) {
+      cost::ModelShape m;
+      m.hidden = p.hidden;
+      m.layers = p.layers;
+      m.n_heads = p.heads;
+      m.n_kv_heads = p.kv_heads;
+      m.ffn = p.ffn;
+      m.vocab = p.vocab;
+      return m;
+    }
+  throw ConfigError("preset " + name +
+                    ": unknown (paper-7b, llama2-7b, llama3-8b, llama2-13b, "
+                    "llama3-70b)");
+}
+
+std::int64_t parse_count(const std::string& flag, const std::string& text) {
+  const auto [v, unit] = number_and_unit(flag, text);
+  const double scale = unit.empty() ? 1 : unit == "k" ? 1024 : unit == "m" ? 1024.0 * 1024 : 0;
+  if (scale == 0 || v * scale != std::floor(v * scale))
+    throw ConfigError(flag + " " + text + ": a whole count, optionally with K (1024) or M");
+  return static_cast<std::int64_t>(v * scale);
+}
+
+double parse_bytes(const std::string& flag, const std::string& text) {
+  const auto [v, unit] = number_and_unit(flag, text);
+  static const std::pair<const char*, double> units[] = {
+      {"b", 1},           {"kb", 1e3},           {"mb", 1e6},
+      {"gb", 1e9},        {"tb", 1e12},          {"kib", 1024.0},
+      {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) return v * scale;
+  throw ConfigError(flag + " " + text + ": give a unit, e.g. 80GB or 80GiB");
+}
+
+std::vector<std::int64_t> parse_sweep(const std::string& text) {
+  const std::string flag = "--sweep";
+  if (text.rfind("seq=", 0) != 0)
+    throw ConfigError(flag + " " + text +
+                      ": expected seq=FROM..TO, seq=FROM..TO:STEPS or seq=A,B,C");
+  const std::string body = text.substr(4);
+  std::vector<std::int64_t> v;
+  if (const auto dots = body.find(".."); dots != std::string::npos) {
+    std::string to = body.substr(dots + 2);
+    int steps = 0;
+    if (const auto colon = to.find(':'); colon != std::string::npos) {
+      steps = static_cast<int>(parse_count(flag, to.substr(colon + 1)));
+      to = to.substr(0, colon);
+    }
+    const std::int64_t a = parse_count(flag, body.substr(0, dots)), b = parse_count(flag, to);
+    if (b < a) throw ConfigError(flag + " " + text + ": TO must not be below FROM");
+    if (steps == 0) {
+      for (std::int64_t s = a; s <= b; s *= 2) v.push_back(s);
+    } else if (steps == 1) {
+      v.push_back(a);
+    } else {  // evenly spaced, rounded to multiples of 1024 when both ends are
+      const std::int64_t q = (a % 1024 == 0 && b % 1024 == 0) ? 1024 : 1;
+      for (int i = 0; i < steps; ++i) v.push_back((a + (b - a) * i / (steps - 1)) / q * q);
+    }
+  } else {
+    std::size_t start = 0;
+    while (start <= body.size()) {
+      const auto comma = body.find(',', start);
+      v.push_back(parse_count(flag, body.substr(start, comma - start)));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return v;
+}
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "analytic memory and communication per device at real sizes (no ranks run): which "
+      "strategies fit, bytes per layer, the TSP/TP ratio; --sweep draws an SVG");
+  cmd->add_option("preset,--preset", a.preset,
+                  "model: paper-7b, llama2-7b, llama3-8b, llama2-13b or llama3-70b")
+      ->capture_default_str();
+  cmd->add_option("--layers,-L", a.layers, "override the preset's layers");
+  cmd->add_option("--hidden", a.hidden, "override the preset's hidden size");
+  cmd->add_option("--heads", a.heads, "override the preset's query heads");
+  cmd->add_option("--kv-heads", a.kv_heads, "override the preset's key/value heads");
+  cmd->add_option("--ffn", a.ffn, "override the preset's gated-MLP width");
+  cmd->add_option("--vocab", a.vocab, "override the preset's vocabulary");
+  cmd->add_option("--devices,-N", a.devices, "devices N (TSP D = N, TP T = N, ...)")
+      ->capture_default_str();
+  cmd->add_option("--device-mem", a.device_mem, "memory per device, e.g. 80GB, 192GB, 96GiB")
+      ->capture_default_str();
+  cmd->add_option("--seq,-S", a.seq, "sequence length, K = 1024 (e.g. 128K)")
+      ->capture_default_str();
+  cmd->add_option("--batch,-B", a.batch, "micro-batch B")->capture_default_str();
+  cmd->add_option(
+      "--sweep", a.sweep,
+      "seq=16K..128K (doubling), seq=16K..128K:8 (8 even steps) or seq=16K,24K: a table "
+      "per length and an SVG chart");
+  cmd->add_option("--svg", a.svg_path, "the --sweep chart's file")->capture_default_str();
+  cmd->add_option("--recompute", a.recompute,
+                  "activations: full (keep layer inputs, recompute in backward) or none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"full", "none"}));
+  cmd->add_option("--json", a.json_path, "also write the tables as JSON to this file");
+  return cmd;
+}
+
+int plan_command(const PlanArgs& a, std::ostream& out) {
+  cost::ModelShape m = preset_shape(a.preset);
+  auto override_with = [](std::int64_t& field, std::int64_t v, const char* flag) {
+    if (v < 0)
+      throw ConfigError(std::string(flag) + " " + std::to_string(v) + ": must be positive");
+    if (v > 0) field = v;
+  };
+  override_with(m.layers, a.layers, "--layers");
+  override_with(m.hidden, a.hidden, "--hidden");
+  override_with(m.n_heads, a.heads, "--heads");
+  override_with(m.n_kv_heads, a.kv_heads, "--kv-heads");
+  override_with(m.ffn, a.ffn, "--ffn");
+  override_with(m.vocab, a.vocab, "--vocab");
+  if (m.hidden % m.n_heads != 0)
+    throw ConfigError("--heads " + std::to_string(m.n_heads) + ": must divide --hidden " +
+                      std::to_string(m.hidden));
+  if (m.n_heads % m.n_kv_heads != 0)
+    throw ConfigError("--kv-heads " + std::to_string(m.n_kv_heads) + ": must divide --heads " +
+                      std::to_string(m.n_heads));
+  if (a.devices < 1 || a.devices > 4096)
+    throw ConfigError("--devices " + std::to_string(a.devices) + ": must be 1 to 4096");
+  if (a.batch < 1) throw ConfigError("--batch " + std::to_string(a.batch) + ": must be >= 1");
+  const double capacity = parse_bytes("--device-mem", a.device_mem);
+  const std::vector<std::int64_t> seqs =
+      a.sweep.empty() ? std::vector<std::int64_t>{parse_count("--seq", a.seq)}
+                      : parse_sweep(a.sweep);
+  const cost::Recompute rc = a.recompute == "full" ? cost::Recompute::full : cost::Recompute::none;
+  m.B = a.batch;
+
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "tspemu plan: %s (h=%lld, L=%lld, heads %lld/%lld kv, ffn %lld, vocab %lld, "
+                "%.2fB params), %d devices of %s GB, B=%lld\nbf16 weights/grads/activations + 12 "
+                "B/param fp32 Adam state, %s recompute; bytes per layer per device in the ring "
+                "convention\n",
+                a.preset.c_str(), static_cast<long long>(m.hidden),
+                static_cast<long long>(m.layers), static_cast<long long>(m.n_heads),
+                static_cast<long long>(m.n_kv_heads), static_cast<long long>(m.ffn),
+                static_cast<long long>(m.vocab), static_cast<double>(m.total_params()) / 1e9,
+                a.devices, gb(capacity).c_str(), static_cast<long long>(m.B), a.recompute.c_str());
+  out << line;
+  nlohmann::json j = document("plan");
+  j["config"] = {{"preset", a.preset}, {"hidden", m.hidden},       {"layers", m.layers},
+                 {"heads", m.n_heads}, {"kv_heads", m.n_kv_heads}, {"ffn", m.ffn},
+                 {"vocab", m.vocab},   {"devices", a.devices},     {"device_bytes", capacity},
+                 {"batch", m.B},       {"recompute", a.recompute}};
+  j["tables"] = nlohmann::json::array();
+  std::vector<std::vector<Row>> all;
+  for (std::int64_t S : seqs) {
+    m.S = S;
+    const std::vector<Row> rows = plan_rows(m, a.devices, rc);
+    all.push_back(rows);
+    std::snprintf(line, sizeof line,
+                  "\nS = %s (%lld tokens), GB per device:\n%-20s %8s %8s %8s %8s %8s %8s %5s "
+                  "%10s %10s\n",
+                  seq_label(S).c_str(), static_cast<long long>(S), "strategy", "weights", "grads",
+                  "optim", "activ", "transnt", "total", "fits", "fwd MB/L", "bwd MB/L");
+    out << line;
+    nlohmann::json table = {{"S", S}, {"rows", nlohmann::json::array()}};
+    for (const Row& r : rows) {
+      nlohmann::json row = {{"strategy", r.st.name()}, {"ranks", r.st.ranks()}};
+      if (!r.skipped.empty()) {
+        std::snprintf(line, sizeof line, "%-20s  skipped: %s\n", r.st.name().c_str(),
+                      r.skipped.c_str());
+        out << line;
+        row["skipped"] = r.skipped;
+        table["rows"].push_back(row);
+        continue;
+      }
+      const auto& d = r.mem;
+      const bool fits = d.total() <= capacity;
+      std::snprintf(line, sizeof line, "%-20s %8s %8s %8s %8s %8s %8s %5s %10.1f %10.1f\n",
+                    r.st.name().c_str(), gb(d.weights).c_str(), gb(d.gradients).c_str(),
+                    gb(d.optimizer).c_str(), gb(d.activations).c_str(), gb(d.transient).c_str(),
+                    gb(d.total()).c_str(), fits ? "yes" : "no", r.traffic.paper_forward / 1e6,
+                    r.traffic.paper_backward / 1e6);
+      out << line;
+      row.update({{"skipped", nullptr},
+                  {"memory_bytes",
+                   {{"weights", d.weights},
+                    {"gradients", d.gradients},
+                    {"optimizer", d.optimizer},
+                    {"activations", d.activations},
+                    {"transient", d.transient},
+                    {"total", d.total()}}},
+                  {"fits", fits},
+                  {"forward_bytes_per_layer", r.traffic.paper_forward},
+                  {"backward_bytes_per_layer", r.traffic.paper_backward}});
+      table["rows"].push_back(row);
+    }
+    const Row& tsp = rows[0];
+    const Row& tp = rows[1];
+    if (tsp.skipped.empty() && tp.skipped.empty()) {
+      const double ratio = tsp.traffic.paper_forward / tp.traffic.paper_forward;
+      std::snprintf(line, sizeof line, "TSP/TP forward volume per layer: %.4f", ratio);
+      out << line;
+      table["tsp_over_tp_forward"] = ratio;
+      if (m.n_heads == m.n_kv_heads && m.ffn == 4 * m.hidden) {
+        const double paper =
+            0.5 + 4.0 * static_cast<double>(m.hidden) / static_cast<double>(m.B * S);
+        std::snprintf(line, sizeof line, " (paper, g = 1, F = 4: 1/2 + 4h/(B·S) = %.4f)", paper);
+        out << line;
+        table["paper_ratio"] = paper;
+      } else {
+        out << " (the paper's 1/2 + 4h/(B·S) assumes g = 1, F = 4)";
+        table["paper_ratio"] = nullptr;
+      }
+      out << "\n";
+    }
+    j["tables"].push_back(table);
+  }
+  if (!a.sweep.empty()) {
+    Panel mem{"memory per device", "sequence length S", "GB per device", true, {}, {}, {}};
+    Panel comm{"communication per layer per device (forward)",
+               "sequence length S",
+               "MB per layer per device",
+               true,
+               {},
+               {},
+               {}};
+    for (std::size_t i = 0; i < all[0].size(); ++i) {
+      Series sm{all[0][i].st.name(), {}}, sc{all[0][i].st.name(), {}};
+      for (std::size_t k = 0; k < seqs.size(); ++k) {
+        const Row& r = all[k][i];
+        if (!r.skipped.empty()) continue;
+        sm.points.emplace_back(static_cast<double>(seqs[k]), r.mem.total() / 1e9);
+        sc.points.emplace_back(static_cast<double>(seqs[k]), r.traffic.paper_forward / 1e6);
+      }
+      if (sm.points.empty()) continue;
+      mem.series.push_back(sm);
+      comm.series.push_back(sc);
+    }
+    for (std::int64_t S : seqs) {
+      mem.x_ticks.emplace_back(static_cast<double>(S), seq_label(S));
+      comm.x_ticks.emplace_back(static_cast<double>(S), seq_label(S));
+    }
+    mem.hlines.emplace_back(capacity / 1e9, "device " + gb(capacity) + " GB");
+    write_svg(a.svg_path,
+              "tspemu plan: " + a.preset + ", " + std::to_string(a.devices) + " devices",
+              {mem, comm});
+    out << "\nwrote " << a.svg_path << "\n";
+    j["svg"] = a.svg_path;
+  }
+  if (!a.json_path.empty()) write_json(a.json_path, j);
+  return 0;
+}
+
+}  // namespace tspemu::app

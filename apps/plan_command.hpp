@@ -1,0 +1,46 @@
+// `tspemu plan`: the analytic cost model (tsp/cost_model.hpp) at real sizes, no ranks run. For a
+// preset model (the paper's 7B-class, Llama 2/3) or flags, on --devices N of --device-mem each:
+// per strategy (TSP D=N, TP, Megatron-SP, SP, every TP+SP factorization) memory per device by
+// category, whether it fits, bytes per layer (ring convention), and the TSP/TP forward-volume
+// ratio; --sweep seq=16K..128K repeats the table per sequence length and draws an SVG (memory and
+// communication vs S, with the device-capacity line).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tspemu/tsp/cost_model.hpp"
+
+namespace tspemu::app {
+
+struct PlanArgs {
+  std::string preset = "paper-7b";
+  std::int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;  // 0: preset
+  int devices = 8;
+  std::string device_mem = "80GB";
+  std::string seq = "128K";
+  std::int64_t batch = 1;
+  std::string sweep;  // "seq=16K..128K" (doubling), "seq=16K,48K" or "seq=16K..128K:4" (4 steps)
+  std::string svg_path = "plan.svg";
+  std::string recompute = "full";
+  std::string json_path;
+};
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
+int plan_command(const PlanArgs& a, std::ostream& out);
+
+// "128K" -> 131072 (K = 1024, M = 1024²); throws ConfigError naming `flag`.
+std::int64_t parse_count(const std::string& flag, const std::string& text);
+// "80GB" -> 8e10, "80GiB" -> 80·2³⁰ (B, KB..TB decimal, KiB..TiB binary); a unit is required.
+double parse_bytes(const std::string& flag, const std::string& text);
+// The sequence lengths of --sweep.
+std::vector<std::int64_t> parse_sweep(const std::string& text);
+// Preset names in table order, and the shape of one (ConfigError for an unknown name).
+std::vector<std::string> plan_presets();
+tsp::cost::ModelShape preset_shape(const std::string& name);
+
+}  // namespace tspemu::app

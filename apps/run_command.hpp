@@ -1,0 +1,25 @@
+// `tspemu run`: one strategy's training step checked against the reference, with the full report
+// (stack_report.hpp). TSP runs the whole model (embedding to loss) unless --layers-only; the
+// baselines exist as layer blocks only and run the layer stack (layer_stack.hpp).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "problem_options.hpp"
+
+namespace tspemu::app {
+
+struct RunArgs {
+  ProblemOptions problem;
+  bool layers_only = false;
+  bool no_check = false;
+  bool quiet = false;
+  std::string json_path;
+};
+
+CLI::App* add_run_command(CLI::App& app, RunArgs& a);
+// 0: PASS; 1: FAIL. Throws ConfigError for a bad configuration.
+int run_command(const RunArgs& a, std::ostream& out);
+
+}  // namespace tspemu::app

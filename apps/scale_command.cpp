@@ -1,0 +1,180 @@
+#include "scale_command.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <thread>
+
+#include "progress_bar.hpp"
+#include "stack_report.hpp"
+#include "svg_chart.hpp"
+
+namespace tspemu::app {
+
+namespace cost = tsp::cost;
+
+CLI::App* add_scale_command(CLI::App& app, ScaleArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "scale",
+      "CPU scaling of one strategy: strong (fixed problem, D = 1, 2, 4 ... --max-ranks) and weak "
+      "(fixed tokens per rank) scaling, tokens/s and parallel efficiency, table, JSON and SVG");
+  cmd->add_option("--strategy", a.problem.strategy, "tsp, tp, megatron-sp or sp")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tsp", "tp", "megatron-sp", "sp"}));
+  cmd->add_option("--max-ranks,-N", a.max_ranks, "largest degree D (powers of two up to it)")
+      ->capture_default_str();
+  cmd->add_option("--mode", a.mode, "strong, weak or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"strong", "weak", "both"}));
+  cmd->add_option("--repeat", a.repeat, "timed runs per point (the median is reported)")
+      ->capture_default_str();
+  add_problem_options(*cmd, a.problem);
+  cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
+  cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
+  cmd->add_option("--svg", a.svg_path, "also write a chart of tokens/s and efficiency (SVG)");
+  return cmd;
+}
+
+namespace {
+
+struct Point {
+  std::string mode;
+  int D = 1, S = 0;
+  std::string skipped;
+  double seconds = 0, tokens_per_s = 0, efficiency = 0;
+  bool match = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int scale_command(const ScaleArgs& a, std::ostream& out) {
+  if (a.max_ranks < 1 || a.max_ranks > 256)
+    throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) + ": must be 1 to 256");
+  if (a.repeat < 1) throw ConfigError("--repeat " + std::to_string(a.repeat) + ": must be >= 1");
+  const int per_rank = a.problem.S / a.max_ranks;
+  if ((a.mode != "strong") && per_rank < 1)
+    throw ConfigError("--seq " + std::to_string(a.problem.S) +
+                      ": weak scaling needs at least one token per rank at --max-ranks " +
+                      std::to_string(a.max_ranks));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> degrees;
+  for (int D = 1; D <= a.max_ranks; D *= 2) degrees.push_back(D);
+  std::vector<std::string> modes;
+  if (a.mode != "weak") modes.push_back("strong");
+  if (a.mode != "strong") modes.push_back("weak");
+
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
+                "B=%d, model %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
+                "at every D; weak: S = D x %d tokens per rank\nefficiency = (tokens/s at D / "
+                "tokens/s at D=1) / min(D, cores)\n\n",
+                a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
+                a.problem.model.to_string().c_str(), cores, a.repeat, a.problem.S, per_rank);
+  out << line;
+  std::snprintf(line, sizeof line, "%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S",
+                "tokens/rank", "time ms", "tokens/s", "speedup", "effic", "model");
+  out << line;
+  std::vector<Point> points;
+  bool all_match = true;
+  ProgressBar bar("scale", static_cast<int>(modes.size() * degrees.size()) * a.repeat, !a.quiet);
+  for (const std::string& mode : modes) {
+    double base = 0;
+    for (int D : degrees) {
+      ProblemOptions p = a.problem;
+      p.ranks = D;
+      if (mode == "weak") p.S = per_rank * D;
+      Point pt{mode, D, p.S, {}, 0, 0, 0, false};
+      const cost::Strategy st = parse_strategy(p);
+      pt.skipped = why_invalid(p, st);
+      if (!pt.skipped.empty()) {
+        std::snprintf(line, sizeof line, "%-7s %4d %7d  skipped: %s\n", mode.c_str(), D, p.S,
+                      pt.skipped.c_str());
+        out << line;
+        for (int i = 0; i < a.repeat; ++i) bar.step();
+        points.push_back(pt);
+        continue;
+      }
+      StackConfig c = make_stack_config(p, st);
+      c.check = false;
+      std::vector<double> secs;
+      pt.match = true;
+      for (int i = 0; i < a.repeat; ++i) {
+        const StackResult r = run_stack(c);
+        secs.push_back(r.seconds);
+        pt.match = pt.match && r.traffic_match;
+        bar.step(st.name());
+      }
+      all_match = all_match && pt.match;
+      pt.seconds = median(secs);
+      pt.tokens_per_s = static_cast<double>(p.B) * p.S / pt.seconds;
+      if (base == 0 && D == 1) base = pt.tokens_per_s;
+      const double speedup = base > 0 ? pt.tokens_per_s / base : 0;
+      pt.efficiency = speedup / std::min(D, cores);
+      std::snprintf(line, sizeof line, "%-7s %4d %7d %11d %10.1f %12.0f %8.2f %6.2f %s\n",
+                    mode.c_str(), D, p.S, p.S / D, pt.seconds * 1e3, pt.tokens_per_s, speedup,
+                    pt.efficiency, pt.match ? "yes" : "NO");
+      out << line;
+      points.push_back(pt);
+    }
+  }
+  out << "\nmodel: every rank's bytes per collective equal the cost model's. On a machine with\n"
+         "fewer cores than ranks the ranks share cores: efficiency is against min(D, cores).\n";
+
+  if (!a.json_path.empty()) {
+    nlohmann::json j = document("scale");
+    j["config"] = {{"strategy", a.problem.strategy},
+                   {"max_ranks", a.max_ranks},
+                   {"mode", a.mode},
+                   {"repeat", a.repeat},
+                   {"B", a.problem.B},
+                   {"S", a.problem.S},
+                   {"tokens_per_rank_weak", per_rank},
+                   {"model", a.problem.model.to_string()},
+                   {"pin", a.problem.pin}};
+    j["cores"] = cores;
+    j["efficiency_definition"] = "(tokens/s at D / tokens/s at D=1) / min(D, cores)";
+    j["rows"] = nlohmann::json::array();
+    for (const Point& pt : points) {
+      nlohmann::json row = {{"mode", pt.mode}, {"D", pt.D}, {"S", pt.S}};
+      if (!pt.skipped.empty()) {
+        row["skipped"] = pt.skipped;
+      } else {
+        row.update({{"skipped", nullptr},
+                    {"seconds", pt.seconds},
+                    {"tokens_per_s", pt.tokens_per_s},
+                    {"efficiency", pt.efficiency},
+                    {"model_match", pt.match}});
+      }
+      j["rows"].push_back(row);
+    }
+    write_json(a.json_path, j);
+  }
+  if (!a.svg_path.empty()) {
+    Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}};
+    Panel eff{
+        "parallel efficiency", "ranks D", "efficiency vs D=1 / min(D, cores)", true, {}, {}, {}};
+    for (const std::string& mode : modes) {
+      Series s1{mode, {}}, s2{mode, {}};
+      for (const Point& pt : points)
+        if (pt.mode == mode && pt.skipped.empty()) {
+          s1.points.emplace_back(pt.D, pt.tokens_per_s);
+          s2.points.emplace_back(pt.D, pt.efficiency);
+        }
+      tps.series.push_back(s1);
+      eff.series.push_back(s2);
+    }
+    eff.hlines.emplace_back(1.0, "ideal");
+    write_svg(a.svg_path,
+              "tspemu scale: " + a.problem.strategy + " (" + std::to_string(cores) + " cores)",
+              {tps, eff});
+  }
+  return all_match ? 0 : 1;
+}
+
+}  // namespace tspemu::app

@@ -1,0 +1,208 @@
+#include "stack_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+#include <stdexcept>
+
+namespace tspemu::app {
+
+namespace cost = tsp::cost;
+
+namespace {
+
+std::string fmt(const char* f, auto... args) {
+  char b[512];
+  std::snprintf(b, sizeof b, f, args...);
+  return b;
+}
+
+unsigned long long ull(std::uint64_t v) {
+  return static_cast<unsigned long long>(v);
+}
+
+nlohmann::json categories(const std::array<std::size_t, kCategoryCount>& v) {
+  nlohmann::json j;
+  for (std::size_t c = 0; c < kCategoryCount; ++c)
+    j[category_name(static_cast<Category>(c))] = v[c];
+  return j;
+}
+
+nlohmann::json traffic_json(const TrafficCounters& got, const cost::Traffic& want) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    const auto& e = got.by_kind[k];
+    if (e.calls == 0 && want.calls[k] == 0) continue;
+    j[collective_name(static_cast<CollectiveKind>(k))] = {
+        {"calls", e.calls},
+        {"bytes_sent", e.bytes_sent},
+        {"bytes_received", e.bytes_received},
+        {"model_calls", want.calls[k]},
+        {"model_bytes_sent", want.sent[k]},
+        {"model_bytes_received", want.received[k]}};
+  }
+  return j;
+}
+
+void print_traffic(std::ostream& out, const char* pass, const TrafficCounters& got,
+                   const cost::Traffic& want) {
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    const auto& e = got.by_kind[k];
+    if (e.calls == 0 && want.calls[k] == 0) continue;
+    const bool ok = e.calls == want.calls[k] && e.bytes_sent == want.sent[k] &&
+                    e.bytes_received == want.received[k];
+    out << fmt("  %-9s %-15s %6llu %6llu %14llu %14llu %14llu %14llu  %s\n", pass,
+               collective_name(static_cast<CollectiveKind>(k)), ull(e.calls), ull(want.calls[k]),
+               ull(e.bytes_received), ull(want.received[k]), ull(e.bytes_sent), ull(want.sent[k]),
+               ok ? "yes" : "NO");
+  }
+}
+
+}  // namespace
+
+std::string mib(double bytes) {
+  return fmt("%.2f", bytes / (1024.0 * 1024.0));
+}
+
+nlohmann::json document(const char* command) {
+  return {{"command", command}, {"schema_version", 1}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  f << j.dump(2) << "\n";
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+Summary summarize(const StackResult& r) {
+  Summary s;
+  for (const RankMeasure& m : r.ranks) {
+    s.peak_bytes = std::max(s.peak_bytes, static_cast<double>(m.arena.peak));
+    s.forward_bytes = std::max(s.forward_bytes, static_cast<double>(m.forward.total_received()));
+    s.backward_bytes = std::max(s.backward_bytes, static_cast<double>(m.backward.total_received()));
+  }
+  return s;
+}
+
+nlohmann::json config_json(const StackConfig& c) {
+  const auto& m = c.model;
+  return {{"strategy", c.strategy.name()},
+          {"ranks", c.strategy.ranks()},
+          {"D", c.strategy.D},
+          {"T", c.strategy.T},
+          {"Sp", c.strategy.Sp},
+          {"B", c.B},
+          {"S", c.S},
+          {"layout", tsp::layout_name(c.layout)},
+          {"head_buckets", c.head_buckets},
+          {"seed", c.seed},
+          {"oracle_k", c.k},
+          {"model",
+           {{"layers", m.n_layers},
+            {"hidden", m.hidden},
+            {"heads", m.n_heads},
+            {"kv_heads", m.n_kv_heads},
+            {"ffn", m.ffn},
+            {"vocab", m.vocab},
+            {"tied", m.tie_embeddings}}}};
+}
+
+void print_report(std::ostream& out, const StackConfig& c, const StackResult& r) {
+  const int n = c.strategy.ranks();
+  out << "tspemu run: " << c.strategy.name() << ", B=" << c.B << ", S=" << c.S << ", model "
+      << c.model.to_string() << "\nran: " << r.scope << "\n";
+  out << fmt("\ntime, forward+backward: %.3f s (%.0f tokens/s) on %d ranks", r.seconds,
+             r.tokens_per_s, n);
+  if (r.reference_seconds > 0)
+    out << fmt("; single-thread reference %.3f s (%.0f tokens/s)", r.reference_seconds,
+               static_cast<double>(c.B) * c.S / r.reference_seconds);
+  out << "\n\npeak memory per rank by category (from after construction, forward+backward):\n";
+  out << fmt("%-5s %12s", "rank", "total");
+  for (std::size_t k = 0; k < kCategoryCount; ++k)
+    out << fmt(" %12s", category_name(static_cast<Category>(k)));
+  out << "\n";
+  for (int i = 0; i < n; ++i) {
+    const ArenaStats& a = r.ranks[static_cast<std::size_t>(i)].arena;
+    out << fmt("%-5d %12s", i, format_bytes(a.peak).c_str());
+    for (std::size_t k = 0; k < kCategoryCount; ++k)
+      out << fmt(" %12s", format_bytes(a.category_peak[k]).c_str());
+    out << "\n";
+  }
+  const auto& lm = r.layer_model;
+  const auto w = lm.resident[static_cast<std::size_t>(Category::weights)];
+  const auto g = lm.backward.end[static_cast<std::size_t>(Category::gradients)];
+  out << fmt(
+      "cost model, one layer on rank 0 (fp32): weights %s, gradients %s, forward peak %s, "
+      "backward peak %s\n",
+      format_bytes(w).c_str(), format_bytes(g).c_str(), format_bytes(lm.forward.peak).c_str(),
+      format_bytes(lm.backward.peak).c_str());
+
+  out << "\nbytes per collective, rank 0, measured vs cost model ("
+      << (r.scope.rfind("whole", 0) == 0 ? "L x layer + embedding/LM head/loss" : "L x layer")
+      << "):\n";
+  out << fmt("  %-9s %-15s %6s %6s %14s %14s %14s %14s  %s\n", "pass", "collective", "calls",
+             "model", "received", "model", "sent", "model", "match");
+  print_traffic(out, "forward", r.ranks[0].forward, r.ranks[0].model_forward);
+  print_traffic(out, "backward", r.ranks[0].backward, r.ranks[0].model_backward);
+  int mismatched = 0;
+  for (const RankMeasure& m : r.ranks) mismatched += m.traffic_match ? 0 : 1;
+  out << (mismatched == 0 ? fmt("traffic: every rank (%d) matches the cost model exactly\n", n)
+                          : fmt("traffic: %d of %d ranks DIFFER from the cost model (see --json)\n",
+                                mismatched, n));
+
+  if (!r.tensors.empty()) {
+    out << fmt(
+        "\naccuracy vs the fp64 oracle (rule: err(parallel fp32) <= %.1f * err(reference fp32) + "
+        "tiny):\n",
+        c.k);
+    for (const TensorVerdict& t : r.tensors)
+      out << fmt("  %-4s %-50s parallel err %.3e  reference err %.3e  bound %.3e\n",
+                 t.ok ? "ok" : "FAIL", t.name.c_str(), t.parallel_err, t.reference_err, t.bound);
+    out << fmt("max error ratio (parallel err / bound): %.3f\n", r.max_err_ratio);
+  } else {
+    out << "\naccuracy: not checked (--no-check)\n";
+  }
+  out << (r.pass() ? "\nverdict: PASS (traffic equals the model; every tensor within the rule)\n"
+                   : "\nverdict: FAIL\n");
+}
+
+nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
+  nlohmann::json j = document("run");
+  j["config"] = config_json(c);
+  j["scope"] = r.scope;
+  j["time"] = {{"seconds", r.seconds},
+               {"tokens_per_s", r.tokens_per_s},
+               {"reference_seconds", r.reference_seconds}};
+  j["memory"] = nlohmann::json::array();
+  j["traffic"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankMeasure& m = r.ranks[i];
+    j["memory"].push_back({{"rank", i},
+                           {"peak_bytes", m.arena.peak},
+                           {"category_peak_bytes", categories(m.arena.category_peak)}});
+    j["traffic"].push_back({{"rank", i},
+                            {"match", m.traffic_match},
+                            {"forward", traffic_json(m.forward, m.model_forward)},
+                            {"backward", traffic_json(m.backward, m.model_backward)}});
+  }
+  const auto& lm = r.layer_model;
+  j["memory_model_layer"] = {{"resident_bytes", categories(lm.resident)},
+                             {"forward_peak_bytes", lm.forward.peak},
+                             {"backward_peak_bytes", lm.backward.peak}};
+  j["traffic_match"] = r.traffic_match;
+  j["accuracy"] = nlohmann::json::array();
+  for (const TensorVerdict& t : r.tensors)
+    j["accuracy"].push_back({{"tensor", t.name},
+                             {"ok", t.ok},
+                             {"parallel_err", t.parallel_err},
+                             {"reference_err", t.reference_err},
+                             {"bound", t.bound}});
+  j["checked"] = !r.tensors.empty();
+  j["max_err_ratio"] = r.max_err_ratio;
+  j["verdict"] = r.pass() ? "pass" : "fail";
+  return j;
+}
+
+}  // namespace tspemu::app

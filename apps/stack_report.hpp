@@ -1,0 +1,34 @@
+// Printing and JSON of a StackResult, shared by `run` (the full report), `compare` and `scale`
+// (one summary row per run).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
+#include <string>
+
+#include "layer_stack.hpp"
+
+namespace tspemu::app {
+
+// The report of `run`: time, peak memory per rank by category, bytes per collective measured vs
+// model, accuracy per tensor, verdict.
+void print_report(std::ostream& out, const StackConfig& c, const StackResult& r);
+nlohmann::json report_json(const StackConfig& c, const StackResult& r);
+
+// One row's numbers: max over ranks of the peak and of the bytes received in forward / backward.
+struct Summary {
+  double peak_bytes = 0;
+  double forward_bytes = 0, backward_bytes = 0;
+};
+Summary summarize(const StackResult& r);
+nlohmann::json config_json(const StackConfig& c);
+
+// A JSON document with the keys every subcommand's starts with.
+nlohmann::json document(const char* command);
+// Writes j to path (throws std::runtime_error if it cannot).
+void write_json(const std::string& path, const nlohmann::json& j);
+
+std::string mib(double bytes);  // "12.34"
+
+}  // namespace tspemu::app
