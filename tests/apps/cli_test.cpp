@@ -1,0 +1,324 @@
+// The tspemu command through its library entry point (cli.hpp) with an argv: exit codes and the
+// messages of bad configurations, the JSON documents of every subcommand (keys and types), the
+// SVG charts (well-formed XML with an <svg> root), the default `run` passing. Configurations are
+// tiny so the suite stays fast under AddressSanitizer.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "plan_command.hpp"
+
+namespace tspemu::app {
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+Outcome tspemu(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = tspemu_main(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string temp_path(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return (std::filesystem::temp_directory_path() /
+          (std::string("tspemu_") + info->name() + "_" + name))
+      .string();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return nlohmann::json::parse(f);
+}
+
+// A tiny model every strategy accepts on up to 4 ranks.
+std::vector<std::string> tiny(std::vector<std::string> args) {
+  for (const char* a : {"--layers", "1", "--hidden", "32", "--heads", "4", "--kv-heads", "4",
+                        "--ffn", "48", "--vocab", "64", "--seq", "32", "-q"})
+    args.emplace_back(a);
+  return args;
+}
+
+// Minimal XML well-formedness: every tag closed in order, one root element named `root`,
+// attribute quotes balanced; the prolog and comments are skipped.
+bool well_formed(const std::string& xml, const std::string& root, std::string* why) {
+  std::vector<std::string> open;
+  int roots = 0;
+  std::size_t i = 0;
+  while ((i = xml.find('<', i)) != std::string::npos) {
+    const std::size_t end = xml.find('>', i);
+    if (end == std::string::npos) return *why = "unterminated tag", false;
+    std::string tag = xml.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.empty()) return *why = "empty tag", false;
+    if (tag[0] == '?' || tag[0] == '!') continue;
+    if (std::count(tag.begin(), tag.end(), '"') % 2 != 0) return *why = "quotes in <" + tag, false;
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name) return *why = "unbalanced </" + name + ">", false;
+      open.pop_back();
+      continue;
+    }
+    const std::string name = tag.substr(0, tag.find_first_of(" \t\n/"));
+    if (open.empty()) {
+      ++roots;
+      if (name != root) return *why = "root is <" + name + ">", false;
+    }
+    if (tag.back() != '/') open.push_back(name);
+  }
+  if (!open.empty()) return *why = "<" + open.back() + "> not closed", false;
+  if (roots != 1) return *why = std::to_string(roots) + " root elements", false;
+  return true;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void expect_document(const nlohmann::json& j, const char* command) {
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.at("command"), command);
+  EXPECT_EQ(j.at("schema_version"), 1);
+  EXPECT_TRUE(j.at("config").is_object());
+}
+
+TEST(Cli, RunDefaultPassesAndWritesTheReportAsJson) {
+  const std::string json = temp_path("run.json");
+  const Outcome o = tspemu({"run", "-q", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("whole model"), std::string::npos);
+  EXPECT_NE(o.out.find("matches the cost model exactly"), std::string::npos);
+  const nlohmann::json j = read_json(json);
+  expect_document(j, "run");
+  EXPECT_EQ(j.at("config").at("strategy"), "TSP D=4");
+  EXPECT_EQ(j.at("config").at("S"), 2048);
+  EXPECT_TRUE(j.at("time").at("seconds").is_number());
+  EXPECT_TRUE(j.at("time").at("tokens_per_s").is_number());
+  ASSERT_EQ(j.at("memory").size(), 4u);
+  EXPECT_TRUE(j.at("memory")[0].at("peak_bytes").is_number_unsigned());
+  EXPECT_TRUE(j.at("memory")[0].at("category_peak_bytes").at("weights").is_number());
+  ASSERT_EQ(j.at("traffic").size(), 4u);
+  EXPECT_EQ(j.at("traffic")[0].at("match"), true);
+  const auto& bc = j.at("traffic")[0].at("forward").at("broadcast");
+  EXPECT_EQ(bc.at("bytes_received"), bc.at("model_bytes_received"));
+  EXPECT_EQ(j.at("traffic_match"), true);
+  EXPECT_GT(j.at("accuracy").size(), 10u);
+  EXPECT_TRUE(j.at("accuracy")[0].at("ok").is_boolean());
+  EXPECT_TRUE(j.at("max_err_ratio").is_number());
+  EXPECT_EQ(j.at("verdict"), "pass");
+  std::remove(json.c_str());
+}
+
+TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--strategy", "tsp", "--ranks", "2", "--layers-only"},
+      {"--strategy", "tp", "--ranks", "2"},
+      {"--strategy", "megatron-sp", "--ranks", "2"},
+      {"--strategy", "sp", "--ranks", "2"},
+      {"--strategy", "tp-sp", "--tp", "2", "--sp", "2"}};
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), c.begin(), c.end());
+    const Outcome o = tspemu(tiny(args));
+    EXPECT_EQ(o.code, 0) << c[1] << "\n" << o.out << o.err;
+    EXPECT_NE(o.out.find("layer stack"), std::string::npos) << c[1];
+    EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << c[1];
+  }
+}
+
+TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
+  const std::string json = temp_path("compare.json");
+  // 2 KV heads: TSP, TP and Megatron-SP at 4 ranks cannot shard them; SP and TP+SP 2x2 can.
+  std::vector<std::string> args = tiny({"compare", "--ranks", "4", "--json", json});
+  args.insert(args.end(), {"--kv-heads", "2"});
+  const Outcome o = tspemu(args);
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json j = read_json(json);
+  expect_document(j, "compare");
+  const auto& rows = j.at("rows");
+  ASSERT_EQ(rows.size(), 5u);  // TSP, TP, Megatron-SP, SP, TP+SP 2x2
+  int ran = 0;
+  for (const auto& r : rows) {
+    EXPECT_TRUE(r.at("strategy").is_string());
+    EXPECT_EQ(r.at("ranks"), 4);
+    if (r.at("skipped").is_string()) {
+      EXPECT_NE(r.at("skipped").get<std::string>().find("--kv-heads 2"), std::string::npos);
+      continue;
+    }
+    ++ran;
+    for (const char* k : {"seconds", "tokens_per_s", "peak_bytes_per_rank",
+                          "forward_bytes_per_rank", "backward_bytes_per_rank", "max_err_ratio"})
+      EXPECT_TRUE(r.at(k).is_number()) << k;
+    EXPECT_EQ(r.at("model_match"), true);
+    EXPECT_EQ(r.at("verdict"), "pass");
+  }
+  EXPECT_EQ(ran, 2);
+  EXPECT_NE(o.out.find("skipped: --kv-heads 2"), std::string::npos) << o.out;
+  std::remove(json.c_str());
+}
+
+TEST(Cli, PlanSweepWritesTablesJsonAndAWellFormedSvg) {
+  const std::string json = temp_path("plan.json"), svg = temp_path("plan.svg");
+  const Outcome o = tspemu({"plan", "paper-7b", "--sweep", "seq=16K..64K", "--device-mem", "80GB",
+                            "--svg", svg, "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json j = read_json(json);
+  expect_document(j, "plan");
+  EXPECT_EQ(j.at("config").at("device_bytes"), 80e9);
+  ASSERT_EQ(j.at("tables").size(), 3u);
+  EXPECT_EQ(j.at("tables")[2].at("S"), 65536);
+  for (const auto& t : j.at("tables")) {
+    EXPECT_NEAR(t.at("tsp_over_tp_forward").get<double>(), t.at("paper_ratio").get<double>(),
+                1e-12);
+    for (const auto& r : t.at("rows")) {
+      if (r.at("skipped").is_string()) continue;
+      EXPECT_TRUE(r.at("memory_bytes").at("total").is_number());
+      EXPECT_TRUE(r.at("fits").is_boolean());
+      EXPECT_TRUE(r.at("forward_bytes_per_layer").is_number());
+    }
+  }
+  const std::string doc = read_file(svg);
+  std::string why;
+  EXPECT_TRUE(well_formed(doc, "svg", &why)) << why;
+  EXPECT_GE(std::count(doc.begin(), doc.end(), '\n'), 10);
+  EXPECT_NE(doc.find("<polyline"), std::string::npos);
+  EXPECT_NE(doc.find("device 80.00 GB"), std::string::npos);  // the capacity line
+  EXPECT_NE(doc.find("TSP D=8"), std::string::npos);          // a legend entry
+  std::remove(json.c_str());
+  std::remove(svg.c_str());
+}
+
+TEST(Cli, PlanOfThePaperModelAt128KOrdersTspBelowTp) {
+  const std::string json = temp_path("plan.json");
+  const Outcome o = tspemu({"plan", "paper-7b", "--seq", "128K", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("1/2 + 4h/(B·S) = 0.6250"), std::string::npos) << o.out;
+  const auto rows = read_json(json).at("tables")[0].at("rows");
+  EXPECT_LT(rows[0].at("memory_bytes").at("total").get<double>(),
+            rows[1].at("memory_bytes").at("total").get<double>());
+  std::remove(json.c_str());
+}
+
+TEST(Cli, ScaleWritesJsonAndAWellFormedSvg) {
+  const std::string json = temp_path("scale.json"), svg = temp_path("scale.svg");
+  const Outcome o = tspemu(tiny({"scale", "--max-ranks", "2", "--repeat", "1", "--mode", "both",
+                                 "--json", json, "--svg", svg}));
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("efficiency = "), std::string::npos);
+  const nlohmann::json j = read_json(json);
+  expect_document(j, "scale");
+  EXPECT_TRUE(j.at("cores").is_number_integer());
+  ASSERT_EQ(j.at("rows").size(), 4u);  // strong and weak at D = 1, 2
+  for (const auto& r : j.at("rows")) {
+    EXPECT_TRUE(r.at("mode") == "strong" || r.at("mode") == "weak");
+    EXPECT_TRUE(r.at("tokens_per_s").is_number());
+    EXPECT_TRUE(r.at("efficiency").is_number());
+    EXPECT_EQ(r.at("model_match"), true);
+  }
+  EXPECT_DOUBLE_EQ(j.at("rows")[0].at("efficiency").get<double>(), 1.0);
+  std::string why;
+  EXPECT_TRUE(well_formed(read_file(svg), "svg", &why)) << why;
+  std::remove(json.c_str());
+  std::remove(svg.c_str());
+}
+
+TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"run", "--seq", "1004"}, "--seq 1004: S must be divisible by 2·D = 8"},
+      {{"run", "--strategy", "tp", "--ranks", "3"}, "--heads 8: the query heads must be divisible"},
+      {{"run", "--strategy", "tp-sp", "--tp", "2", "--sp", "3"}, "2·Sp = 6"},
+      {{"run", "--kv-heads", "3"}, "--kv-heads 3: must divide --heads 8"},
+      {{"run", "--vocab", "1022"}, "--vocab 1022"},
+      {{"run", "--strategy", "fsdp"}, "--strategy"},
+      {{"run", "--no-such-flag"}, "--no-such-flag"},
+      {{"compare", "--ranks", "0"}, "--ranks 0"},
+      {{"plan", "--device-mem", "80"}, "--device-mem 80: give a unit"},
+      {{"plan", "--seq", "12Q"}, "--seq 12Q"},
+      {{"plan", "gpt-5"}, "preset gpt-5: unknown"},
+      {{"plan", "--sweep", "len=1..2"}, "--sweep"},
+      {{"scale", "--max-ranks", "0"}, "--max-ranks 0"},
+      {{"run", "--config", "/nonexistent/tspemu.json"}, "--config /nonexistent/tspemu.json"},
+  };
+  for (const Case& c : cases) {
+    const Outcome o = tspemu(c.args);
+    EXPECT_EQ(o.code, 2) << c.args[1];
+    EXPECT_NE(o.err.find(c.message), std::string::npos)
+        << "args: " << c.args[1] << "\nstderr: " << o.err;
+  }
+}
+
+TEST(Cli, RuntimeFailuresExitOne) {
+  const Outcome o = tspemu(tiny({"run", "--json", "/nonexistent-dir/x/report.json"}));
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("cannot write /nonexistent-dir/x/report.json"), std::string::npos);
+}
+
+TEST(Cli, HelpExplainsEveryOptionWithItsDefault) {
+  for (const char* sub : {"run", "compare", "plan", "scale"}) {
+    const Outcome o = tspemu({sub, "--help"});
+    EXPECT_EQ(o.code, 0) << sub;
+    EXPECT_NE(o.out.find("--config"), std::string::npos) << sub;
+    EXPECT_NE(o.out.find("--json"), std::string::npos) << sub;
+  }
+  const Outcome run = tspemu({"run", "--help"});
+  EXPECT_NE(run.out.find("--seq INT=2048"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--strategy TEXT:{tsp,tp,megatron-sp,sp,tp-sp}=tsp"), std::string::npos);
+  EXPECT_NE(tspemu({"plan", "--help"}).out.find("--device-mem TEXT=80GB"), std::string::npos);
+}
+
+TEST(Cli, ConfigFileSetsOptionsAndTheCommandLineOverridesThem) {
+  const std::string config = temp_path("config.json"), json = temp_path("run.json");
+  {
+    std::ofstream f(config);
+    f << R"({"strategy": "sp", "ranks": 2, "seq": 64, "layers": 1, "hidden": 32, "heads": 4,
+             "kv-heads": 4, "ffn": 48, "quiet": true})";
+  }
+  const Outcome o = tspemu({"run", "--config", config, "--seq", "32", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const auto c = read_json(json).at("config");
+  EXPECT_EQ(c.at("strategy"), "SP Sp=2");  // from the file
+  EXPECT_EQ(c.at("S"), 32);                // the command line wins
+  {
+    std::ofstream f(config);
+    f << R"({"sequence": 64})";
+  }
+  const Outcome bad = tspemu({"run", "--config", config});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("\"sequence\" is not an option of `tspemu run`"), std::string::npos)
+      << bad.err;
+  std::remove(config.c_str());
+  std::remove(json.c_str());
+}
+
+TEST(Cli, SizesAndSweepsParse) {
+  EXPECT_EQ(parse_count("--seq", "128K"), 131072);
+  EXPECT_EQ(parse_count("--seq", "4096"), 4096);
+  EXPECT_DOUBLE_EQ(parse_bytes("--device-mem", "80GB"), 80e9);
+  EXPECT_DOUBLE_EQ(parse_bytes("--device-mem", "96GiB"), 96.0 * (1ull << 30));
+  EXPECT_EQ(parse_sweep("seq=16K..128K"), (std::vector<std::int64_t>{16384, 32768, 65536, 131072}));
+  EXPECT_EQ(parse_sweep("seq=16K..64K:4"), (std::vector<std::int64_t>{16384, 32768, 49152, 65536}));
+  EXPECT_EQ(parse_sweep("seq=1K,3K"), (std::vector<std::int64_t>{1024, 3072}));
+}
+
+}  // namespace
+}  // namespace tspemu::app
