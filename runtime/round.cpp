@@ -33,7 +33,9 @@ Round::Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std
       size_(comm.size()),
       seq_(comm.next_seq()),
       exposed_(false) {
-  op_ = OpRef{collective_name(fp.kind), seq_, &group_, -1, "publish"};
+  const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
+  op_ = OpRef{collective_name(fp.kind), seq_, &group_, -1, "publish", call_bytes};
+  record_ = record_begin(self_, op_.what, seq_, group_, -1, fp.root, call_bytes);
   Slot& mine = group_.slots[static_cast<std::size_t>(rank_)];
   Descriptor& d = mine.desc[seq_ % 2];
   d.fp = fp;
@@ -68,6 +70,7 @@ Round::Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std
     }
   } catch (...) {
     if (exposed_) wait_all_done_after_abort();
+    record_end(self_, record_, false);  // no destructor runs for a throwing constructor
     throw;
   }
 }
@@ -107,13 +110,16 @@ void Round::wait_stage(int r, std::uint64_t stage) {
 void Round::finish() {
   finished_ = true;
   advance(kDone);
-  if (!exposed_) return;
-  try {
-    for (int i = 1; i < size_; ++i) wait_stage((rank_ + i) % size_, kDone);
-  } catch (...) {
-    wait_all_done_after_abort();
-    throw;
+  if (exposed_) {
+    try {
+      for (int i = 1; i < size_; ++i) wait_stage((rank_ + i) % size_, kDone);
+    } catch (...) {
+      wait_all_done_after_abort();
+      throw;
+    }
   }
+  recorded_end_ = true;
+  record_end(self_, record_, true);
 }
 
 void Round::wait_all_done_after_abort() {

@@ -29,6 +29,7 @@ class Round {
   // (use-after-free). Every such path has raised the world's abort first, so wait as finish does.
   ~Round() {
     if (exposed_ && !finished_) wait_all_done_after_abort();
+    if (!recorded_end_) record_end(self_, record_, false);
   }
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
@@ -63,6 +64,8 @@ class Round {
   std::uint64_t seq_;
   bool exposed_;
   bool finished_ = false;
+  bool recorded_end_ = false;
+  std::uint64_t record_ = 0;  // flight recorder id
   OpRef op_;
   const Descriptor* peers_[kMaxRanks];
 };

@@ -35,7 +35,9 @@ SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dty
   const std::size_t bytes = count * dtype_size(dtype);
   const std::uint64_t m = comm.sends_to(dst)++;
   Channel& ch = comm.group().channel(comm.rank(), dst);
-  OpRef op{"send", m + 1, &comm.group(), dst, "a free mailbox slot"};
+  OpRef op{"send", m + 1, &comm.group(), dst, "a free mailbox slot", bytes};
+  const std::uint64_t record = detail::record_begin(comm.self(), "send", m + 1, comm.group(),
+                                                    comm.world_rank(dst), -1, bytes);
   if (m >= detail::kChannelDepth) {
     // seq_cst: pairs with the receiver's seq_cst store of `consumed` (frees slot m % depth).
     detail::wait_until(comm.self(), comm.world_rank(dst), op, [&] {
@@ -58,6 +60,9 @@ SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dty
     h.comm_ = &comm;
     h.peer_ = dst;
     h.index_ = m;
+    h.record_ = record;
+  } else {
+    detail::record_end(comm.self(), record, true);
   }
   return h;
 }
@@ -68,6 +73,7 @@ SendHandle& SendHandle::operator=(SendHandle&& o) noexcept {
     comm_ = std::exchange(o.comm_, nullptr);
     peer_ = o.peer_;
     index_ = o.index_;
+    record_ = o.record_;
   }
   return *this;
 }
@@ -76,7 +82,7 @@ void SendHandle::wait() {
   if (comm_ == nullptr) return;
   Comm& comm = *comm_;
   Channel& ch = comm.group().channel(comm.rank(), peer_);
-  OpRef op{"send", index_ + 1, &comm.group(), peer_, "the receiver to copy"};
+  OpRef op{"send", index_ + 1, &comm.group(), peer_, "the receiver to copy", 0};
   try {
     // seq_cst: pairs with the receiver's store of `consumed`; its copy is finished.
     detail::wait_until(comm.self(), comm.world_rank(peer_), op,
@@ -86,6 +92,7 @@ void SendHandle::wait() {
     throw;
   }
   comm_ = nullptr;
+  detail::record_end(comm.self(), record_, true);
 }
 
 void SendHandle::withdraw_or_wait() noexcept {
@@ -97,6 +104,7 @@ void SendHandle::withdraw_or_wait() noexcept {
   // the slot, so if the message is not consumed now, the slot still holds it.
   if (ch.consumed.load(std::memory_order_seq_cst) >= index_ + 1) {
     comm_ = nullptr;
+    detail::record_end(comm.self(), record_, true);
     return;
   }
   P2PMessage& msg = ch.ring[index_ % detail::kChannelDepth];
@@ -107,6 +115,7 @@ void SendHandle::withdraw_or_wait() noexcept {
     while (ch.consumed.load(std::memory_order_seq_cst) < index_ + 1) std::this_thread::yield();
   }
   comm_ = nullptr;
+  detail::record_end(comm.self(), record_, false);
 }
 
 SendHandle::~SendHandle() {
@@ -132,6 +141,8 @@ RecvHandle irecv_bytes(Comm& comm, std::byte* data, std::size_t count, Dtype dty
   h.buf_ = data;
   h.count_ = count;
   h.dtype_ = dtype;
+  h.record_ = detail::record_begin(comm.self(), "recv", h.index_ + 1, comm.group(),
+                                   comm.world_rank(src), -1, count * dtype_size(dtype));
   return h;
 }
 
@@ -149,6 +160,7 @@ RecvHandle& RecvHandle::operator=(RecvHandle&& o) noexcept {
     buf_ = o.buf_;
     count_ = o.count_;
     dtype_ = o.dtype_;
+    record_ = o.record_;
   }
   return *this;
 }
@@ -161,6 +173,7 @@ RecvHandle::~RecvHandle() {
   // HangError from another rank instead of the original exception. The buffer is never written;
   // the sender fails with PeerFailure once the exception aborts the run.
   if (std::uncaught_exceptions() > 0) {
+    detail::record_end(comm_->self(), record_, false);
     comm_ = nullptr;
     return;
   }
@@ -174,9 +187,19 @@ void RecvHandle::wait() {
   if (comm_ == nullptr) return;
   Comm& comm = *comm_;
   comm_ = nullptr;  // complete (or failed) after this call either way
+  try {
+    complete(comm);
+  } catch (...) {
+    detail::record_end(comm.self(), record_, false);
+    throw;
+  }
+  detail::record_end(comm.self(), record_, true);
+}
+
+void RecvHandle::complete(Comm& comm) {
   detail::RankState& self = comm.self();
   Channel& ch = comm.group().channel(peer_, comm.rank());
-  OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message"};
+  OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message", count_ * dtype_size(dtype_)};
   // seq_cst: pairs with the sender's store of `posted`, publishing the message slot.
   detail::wait_until(self, comm.world_rank(peer_), op,
                      [&] { return ch.posted.load(std::memory_order_seq_cst) >= index_ + 1; });

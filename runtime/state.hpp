@@ -31,7 +31,9 @@
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/dtype.hpp"
+#include "tspemu/runtime/flight_recorder.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "watchdog.hpp"
 
 namespace tspemu::detail {
 
@@ -95,17 +97,6 @@ struct Channel {
 struct WorldShared;
 struct Group;
 
-// Names the operation a rank is in, for error messages; formatted only when an error is raised,
-// so the hot path never builds strings.
-struct OpRef {
-  const char* what = "";  // "all_gather", "recv", ...
-  std::uint64_t seq = 0;  // collective number on the group, or message number
-  const Group* group = nullptr;
-  int peer_group_rank = -1;  // for point-to-point
-  const char* stage = "";    // what is awaited: "publish", "done", ...
-};
-std::string describe(const OpRef& op);
-
 struct Group {
   Group(WorldShared* world, std::uint64_t id, std::string name, std::vector<int> world_ranks);
   int size() const { return static_cast<int>(world_ranks.size()); }
@@ -124,8 +115,12 @@ struct Group {
 };
 
 struct RankState {
-  RankState(WorldShared* w, int id, std::size_t capacity)
-      : world(w), rank(id), arena(id, capacity) {}
+  RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth, int ranks)
+      : world(w),
+        rank(id),
+        arena(id, capacity),
+        flight(flight_depth),
+        last_scan(static_cast<std::size_t>(ranks), 0) {}
   WorldShared* world;
   int rank;
   Parker parker;
@@ -138,6 +133,13 @@ struct RankState {
   alignas(64) std::atomic<bool> exited{false};
   Arena arena;
   TrafficCounters counters;
+  // The wait this rank is blocked in, for the other ranks' watchdog scans (watchdog.hpp).
+  PendingSlot pending;
+  // Own thread only; read by World::run after the run (flight_recorder.hpp).
+  FlightRecorder flight;
+  // This rank's previous watchdog scan: the wait id of every rank, valid if scan_valid.
+  std::vector<std::uint64_t> last_scan;
+  bool scan_valid = false;
 };
 
 struct WorldShared {
@@ -149,6 +151,13 @@ struct WorldShared {
   // (a parked rank is woken ahead of a CPU-bound thread; a yielding one waits out its slice).
   std::chrono::nanoseconds long_yield;
   std::vector<std::unique_ptr<RankState>> ranks;
+  // Origin of every timestamp of the world (flight recorder, pending waits, traces).
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::int64_t now_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                t0)
+        .count();
+  }
   std::shared_ptr<Group> world_group;
 
   // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
@@ -171,6 +180,9 @@ struct WorldShared {
   std::mutex groups_mu;
   std::uint64_t next_group_id = 1;
   std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int>, PendingGroup> split_groups;
+  // Every group made in this run, kept until the next run starts: flight records and pending
+  // waits name their group by pointer, and failures are formatted after the members have left.
+  std::vector<std::shared_ptr<Group>> run_groups;
 
   // Run control. The caller of World::run bumps `generation` (release; pairs with the workers'
   // acquire wait/load, publishing `fn` and the reset state) and waits for `running` to reach 0
@@ -185,6 +197,18 @@ struct WorldShared {
   void fail(int rank, const std::string& message, std::exception_ptr error);
   std::string first_failure();
 };
+
+// Flight recorder hooks (flight_recorder.hpp): the start and the end of one operation of `self`.
+inline std::uint64_t record_begin(RankState& self, const char* what, std::uint64_t seq,
+                                  const Group& group, int peer, int root, std::uint64_t bytes) {
+  if (self.flight.depth() == 0) return 0;
+  return self.flight.begin(
+      OpRecord{what, seq, &group.name, peer, root, bytes, self.world->now_ns(), 0, {}});
+}
+inline void record_end(RankState& self, std::uint64_t id, bool ok) {
+  if (self.flight.depth() == 0) return;
+  self.flight.end(id, self.world->now_ns(), ok);
+}
 
 // Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of
 // `peer` (a world rank, or -1) and the hang timeout. `op` describes the wait for error messages.
@@ -218,6 +242,8 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
   }
   auto start = std::chrono::steady_clock::now();
   auto before = start;
+  // From here on the wait is visible to the other ranks' watchdog scans.
+  PendingScope pending(self, op, peer);
   for (int i = 0; i < w.yield_iterations; ++i) {
     std::this_thread::yield();
     if (ready()) return;
@@ -248,6 +274,8 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
       self.parker.cancel();
       throw_hang(self, peer, op, waited);
     }
+    if (w.opts.watchdog_timeout.count() > 0 && waited >= w.opts.watchdog_timeout)
+      watchdog_poll(self);
     auto left = w.opts.hang_timeout - waited;
     self.parker.park(std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(20)));
   }

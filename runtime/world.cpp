@@ -15,6 +15,9 @@
 namespace tspemu {
 namespace detail {
 
+// Operations per rank printed in RankFailure::what(); the full recorder is in flight_record().
+inline constexpr std::size_t kFlightRecordsInMessage = 6;
+
 std::string describe(const Fingerprint& fp) {
   std::ostringstream s;
   s << collective_name(fp.kind) << "(count=" << fp.count << ", " << dtype_name(fp.dtype);
@@ -26,6 +29,7 @@ std::string describe(const Fingerprint& fp) {
 std::string describe(const OpRef& op) {
   std::ostringstream s;
   s << op.what << " #" << op.seq;
+  if (op.bytes > 0) s << " (" << format_bytes(op.bytes) << ")";
   if (op.peer_group_rank >= 0) s << " with rank " << op.peer_group_rank;
   if (op.group != nullptr) s << " on group " << op.group->name;
   if (op.stage != nullptr && op.stage[0] != '\0') s << " (awaiting " << op.stage << ")";
@@ -143,7 +147,8 @@ void check_abort(RankState& self, const OpRef& op) {
 void throw_departed(RankState& self, int peer, const OpRef& op) {
   raise(self, HangError("rank " + std::to_string(self.rank) + " waits in " + describe(op) +
                         " for world rank " + std::to_string(peer) +
-                        ", which already returned from its run function"));
+                        ", which already returned from its run function\n" +
+                        describe_pending(*self.world, self.world->now_ns())));
 }
 
 void throw_hang(RankState& self, int peer, const OpRef& op,
@@ -152,6 +157,9 @@ void throw_hang(RankState& self, int peer, const OpRef& op,
   std::ostringstream m;
   m << "rank " << self.rank << " made no progress for " << s << " s in " << describe(op);
   if (peer >= 0) m << ", waiting for world rank " << peer;
+  m << "\n" << describe_pending(*self.world, self.world->now_ns());
+  const std::string cycle = describe_wait_cycle(*self.world);
+  if (!cycle.empty()) m << "\n" << cycle;
   raise(self, HangError(m.str()));
 }
 
@@ -213,12 +221,15 @@ World::World(WorldOptions opts) {
                                 std::to_string(kMaxRanks) + "]");
   if (opts.hang_timeout.count() <= 0)
     throw std::invalid_argument("World: hang_timeout must be positive");
+  if (opts.watchdog_timeout.count() < 0)
+    throw std::invalid_argument("World: watchdog_timeout must be positive, or 0 to disable it");
   shared_ = std::make_unique<detail::WorldShared>(opts);
   auto& w = *shared_;
   std::vector<int> all(static_cast<std::size_t>(opts.ranks));
   for (int i = 0; i < opts.ranks; ++i) {
     all[static_cast<std::size_t>(i)] = i;
-    w.ranks.push_back(std::make_unique<detail::RankState>(&w, i, opts.arena_capacity));
+    w.ranks.push_back(std::make_unique<detail::RankState>(&w, i, opts.arena_capacity,
+                                                          opts.flight_recorder_depth, opts.ranks));
   }
   w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
   for (int i = 0; i < opts.ranks; ++i) w.threads.emplace_back(detail::worker, std::ref(w), i);
@@ -258,7 +269,10 @@ void World::run(const std::function<void(Rank&)>& fn) {
   w.world_group->reset();
   // Entries of a failed run whose members never all looked them up (see split_groups).
   w.split_groups.clear();
+  w.run_groups.clear();
   for (auto& r : w.ranks) {
+    r->flight.clear();
+    r->scan_valid = false;
     r->exited.store(false, std::memory_order_relaxed);
     r->reading.store(false, std::memory_order_relaxed);
     r->arena.reset_peaks();
@@ -271,7 +285,23 @@ void World::run(const std::function<void(Rank&)>& fn) {
        left = w.running.load(std::memory_order_acquire))
     w.running.wait(left, std::memory_order_acquire);
   w.fn = nullptr;
-  if (w.failure) throw RankFailure(w.failed_rank, w.failure_message, w.failure);
+  if (w.failure) {
+    // Every rank has stopped (the acquire loads of `running` above publish their recorders).
+    const std::int64_t now = w.now_ns();
+    std::string recent =
+        "last operations of each rank (oldest first; all of them in flight_record()):";
+    std::string all = "flight recorder (last operations of each rank, oldest first):";
+    for (std::size_t i = 0; i < w.ranks.size(); ++i) {
+      const auto& f = w.ranks[i]->flight;
+      const std::string head = "\nrank " + std::to_string(i) + ", " + std::to_string(f.total()) +
+                               " operations in this run:";
+      recent += head + f.format(detail::kFlightRecordsInMessage, now);
+      all += head + f.format(f.depth(), now);
+    }
+    throw RankFailure(w.failed_rank, w.failure_message, w.failure,
+                      w.opts.flight_recorder_depth > 0 ? recent : std::string(),
+                      w.opts.flight_recorder_depth > 0 ? all : std::string());
+  }
 }
 
 }  // namespace tspemu

@@ -42,17 +42,6 @@ RankFailure expect_failure(World& w, F&& fn, Clock::duration* took = nullptr) {
   return RankFailure(-1, "", nullptr);
 }
 
-template <class E>
-bool cause_is(const RankFailure& f) {
-  try {
-    std::rethrow_exception(f.cause());
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // A world stays usable: a correct all_reduce after a failed run.
 void expect_usable(World& w) {
   w.run([](Rank& r) { check_all_reduce<float>(r, r.comm(), 1000, "float"); });

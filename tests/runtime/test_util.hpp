@@ -20,6 +20,7 @@
 
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu::test {
@@ -142,6 +143,18 @@ class CounterProbe {
   CollectiveKind k_;
   TrafficCounters::Entry before_;
 };
+
+// Whether the original exception of a failed run is an E.
+template <class E>
+bool cause_is(const RankFailure& f) {
+  try {
+    std::rethrow_exception(f.cause());
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 // Counts this process's threads (entries of /proc/self/task).
 // Threads of this process. The first thread a process creates can also start helper threads of

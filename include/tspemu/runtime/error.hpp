@@ -45,19 +45,30 @@ class OutOfMemory : public Error {
 };
 
 // What World::run throws: the first failure of the run, tagged with the rank that raised it.
-// cause() is the original exception (rethrow it to inspect its type).
+// cause() is the original exception (rethrow it to inspect its type). diagnosis() is
+// "rank R failed: <the original message>"; what() is the diagnosis followed by the last
+// operations of every rank (World keeps a few in the message; flight_record() has them all).
 class RankFailure : public Error {
  public:
-  RankFailure(int rank, const std::string& what, std::exception_ptr cause)
-      : Error("rank " + std::to_string(rank) + " failed: " + what),
+  RankFailure(int rank, const std::string& what, std::exception_ptr cause,
+              const std::string& recent_ops = {}, std::string flight_record = {})
+      : Error("rank " + std::to_string(rank) + " failed: " + what +
+              (recent_ops.empty() ? "" : "\n" + recent_ops)),
         rank_(rank),
-        cause_(std::move(cause)) {}
+        diagnosis_("rank " + std::to_string(rank) + " failed: " + what),
+        cause_(std::move(cause)),
+        flight_record_(std::move(flight_record)) {}
   int rank() const { return rank_; }
   const std::exception_ptr& cause() const { return cause_; }
+  const std::string& diagnosis() const { return diagnosis_; }
+  // Every rank's flight recorder (flight_recorder.hpp) at the end of the failed run.
+  const std::string& flight_record() const { return flight_record_; }
 
  private:
   int rank_;
+  std::string diagnosis_;
   std::exception_ptr cause_;
+  std::string flight_record_;
 };
 
 }  // namespace tspemu

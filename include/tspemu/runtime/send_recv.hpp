@@ -42,6 +42,7 @@ class SendHandle {
   Comm* comm_ = nullptr;  // null once complete
   int peer_ = -1;
   std::uint64_t index_ = 0;
+  std::uint64_t record_ = 0;  // flight recorder id
 };
 
 class RecvHandle {
@@ -55,12 +56,14 @@ class RecvHandle {
 
  private:
   friend RecvHandle irecv_bytes(Comm&, std::byte*, std::size_t, Dtype, int);
+  void complete(Comm& comm);
   Comm* comm_ = nullptr;
   int peer_ = -1;
   std::uint64_t index_ = 0;
   std::byte* buf_ = nullptr;
   std::size_t count_ = 0;
   Dtype dtype_ = Dtype::byte;
+  std::uint64_t record_ = 0;  // flight recorder id
 };
 
 SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst);

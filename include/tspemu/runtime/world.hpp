@@ -10,7 +10,9 @@
 //    first message, original exception) after every rank has stopped. The world stays usable.
 //  - a rank waiting for a rank that has already returned from fn fails with HangError; a wait
 //    with no progress for opts.hang_timeout fails with HangError naming the operation and the
-//    ranks it waits for.
+//    ranks it waits for; when every rank is blocked for opts.watchdog_timeout, HangError lists
+//    every rank's pending operation and the wait-for cycle (watchdog).
+//  - every failure carries the last operations of every rank (RankFailure::flight_record()).
 // Cost: a run round trip wakes N threads (one futex wake each when they sleep).
 //
 // Example:
@@ -43,6 +45,12 @@ struct WorldOptions {
   std::size_t arena_capacity = std::size_t{16} << 30;
   // A wait that sees no progress this long fails with HangError.
   std::chrono::milliseconds hang_timeout{30'000};
+  // Hang watchdog (runtime/watchdog.hpp): when every rank has been blocked in a wait (or has
+  // returned) this long with no progress, the run fails with HangError listing each rank's pending
+  // operation and the wait-for cycle. 0 disables it (hang_timeout still applies).
+  std::chrono::milliseconds watchdog_timeout{3'000};
+  // Operations of each rank kept by its flight recorder and printed with a failure (0: none).
+  std::size_t flight_recorder_depth = 64;
   // Pin rank i's thread to core i mod (cores available).
   bool pin_threads = false;
 };

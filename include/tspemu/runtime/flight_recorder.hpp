@@ -1,0 +1,71 @@
+// FlightRecorder: the last N communication operations of one rank, always on.
+//
+// What: a fixed ring of OpRecords (collective calls, sends, receives: kind, sequence number,
+// group, peer or root, bytes, begin and end time, outcome). World keeps one per rank and prints
+// them with any failure of a run (RankFailure::flight_record()), so the error shows what each rank
+// did last, not only where it stopped.
+// Requirements: written only by the thread of the rank that owns it; read only while that rank is
+// not running (World::run reads it after every rank has stopped, which the run's completion
+// counter publishes), so it needs no atomics and no locks.
+// Guarantees: no allocation after construction; begin/end cost a clock read and a few stores.
+// The ring is cleared at the start of each run: records name groups that live for one run.
+// Cost: O(1) per operation; memory N x sizeof(OpRecord) (64 records: about 5 KiB) per rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tspemu {
+
+struct OpRecord {
+  enum class Outcome : std::uint8_t { running, done, failed };
+  const char* what = "";               // "all_gather", "send", "recv", ...
+  std::uint64_t seq = 0;               // collective number on the group, or message number
+  const std::string* group = nullptr;  // group name (lives until the next run starts)
+  int peer = -1;                       // world rank of the peer (send/recv), else -1
+  int root = -1;                       // group rank of the root (broadcast/reduce), else -1
+  std::uint64_t bytes = 0;             // the call's payload: count x element size
+  std::int64_t begin_ns = 0;           // since the world was made
+  std::int64_t end_ns = 0;
+  Outcome outcome = Outcome::running;
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(std::size_t depth) : ring_(depth) {}
+
+  // Records the start of an operation; returns its id for end().
+  std::uint64_t begin(const OpRecord& r) {
+    if (ring_.empty()) return 0;
+    OpRecord& slot = ring_[next_ % ring_.size()];
+    slot = r;
+    slot.outcome = OpRecord::Outcome::running;
+    return next_++;
+  }
+  // Records the end of operation `id`, unless it has already left the ring.
+  void end(std::uint64_t id, std::int64_t end_ns, bool ok) {
+    if (ring_.empty() || id >= next_ || next_ - id > ring_.size()) return;
+    OpRecord& slot = ring_[id % ring_.size()];
+    slot.end_ns = end_ns;
+    slot.outcome = ok ? OpRecord::Outcome::done : OpRecord::Outcome::failed;
+  }
+  void clear() { next_ = 0; }
+
+  std::size_t depth() const { return ring_.size(); }
+  std::uint64_t total() const { return next_; }  // operations recorded since clear()
+  // The last min(limit, depth) records, oldest first.
+  std::vector<OpRecord> last(std::size_t limit) const;
+  // One line per record, oldest first, indented: "  #12 all_gather #3 on group world, 4.00 KiB,
+  // 0.153 ms at 12.345 ms: done". `now_ns` dates the running ones.
+  std::string format(std::size_t limit, std::int64_t now_ns) const;
+
+ private:
+  std::vector<OpRecord> ring_;
+  std::uint64_t next_ = 0;
+};
+
+std::string describe(const OpRecord& r);
+
+}  // namespace tspemu

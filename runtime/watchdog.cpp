@@ -1,0 +1,225 @@
+#include "watchdog.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "state.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::detail {
+
+void PendingSlot::publish(const OpRef& op, int waits_for_rank, std::int64_t since) {
+  const std::uint64_t v = version.load(std::memory_order_relaxed);  // only this rank writes it
+  // relaxed: the release stores of the fields below keep this store before them.
+  version.store(v + 1, std::memory_order_relaxed);
+  what.store(op.what, std::memory_order_release);
+  stage.store(op.stage, std::memory_order_release);
+  group.store(op.group, std::memory_order_release);
+  seq.store(op.seq, std::memory_order_release);
+  bytes.store(op.bytes, std::memory_order_release);
+  peer_group_rank.store(op.peer_group_rank, std::memory_order_release);
+  waits_for.store(waits_for_rank, std::memory_order_release);
+  since_ns.store(since, std::memory_order_release);
+  // release: a reader that sees v + 2 sees every field above (pairs with its acquire load).
+  version.store(v + 2, std::memory_order_release);
+}
+
+void PendingSlot::clear() {
+  const std::uint64_t v = version.load(std::memory_order_relaxed);
+  version.store(v + 1, std::memory_order_relaxed);
+  what.store(nullptr, std::memory_order_release);
+  // release: pairs with the reader's acquire load of version, as in publish.
+  version.store(v + 2, std::memory_order_release);
+}
+
+PendingOp read_pending(const PendingSlot& s) {
+  PendingOp p;
+  for (;;) {
+    // acquire: pairs with the writer's final release store; the fields it wrote are visible.
+    const std::uint64_t v = s.version.load(std::memory_order_acquire);
+    if (v % 2 == 0) {
+      // acquire loads: the re-read of version below cannot move above them.
+      const char* what = s.what.load(std::memory_order_acquire);
+      p.op.stage = s.stage.load(std::memory_order_acquire);
+      p.op.group = s.group.load(std::memory_order_acquire);
+      p.op.seq = s.seq.load(std::memory_order_acquire);
+      p.op.bytes = s.bytes.load(std::memory_order_acquire);
+      p.op.peer_group_rank = s.peer_group_rank.load(std::memory_order_acquire);
+      p.waits_for = s.waits_for.load(std::memory_order_acquire);
+      p.since_ns = s.since_ns.load(std::memory_order_acquire);
+      // relaxed: ordered after the acquire loads above; equal means no write overlapped them.
+      if (s.version.load(std::memory_order_relaxed) == v) {
+        p.wait_id = v / 2;
+        p.waiting = what != nullptr;
+        p.op.what = what != nullptr ? what : "";
+        return p;
+      }
+    }
+    std::this_thread::yield();  // a write is in progress: a few stores, done at once
+  }
+}
+
+PendingScope::PendingScope(RankState& self, const OpRef& op, int waits_for) : self_(self) {
+  self.pending.publish(op, waits_for, self.world->now_ns());
+}
+
+PendingScope::~PendingScope() {
+  self_.pending.clear();
+}
+
+namespace {
+
+std::string seconds(std::int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f s", static_cast<double>(ns) * 1e-9);
+  return b;
+}
+
+bool is_world(const Group* g) {
+  return g == nullptr || g->id == 0;
+}
+
+bool point_to_point(const OpRef& op) {
+  return op.peer_group_rank >= 0;
+}
+
+// "all_gather #17 on group world" / "recv #3 from rank 2" / "send #1 to rank 0 on group row".
+std::string op_name(const PendingOp& p) {
+  std::string s = std::string(p.op.what) + " #" + std::to_string(p.op.seq);
+  if (point_to_point(p.op)) {
+    s += std::string(std::string_view(p.op.what) == "recv" ? " from" : " to") + " rank " +
+         std::to_string(p.waits_for);
+    if (!is_world(p.op.group)) s += " on group " + p.op.group->name;
+  } else if (p.op.group != nullptr) {
+    s += " on group " + p.op.group->name;
+  }
+  return s;
+}
+
+bool stage_is(const PendingOp& p, const char* stage) {
+  return p.op.stage != nullptr && std::string_view(p.op.stage) == stage;
+}
+
+// Why rank `me` waits on p.waits_for, as a clause of the wait-for cycle.
+std::string edge(int me, const PendingOp& p) {
+  const std::string r = "rank " + std::to_string(p.waits_for);
+  std::string s = "rank " + std::to_string(me) + " waits in " + op_name(p);
+  if (point_to_point(p.op)) {
+    if (std::string_view(p.op.what) == "send")
+      s += stage_is(p, "a free mailbox slot")
+               ? ", whose mailbox from rank " + std::to_string(me) + " is full"
+               : ", which " + r + " has not received";
+  } else if (stage_is(p, "every member to enter")) {
+    s += ", which " + r + " never entered";
+  } else if (stage_is(p, "reduced chunks")) {
+    s += ", for the reduced chunk of " + r;
+  } else {
+    s += ", for " + r + " to finish it";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string describe_pending(WorldShared& w, std::int64_t now_ns) {
+  std::ostringstream m;
+  m << "pending operations:";
+  for (std::size_t i = 0; i < w.ranks.size(); ++i) {
+    RankState& r = *w.ranks[i];
+    m << "\n  rank " << i << ": ";
+    // acquire: pairs with the release store of exited in the worker loop.
+    if (r.exited.load(std::memory_order_acquire)) {
+      m << "returned from its run function";
+      continue;
+    }
+    const PendingOp p = read_pending(r.pending);
+    if (!p.waiting) {
+      m << "running (in no wait)";
+      continue;
+    }
+    m << op_name(p);
+    if (p.op.bytes > 0) m << ", " << format_bytes(p.op.bytes);
+    m << ", waiting " << seconds(now_ns - p.since_ns) << " for ";
+    if (point_to_point(p.op))
+      m << p.op.stage;
+    else if (stage_is(p, "every member to enter"))
+      m << "rank " << p.waits_for << " to enter";
+    else if (stage_is(p, "reduced chunks"))
+      m << "the reduced chunk of rank " << p.waits_for;
+    else
+      m << "rank " << p.waits_for << " to finish";
+  }
+  return m.str();
+}
+
+std::string describe_wait_cycle(WorldShared& w) {
+  const int n = static_cast<int>(w.ranks.size());
+  std::vector<PendingOp> ops(static_cast<std::size_t>(n));
+  std::vector<int> next(static_cast<std::size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
+    RankState& r = *w.ranks[static_cast<std::size_t>(i)];
+    if (r.exited.load(std::memory_order_acquire)) continue;  // acquire: as in describe_pending
+    ops[static_cast<std::size_t>(i)] = read_pending(r.pending);
+    if (ops[static_cast<std::size_t>(i)].waiting)
+      next[static_cast<std::size_t>(i)] = ops[static_cast<std::size_t>(i)].waits_for;
+  }
+  // Out-degree one: walk from each rank; a walk that returns to a rank of its own path closed a
+  // cycle. Report the first cycle found from the lowest rank, starting at its lowest member.
+  for (int start = 0; start < n; ++start) {
+    std::vector<int> order(static_cast<std::size_t>(n), -1);  // position on this walk
+    int r = start;
+    for (int step = 0; r >= 0 && r < n && order[static_cast<std::size_t>(r)] < 0; ++step) {
+      order[static_cast<std::size_t>(r)] = step;
+      r = next[static_cast<std::size_t>(r)];
+    }
+    if (r < 0 || r >= n) continue;
+    int lowest = r;
+    for (int q = next[static_cast<std::size_t>(r)]; q != r; q = next[static_cast<std::size_t>(q)])
+      lowest = std::min(lowest, q);
+    std::string s = "wait-for cycle: ";
+    int q = lowest;
+    do {
+      if (q != lowest) s += "; ";
+      s += edge(q, ops[static_cast<std::size_t>(q)]);
+      q = next[static_cast<std::size_t>(q)];
+    } while (q != lowest);
+    return s;
+  }
+  return "";
+}
+
+void watchdog_poll(RankState& self) {
+  WorldShared& w = *self.world;
+  const std::int64_t now = w.now_ns();
+  const std::int64_t quiet = std::chrono::nanoseconds(w.opts.watchdog_timeout).count();
+  bool stuck = true;
+  bool same_as_last = self.scan_valid;
+  std::int64_t newest = 0;
+  for (std::size_t i = 0; i < w.ranks.size(); ++i) {
+    RankState& r = *w.ranks[i];
+    std::uint64_t id = ~std::uint64_t{0};  // a returned rank: never changes
+    // acquire: pairs with the release store of exited; a returned rank stays returned.
+    if (!r.exited.load(std::memory_order_acquire)) {
+      const PendingOp p = read_pending(r.pending);
+      if (!p.waiting || now - p.since_ns < quiet) {
+        stuck = false;
+        break;
+      }
+      newest = std::max(newest, p.since_ns);
+      id = p.wait_id;
+    }
+    same_as_last = same_as_last && self.last_scan[i] == id;
+    self.last_scan[i] = id;
+  }
+  self.scan_valid = stuck;
+  if (!stuck || !same_as_last) return;
+  std::ostringstream m;
+  m << "hang: no rank made progress for " << seconds(now - newest) << " (watchdog_timeout "
+    << seconds(quiet) << "); every rank is blocked or has returned\n"
+    << describe_pending(w, now);
+  const std::string cycle = describe_wait_cycle(w);
+  m << "\n" << (cycle.empty() ? "no wait-for cycle" : cycle);
+  raise(self, HangError(m.str()));
+}
+
+}  // namespace tspemu::detail

@@ -1,0 +1,241 @@
+// Deliberately broken schedules: each must fail within a bounded time (never hang) with the exact
+// diagnosis — every rank's pending operation and the wait-for cycle (watchdog.hpp) — and every
+// failure carries the flight recorder of every rank (flight_recorder.hpp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kWatchdog = 250ms;
+
+WorldOptions hang_options(int ranks) {
+  return {.ranks = ranks, .hang_timeout = 20s, .watchdog_timeout = kWatchdog};
+}
+
+// Durations vary run to run: "0.27 s" becomes "T s".
+std::string without_times(const std::string& s) {
+  return std::regex_replace(s, std::regex(R"([0-9]+\.[0-9]+ s\b)"), "T s");
+}
+
+// Runs fn, expects RankFailure within `bound`, returns it.
+RankFailure run_failing(World& w, const std::function<void(Rank&)>& fn,
+                        Clock::duration bound = 3s) {
+  const auto t0 = Clock::now();
+  try {
+    w.run(fn);
+  } catch (const RankFailure& f) {
+    EXPECT_LT(Clock::now() - t0, bound) << "the failure took too long to be reported";
+    return f;
+  }
+  ADD_FAILURE() << "World::run did not throw";
+  return RankFailure(-1, "", nullptr);
+}
+
+// The hang diagnosis of a watchdog failure, without the line of the rank that raised it (any
+// blocked rank may be first to notice).
+std::string watchdog_report(const RankFailure& f) {
+  EXPECT_TRUE(cause_is<HangError>(f)) << f.what();
+  const std::string d = without_times(f.diagnosis());
+  const std::string head = "rank " + std::to_string(f.rank()) + " failed: ";
+  EXPECT_EQ(d.rfind(head, 0), 0u) << d;
+  return d.substr(head.size());
+}
+
+std::vector<float> ones(std::size_t n) {
+  return std::vector<float>(n, 1.0f);
+}
+
+TEST(HangDiagnosis, MissingSendIsACycleOfTheReceiverAndTheCollectiveItNeverEntered) {
+  World world(hang_options(4));
+  RankFailure f = run_failing(world, [](Rank& r) {
+    const int n = r.size();
+    auto out = ones(16), in = ones(16);
+    if (r.id() != 2) send<float>(r.comm(), out, (r.id() + 1) % n);  // rank 2 forgot its send
+    recv<float>(r.comm(), in, (r.id() + n - 1) % n);
+    std::vector<float> all(16 * static_cast<std::size_t>(n));
+    all_gather<float>(r.comm(), in, all);
+  });
+  EXPECT_EQ(watchdog_report(f),
+            "hang: no rank made progress for T s (watchdog_timeout T s); every rank is blocked "
+            "or has returned\n"
+            "pending operations:\n"
+            "  rank 0: all_gather #1 on group world, 64 B, waiting T s for rank 3 to enter\n"
+            "  rank 1: all_gather #1 on group world, 64 B, waiting T s for rank 3 to enter\n"
+            "  rank 2: all_gather #1 on group world, 64 B, waiting T s for rank 3 to enter\n"
+            "  rank 3: recv #1 from rank 2, 64 B, waiting T s for the message\n"
+            "wait-for cycle: rank 2 waits in all_gather #1 on group world, which rank 3 never "
+            "entered; rank 3 waits in recv #1 from rank 2");
+  // The flight recorder shows what each rank did: rank 2 never sent, rank 3 was still receiving.
+  const std::string& fr = f.flight_record();
+  EXPECT_NE(fr.find("rank 2, 2 operations in this run:\n  recv #1 from rank 1 on group world"),
+            std::string::npos)
+      << fr;
+  EXPECT_NE(fr.find("rank 3, 2 operations in this run:\n  send #1 to rank 0 on group world, 64 B "
+                    "at "),
+            std::string::npos)
+      << fr;
+  EXPECT_NE(fr.find("\n  recv #1 from rank 2 on group world, 64 B at "), std::string::npos) << fr;
+  EXPECT_NE(fr.find("ms, failed\n"), std::string::npos) << fr;
+  EXPECT_NE(std::string(f.what()).find("last operations of each rank"), std::string::npos);
+  world.run([](Rank& r) { barrier(r.comm()); });  // usable again
+}
+
+TEST(HangDiagnosis, RingTurnedTheWrongWayOnOneRank) {
+  World world(hang_options(4));
+  RankFailure f = run_failing(world, [](Rank& r) {
+    const int n = r.size();
+    // 4 KiB messages: not copied eagerly, so each send waits for its receiver.
+    auto out = ones(1024), in = ones(1024);
+    int to = (r.id() + 1) % n, from = (r.id() + n - 1) % n;
+    if (r.id() == 1) std::swap(to, from);  // rank 1 turns the ring the other way
+    sendrecv<float>(r.comm(), out, to, in, from);
+    barrier(r.comm());
+  });
+  EXPECT_EQ(watchdog_report(f),
+            "hang: no rank made progress for T s (watchdog_timeout T s); every rank is blocked "
+            "or has returned\n"
+            "pending operations:\n"
+            "  rank 0: send #1 to rank 1, waiting T s for the receiver to copy\n"
+            "  rank 1: recv #1 from rank 2, 4.00 KiB, waiting T s for the message\n"
+            "  rank 2: recv #1 from rank 1, 4.00 KiB, waiting T s for the message\n"
+            "  rank 3: barrier #1 on group world, waiting T s for rank 0 to enter\n"
+            "wait-for cycle: rank 1 waits in recv #1 from rank 2; rank 2 waits in recv #1 from "
+            "rank 1");
+}
+
+TEST(HangDiagnosis, BranchTakenByOneRankOnly) {
+  World world(hang_options(4));
+  RankFailure f = run_failing(world, [](Rank& r) {
+    Comm pair = r.comm().split(r.id() / 2, r.id(), "pair" + std::to_string(r.id() / 2));
+    auto x = ones(16);
+    if (r.id() == 0) barrier(pair);  // only rank 0 takes this branch
+    if (pair.rank() == 0)
+      send<float>(pair, x, 1);
+    else
+      recv<float>(pair, x, 0);
+    barrier(r.comm());
+  });
+  EXPECT_EQ(watchdog_report(f),
+            "hang: no rank made progress for T s (watchdog_timeout T s); every rank is blocked "
+            "or has returned\n"
+            "pending operations:\n"
+            "  rank 0: barrier #1 on group pair0, waiting T s for rank 1 to enter\n"
+            "  rank 1: recv #1 from rank 0 on group pair0, 64 B, waiting T s for the message\n"
+            "  rank 2: barrier #2 on group world, waiting T s for rank 0 to enter\n"
+            "  rank 3: barrier #2 on group world, waiting T s for rank 0 to enter\n"
+            "wait-for cycle: rank 0 waits in barrier #1 on group pair0, which rank 1 never "
+            "entered; rank 1 waits in recv #1 from rank 0 on group pair0");
+}
+
+TEST(HangDiagnosis, MismatchedSizesAreNamedOnBothSides) {
+  World world(hang_options(4));
+  // A message and a collective whose sizes disagree: a mismatch at once, not a hang.
+  RankFailure p2p = run_failing(
+      world,
+      [](Rank& r) {
+        std::vector<float> a(r.id() == 0 ? 100 : 50);
+        if (r.id() == 0) send<float>(r.comm(), a, 1);
+        if (r.id() == 1) recv<float>(r.comm(), a, 0);
+      },
+      1s);
+  EXPECT_TRUE(cause_is<CollectiveMismatch>(p2p));
+  EXPECT_EQ(p2p.diagnosis(),
+            "rank 1 failed: recv #1 on group world: rank 0 sent count=100 float, rank 1 expects "
+            "count=50 float");
+  RankFailure coll = run_failing(
+      world,
+      [](Rank& r) {
+        const std::size_t c = r.id() == 2 ? 2048 : 4096;
+        std::vector<float> a(c), b(4 * c);
+        all_gather<float>(r.comm(), a, b);
+      },
+      1s);
+  EXPECT_TRUE(cause_is<CollectiveMismatch>(coll));
+  EXPECT_EQ(coll.diagnosis().substr(coll.diagnosis().find(':')),
+            ": collective #1 on group world disagrees: rank 0 called all_gather(count=4096, "
+            "float), rank 2 called all_gather(count=2048, float)");
+}
+
+TEST(HangDiagnosis, RankReturningEarlyIsNamedWithEveryPendingOperation) {
+  World world(hang_options(3));
+  RankFailure f = run_failing(
+      world,
+      [](Rank& r) {
+        auto x = ones(16);
+        if (r.id() == 2) return;  // returns before its part of the schedule
+        all_reduce<float>(r.comm(), std::span<float>(x));
+      },
+      1s);
+  ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
+  const std::string d = f.diagnosis();
+  const std::string r = std::to_string(f.rank());
+  // The first line is exact; the others list each rank, which may still be on its way.
+  const std::string first = "rank " + r + " failed: rank " + r +
+                            " waits in all_reduce #1 (64 B) on group world (awaiting every member "
+                            "to enter) for world rank 2, which already returned from its run "
+                            "function\npending operations:\n";
+  EXPECT_EQ(d.substr(0, first.size()), first);
+  EXPECT_NE(d.find("  rank 2: returned from its run function"), std::string::npos) << d;
+}
+
+TEST(HangDiagnosis, PerWaitTimeoutStillReportsARankBusyOutsideTheRuntime) {
+  // Rank 1 never communicates (a compute loop that never ends): it is not blocked, so the
+  // watchdog stays quiet, and the per-wait hang_timeout reports the waiting rank.
+  World world({.ranks = 2, .hang_timeout = 300ms, .watchdog_timeout = 100ms});
+  std::atomic<bool> stop{false};
+  RankFailure f = run_failing(world, [&](Rank& r) {
+    if (r.id() == 1) {
+      // relaxed: only a flag to end the loop; it orders nothing.
+      while (!stop.load(std::memory_order_relaxed)) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    struct Stop {
+      std::atomic<bool>& s;
+      ~Stop() { s.store(true, std::memory_order_relaxed); }  // relaxed: see the load above
+    } stop_on_exit{stop};
+    barrier(r.comm());
+  });
+  ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
+  EXPECT_EQ(f.rank(), 0);
+  EXPECT_EQ(without_times(f.diagnosis()),
+            "rank 0 failed: rank 0 made no progress for T s in barrier #1 on group world "
+            "(awaiting every member to enter), waiting for world rank 1\n"
+            "pending operations:\n"
+            "  rank 0: barrier #1 on group world, waiting T s for rank 1 to enter\n"
+            "  rank 1: running (in no wait)");
+}
+
+TEST(HangDiagnosis, FlightRecorderKeepsTheLastOperationsOfEachRankOnly) {
+  World world({.ranks = 2, .watchdog_timeout = kWatchdog, .flight_recorder_depth = 4});
+  RankFailure f = run_failing(world, [](Rank& r) {
+    std::vector<float> x(8, 1.0f);
+    for (int i = 0; i < 10; ++i) all_reduce<float>(r.comm(), std::span<float>(x));
+    if (r.id() == 1) throw std::runtime_error("stop here");
+    barrier(r.comm());
+  });
+  const std::string fr = f.flight_record();
+  // Depth 4: rank 1 keeps all_reduce #7..#10, rank 0 all_reduce #8..#10 and its barrier.
+  EXPECT_EQ(fr.find("all_reduce #6"), std::string::npos) << fr;
+  for (int i = 7; i <= 10; ++i)
+    EXPECT_NE(fr.find("all_reduce #" + std::to_string(i) + " on group world, 32 B"),
+              std::string::npos)
+        << fr;
+  EXPECT_NE(fr.find("rank 1, 10 operations in this run:"), std::string::npos) << fr;
+  EXPECT_NE(fr.find("rank 0, 11 operations in this run:"), std::string::npos) << fr;
+  EXPECT_NE(fr.find("barrier #11 on group world at"), std::string::npos) << fr;
+  EXPECT_NE(fr.find(", failed"), std::string::npos) << fr;  // rank 0's barrier, aborted
+}
+
+}  // namespace
+}  // namespace tspemu::test
