@@ -290,6 +290,19 @@ void check_traffic(StackResult& out,
   }
 }
 
+void check_memory(StackResult& out, int layers, std::uint64_t extra) {
+  const auto L = static_cast<std::uint64_t>(layers);
+  const auto& lm = out.layer_model;
+  out.model_weights = L * lm.resident[static_cast<std::size_t>(Category::weights)] + extra;
+  out.model_gradients = L * lm.backward.end[static_cast<std::size_t>(Category::gradients)] + extra;
+  out.memory_match = true;
+  for (const RankMeasure& m : out.ranks)
+    out.memory_match =
+        out.memory_match &&
+        m.arena.category_peak[static_cast<std::size_t>(Category::weights)] == out.model_weights &&
+        m.arena.category_peak[static_cast<std::size_t>(Category::gradients)] == out.model_gradients;
+}
+
 void judge(StackResult& out, const std::string& name, std::span<const float> parallel,
            std::span<const float> reference, std::span<const double> oracle, double k) {
   const ref::Verdict v = ref::check_close(name, parallel, reference, oracle, k);
@@ -323,7 +336,10 @@ StackResult run_stack(const StackConfig& c) {
     got.dx.resize(full);
     got.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<float>::zeros(c.model));
   }
-  World world({.ranks = n, .pin_threads = c.pin});
+  WorldOptions world_opts;  // assigned, not designated: WorldOptions grows fields
+  world_opts.ranks = n;
+  world_opts.pin_threads = c.pin;
+  World world(world_opts);
   if (c.strategy.scheme == cost::Scheme::tsp)
     run_tsp(c, world, w32.layers, x, dy, out, got);
   else
@@ -341,6 +357,7 @@ StackResult run_stack(const StackConfig& c) {
   out.layer_model = c.strategy.scheme == cost::Scheme::tsp
                         ? cost::tsp_layer_memory(ms, c.strategy.D, opt, es)
                         : cost::baseline_layer_memory(ms, c.strategy, es);
+  check_memory(out, L);
   if (!c.check) return out;
 
   const auto w_oracle = ref::convert_weights<double>(w32);

@@ -75,6 +75,10 @@ struct StackResult {
   bool traffic_match = false;  // every rank, every kind, calls and bytes both ways
   // The cost model's one-layer arena replay, for weights and gradients per layer.
   tsp::cost::LayerArenaMemory layer_model;
+  // Weights and gradients per rank by the model: L × the layer replay (+ the vocabulary shards
+  // and final norm of the whole model), and whether every rank's arena peak equals them.
+  std::uint64_t model_weights = 0, model_gradients = 0;
+  bool memory_match = false;
   std::vector<TensorVerdict> tensors;  // empty unless checked
   double max_err_ratio = 0;            // max over tensors of parallel_err / bound
   bool numerics_ok = true;
@@ -105,6 +109,10 @@ void check_traffic(
 // t scaled by n, plus `plus` (element-wise on calls and bytes).
 tsp::cost::Traffic scaled(const tsp::cost::Traffic& t, std::uint64_t n,
                           const tsp::cost::Traffic& plus = {});
+
+// Sets model_weights / model_gradients to L × the layer model plus `extra` bytes each, and
+// memory_match from every rank's arena peaks.
+void check_memory(StackResult& out, int layers, std::uint64_t extra = 0);
 
 // Judges one tensor by the oracle rule and records it in out (tensors, numerics_ok, ratio).
 void judge(StackResult& out, const std::string& name, std::span<const float> parallel,

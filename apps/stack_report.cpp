@@ -139,6 +139,14 @@ void print_report(std::ostream& out, const StackConfig& c, const StackResult& r)
       format_bytes(w).c_str(), format_bytes(g).c_str(), format_bytes(lm.forward.peak).c_str(),
       format_bytes(lm.backward.peak).c_str());
 
+  out << fmt(
+      "weights and gradients per rank, measured vs model: %s / %s vs %s / %s: %s\n",
+      format_bytes(r.ranks[0].arena.category_peak[static_cast<std::size_t>(Category::weights)])
+          .c_str(),
+      format_bytes(r.ranks[0].arena.category_peak[static_cast<std::size_t>(Category::gradients)])
+          .c_str(),
+      format_bytes(r.model_weights).c_str(), format_bytes(r.model_gradients).c_str(),
+      r.memory_match ? "equal on every rank" : "DIFFER (reported, not part of the verdict)");
   out << "\nbytes per collective, rank 0, measured vs cost model ("
       << (r.scope.rfind("whole", 0) == 0 ? "L x layer + embedding/LM head/loss" : "L x layer")
       << "):\n";
@@ -191,6 +199,9 @@ nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
   j["memory_model_layer"] = {{"resident_bytes", categories(lm.resident)},
                              {"forward_peak_bytes", lm.forward.peak},
                              {"backward_peak_bytes", lm.backward.peak}};
+  j["memory_model"] = {{"weights_bytes", r.model_weights},
+                       {"gradients_bytes", r.model_gradients},
+                       {"match", r.memory_match}};
   j["traffic_match"] = r.traffic_match;
   j["accuracy"] = nlohmann::json::array();
   for (const TensorVerdict& t : r.tensors)

@@ -64,7 +64,10 @@ StackResult run_tsp_model(const StackConfig& c) {
   auto gt = ref::ModelWeights<float>::zeros(s.model);
   double loss_tsp = 0;
   const tsp::SequenceLayout layout = s.layout();
-  World world({.ranks = D, .pin_threads = c.pin});
+  WorldOptions world_opts;  // assigned, not designated: WorldOptions grows fields
+  world_opts.ranks = D;
+  world_opts.pin_threads = c.pin;
+  World world(world_opts);
   world.run([&](Rank& rank) {
     const int p = rank.id();
     std::vector<std::int32_t> tl(static_cast<std::size_t>(B) * s.Tl()), yl(tl.size());
@@ -95,6 +98,13 @@ StackResult run_tsp_model(const StackConfig& c) {
                      scaled(t.backward, static_cast<std::uint64_t>(L), v.backward)};
   });
   out.layer_model = cost::tsp_layer_memory(ms, D, opt, es);
+  // TspModel's own tensors, each charged in 64-byte units: embedding and (untied) LM head shards,
+  // final norm — and a gradient of each.
+  auto charged = [](std::uint64_t bytes) { return (bytes + 63) / 64 * 64; };
+  const std::uint64_t shard = static_cast<std::uint64_t>(s.model.vocab / D) * s.model.hidden * 4;
+  check_memory(out, L,
+               (s.model.tie_embeddings ? 1 : 2) * charged(shard) +
+                   charged(static_cast<std::uint64_t>(s.model.hidden) * 4));
   if (!c.check) return out;
 
   ref::Batch batch{B, S, tokens, targets, {}};

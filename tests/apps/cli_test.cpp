@@ -118,6 +118,8 @@ TEST(Cli, RunDefaultPassesAndWritesTheReportAsJson) {
   const auto& bc = j.at("traffic")[0].at("forward").at("broadcast");
   EXPECT_EQ(bc.at("bytes_received"), bc.at("model_bytes_received"));
   EXPECT_EQ(j.at("traffic_match"), true);
+  EXPECT_EQ(j.at("memory_model").at("match"), true);
+  EXPECT_TRUE(j.at("memory_model").at("weights_bytes").is_number_unsigned());
   EXPECT_GT(j.at("accuracy").size(), 10u);
   EXPECT_TRUE(j.at("accuracy")[0].at("ok").is_boolean());
   EXPECT_TRUE(j.at("max_err_ratio").is_number());
@@ -139,6 +141,7 @@ TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
     EXPECT_EQ(o.code, 0) << c[1] << "\n" << o.out << o.err;
     EXPECT_NE(o.out.find("layer stack"), std::string::npos) << c[1];
     EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << c[1];
+    EXPECT_NE(o.out.find("equal on every rank"), std::string::npos) << c[1] << "\n" << o.out;
   }
 }
 
