@@ -312,8 +312,8 @@ void judge(StackResult& out, const std::string& name, std::span<const float> par
   out.max_err_ratio = std::max(out.max_err_ratio, std::isfinite(ratio) ? ratio : HUGE_VAL);
 }
 
-int stack_steps(const StackConfig& c) {
-  return 2 * c.model.n_layers;
+int stack_steps(const StackConfig& c, bool whole_model) {
+  return (whole_model ? 2 : 2 * c.model.n_layers) + (c.check ? 2 : 0);
 }
 
 StackResult run_stack(const StackConfig& c) {
@@ -365,7 +365,9 @@ StackResult run_stack(const StackConfig& c) {
   const auto t0 = std::chrono::steady_clock::now();
   StackTensors<float> r32 = reference_stack(c.model, w32.layers, x, dy, c.B, c.S);
   out.reference_seconds = seconds_between(t0, std::chrono::steady_clock::now());
+  if (c.on_step) c.on_step();
   StackTensors<double> o64 = reference_stack(c.model, w_oracle.layers, x64, dy64, c.B, c.S);
+  if (c.on_step) c.on_step();
   std::vector<std::span<const float>> ref_spans, got_spans;
   std::vector<std::span<const double>> oracle_spans;
   std::vector<std::string> names;

@@ -38,18 +38,20 @@ struct StackConfig {
   tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the baselines use zigzag rows
   int head_buckets = 1;                              // TSP only
   std::uint64_t seed = 1;
-  double k = 3.0;                 // the oracle rule's factor, as tests/tsp uses
-  bool check = true;              // run the reference and the oracle and judge every tensor
-  bool pin = false;               // WorldOptions::pin_threads
-  std::function<void()> on_step;  // called by rank 0 after each block, forward and backward
+  double k = 3.0;     // the oracle rule's factor, as tests/tsp uses
+  bool check = true;  // run the reference and the oracle and judge every tensor
+  bool pin = false;   // WorldOptions::pin_threads
+  // Progress: called by rank 0 after each layer, forward and backward (the whole model: after
+  // each pass), then after the reference and after the oracle.
+  std::function<void()> on_step;
 };
 
 // The TSP shape of c (strategy TSP).
 tsp::TspShape tsp_shape(const StackConfig& c);
 // Throws std::invalid_argument when the strategy cannot run this shape (the library's message).
 void validate_stack(const StackConfig& c);
-// The number of on_step calls one run makes (for a progress bar).
-int stack_steps(const StackConfig& c);
+// The number of on_step calls one run makes (run_stack, or run_tsp_model when whole_model).
+int stack_steps(const StackConfig& c, bool whole_model = false);
 
 struct TensorVerdict {
   std::string name;

@@ -32,7 +32,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   c.check = !a.no_check;
   StackResult r;
   {
-    ProgressBar bar("run " + st.name(), whole ? 2 : stack_steps(c), !a.quiet);
+    ProgressBar bar("run " + st.name(), stack_steps(c, whole), !a.quiet);
     c.on_step = [&bar] { bar.step(); };
     r = whole ? run_tsp_model(c) : run_stack(c);
   }

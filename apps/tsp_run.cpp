@@ -115,11 +115,13 @@ StackResult run_tsp_model(const StackConfig& c) {
   ref::model_backward(w32, batch, c32, g32);
   out.reference_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (c.on_step) c.on_step();
   const auto wo = ref::convert_weights<double>(w32);  // the oracle sees the float weights exactly
   ref::ModelCache<double> c64;
   ref::ModelWeights<double> g64;
   const double loss64 = ref::model_forward(wo, batch, c64);
   ref::model_backward(wo, batch, c64, g64);
+  if (c.on_step) c.on_step();
 
   const std::vector<float> lt{static_cast<float>(loss_tsp)}, lr{static_cast<float>(loss32)};
   const std::vector<double> lo{loss64};
