@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tspemu/runtime/error.hpp"
+#include "tspemu/runtime/trace.hpp"
 
 namespace tspemu {
 
@@ -88,6 +89,7 @@ void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
   stats_.peak = std::max(stats_.peak, stats_.current);
   stats_.category_peak[ci] = std::max(stats_.category_peak[ci], stats_.category_current[ci]);
   for (auto& ph : active_phases_) ph->second = std::max(ph->second, stats_.current);
+  if (trace_ != nullptr) trace_->counter("arena bytes", stats_.current);
   return p;
 }
 
@@ -96,6 +98,7 @@ void Arena::release_bytes(void* p, std::size_t bytes, Category c) noexcept {
   const std::size_t size = charged(bytes);
   stats_.current -= size;
   stats_.category_current[static_cast<std::size_t>(c)] -= size;
+  if (trace_ != nullptr) trace_->counter("arena bytes", stats_.current);
   try {
     free_blocks_[size].push_back(p);
   } catch (...) {

@@ -77,7 +77,10 @@ Comm Comm::split(int color, int key, const std::string& group_name) {
                .first;
     }
     g = it->second.group;
-    if (it->second.lookups_left == static_cast<int>(members.size())) w.run_groups.push_back(g);
+    if (it->second.lookups_left == static_cast<int>(members.size())) {
+      w.run_groups.push_back(g);
+      if (w.opts.trace) w.group_names[g->id] = g->name;
+    }
     if (--it->second.lookups_left == 0) w.split_groups.erase(it);
   }
   return Comm(std::move(g), my_index, self_);

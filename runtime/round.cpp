@@ -1,5 +1,6 @@
 #include "round.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -36,12 +37,15 @@ Round::Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std
   const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
   op_ = OpRef{collective_name(fp.kind), seq_, &group_, -1, "publish", call_bytes};
   record_ = record_begin(self_, op_.what, seq_, group_, -1, fp.root, call_bytes);
+  root_ = fp.root;
+  if (self_.trace) trace_begin_ns_ = self_.world->now_ns();
   Slot& mine = group_.slots[static_cast<std::size_t>(rank_)];
   Descriptor& d = mine.desc[seq_ % 2];
   d.fp = fp;
   d.send = payload.data();
   d.recv = recv;
   d.bytes = payload.size();
+  d.sim_ns = self_.sim_ns;
   d.eager = payload.size() <= kEagerBytes;
   if (d.eager && !payload.empty()) std::memcpy(d.data, payload.data(), payload.size());
   exposed_ = !d.eager;
@@ -67,6 +71,15 @@ Round::Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std
         if (r == 0 || !compatible(ref, peer(r).fp, counts_must_match))
           m << (r ? ", " : " ") << "rank " << r << " called " << describe(peer(r).fp);
       raise(self_, CollectiveMismatch(m.str()));
+    }
+    if (const SimClockModel* sim = sim_model(self_)) {
+      // The call starts on the simulated clock when its last member arrives; every member computes
+      // the same start and end from the same published clocks.
+      std::int64_t start = 0;
+      for (int r = 0; r < size_; ++r) start = std::max(start, peer(r).sim_ns);
+      sim_begin_ns_ = start;
+      sim_end_ns_ = start + sim_ns_of(sim->collective_seconds(fp.kind, call_bytes, size_));
+      self_.sim_ns = sim_end_ns_;
     }
   } catch (...) {
     if (exposed_) wait_all_done_after_abort();
@@ -120,6 +133,10 @@ void Round::finish() {
   }
   recorded_end_ = true;
   record_end(self_, record_, true);
+  if (self_.trace)
+    self_.trace->record(TraceEvent{TraceEvent::Type::collective, op_.what, seq_, group_.id, -1,
+                                   root_, op_.bytes, 0, 0, trace_begin_ns_, self_.world->now_ns(),
+                                   sim_begin_ns_, sim_end_ns_});
 }
 
 void Round::wait_all_done_after_abort() {

@@ -66,6 +66,10 @@ class Round {
   bool finished_ = false;
   bool recorded_end_ = false;
   std::uint64_t record_ = 0;  // flight recorder id
+  int root_ = -1;
+  std::int64_t trace_begin_ns_ = 0;  // when tracing
+  std::int64_t sim_begin_ns_ = -1;   // with a simulated clock
+  std::int64_t sim_end_ns_ = -1;
   OpRef op_;
   const Descriptor* peers_[kMaxRanks];
 };

@@ -1,5 +1,6 @@
 #include "tspemu/runtime/send_recv.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -32,6 +33,8 @@ detail::RankState& state_of(const Comm& c, int group_rank) {
 
 SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst) {
   check_peer(comm, "send", dst);
+  detail::RankState& self = comm.self();
+  const std::int64_t trace_begin = self.trace ? self.world->now_ns() : 0;
   const std::size_t bytes = count * dtype_size(dtype);
   const std::uint64_t m = comm.sends_to(dst)++;
   Channel& ch = comm.group().channel(comm.rank(), dst);
@@ -50,11 +53,21 @@ SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dty
   msg.eager = bytes <= detail::kEagerBytes;
   msg.data_ptr = data;
   if (msg.eager && bytes > 0) std::memcpy(msg.data, data, bytes);
+  const std::uint64_t flow = self.trace ? self.trace->next_flow(self.rank) : 0;
+  msg.flow = flow;
+  const SimClockModel* sim = detail::sim_model(self);
+  msg.sim_arrival_ns = sim ? self.sim_ns + detail::sim_ns_of(sim->message_seconds(bytes)) : 0;
   // relaxed: published to the receiver by the seq_cst store of `posted` below.
   msg.state.store(detail::kPosted, std::memory_order_relaxed);
   ch.posted.store(m + 1, std::memory_order_seq_cst);
   state_of(comm, dst).parker.unpark();
   detail::count_traffic(comm, CollectiveKind::send, dst == comm.rank() ? 0 : bytes, 0);
+  if (self.trace) {
+    const std::int64_t sim_now = sim ? self.sim_ns : -1;  // the copy does not hold the sender
+    self.trace->record(TraceEvent{TraceEvent::Type::send, "send", m + 1, comm.group().id,
+                                  comm.world_rank(dst), -1, bytes, 0, flow, trace_begin,
+                                  self.world->now_ns(), sim_now, sim_now});
+  }
   SendHandle h;
   if (!msg.eager) {
     h.comm_ = &comm;
@@ -81,6 +94,8 @@ SendHandle& SendHandle::operator=(SendHandle&& o) noexcept {
 void SendHandle::wait() {
   if (comm_ == nullptr) return;
   Comm& comm = *comm_;
+  detail::RankState& self = comm.self();
+  const std::int64_t trace_begin = self.trace ? self.world->now_ns() : 0;
   Channel& ch = comm.group().channel(comm.rank(), peer_);
   OpRef op{"send", index_ + 1, &comm.group(), peer_, "the receiver to copy", 0};
   try {
@@ -92,7 +107,13 @@ void SendHandle::wait() {
     throw;
   }
   comm_ = nullptr;
-  detail::record_end(comm.self(), record_, true);
+  detail::record_end(self, record_, true);
+  if (self.trace) {
+    const std::int64_t sim_now = detail::sim_model(self) ? self.sim_ns : -1;
+    self.trace->record(TraceEvent{TraceEvent::Type::send, "send wait", index_ + 1, comm.group().id,
+                                  comm.world_rank(peer_), -1, 0, 0, 0, trace_begin,
+                                  self.world->now_ns(), sim_now, sim_now});
+  }
 }
 
 void SendHandle::withdraw_or_wait() noexcept {
@@ -198,6 +219,7 @@ void RecvHandle::wait() {
 
 void RecvHandle::complete(Comm& comm) {
   detail::RankState& self = comm.self();
+  const std::int64_t trace_begin = self.trace ? self.world->now_ns() : 0;
   Channel& ch = comm.group().channel(peer_, comm.rank());
   OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message", count_ * dtype_size(dtype_)};
   // seq_cst: pairs with the sender's store of `posted`, publishing the message slot.
@@ -231,9 +253,22 @@ void RecvHandle::complete(Comm& comm) {
   // Fix (TSan data race): read the message's size before releasing the slot; once `consumed` is
   // stored the sender may reuse it for message index_ + depth and rewrite msg.bytes.
   const std::uint64_t bytes = msg.bytes;
+  const std::uint64_t flow = msg.flow;
+  const std::int64_t arrival = msg.sim_arrival_ns;
   ch.consumed.store(index_ + 1, std::memory_order_seq_cst);
   state_of(comm, peer_).parker.unpark();
   detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : bytes);
+  std::int64_t sim_begin = -1;
+  if (detail::sim_model(self)) {
+    // A receive ends no earlier than its message arrives on the simulated clock.
+    sim_begin = self.sim_ns;
+    self.sim_ns = std::max(self.sim_ns, arrival);
+  }
+  if (self.trace)
+    self.trace->record(TraceEvent{TraceEvent::Type::recv, "recv", index_ + 1, comm.group().id,
+                                  comm.world_rank(peer_), -1, bytes, 0, flow, trace_begin,
+                                  self.world->now_ns(), sim_begin,
+                                  sim_begin < 0 ? -1 : self.sim_ns});
 }
 
 }  // namespace tspemu

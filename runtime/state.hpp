@@ -58,6 +58,7 @@ struct Descriptor {
   Fingerprint fp;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
+  std::int64_t sim_ns = 0;  // the rank's simulated clock when it entered (sim_clock.hpp)
   std::uint64_t bytes = 0;  // this rank's payload
   bool eager = false;       // payload copied into `data`
   alignas(64) std::byte data[kEagerBytes];
@@ -75,6 +76,8 @@ struct P2PMessage {
   Fingerprint fp;
   const std::byte* data_ptr = nullptr;
   std::uint64_t bytes = 0;
+  std::uint64_t flow = 0;           // trace flow id of the send, 0 when not tracing
+  std::int64_t sim_arrival_ns = 0;  // simulated arrival time at the receiver
   bool eager = false;
   // kPosted -> kTaken by the receiver (CAS) before it reads a single-copy payload, or
   // kPosted -> kWithdrawn by a sender unwinding past an unfinished isend. The CAS decides who
@@ -140,6 +143,9 @@ struct RankState {
   // This rank's previous watchdog scan: the wait id of every rank, valid if scan_valid.
   std::vector<std::uint64_t> last_scan;
   bool scan_valid = false;
+  // Own thread only: this rank's events when tracing (null otherwise), and its simulated clock.
+  std::unique_ptr<RankTrace> trace;
+  std::int64_t sim_ns = 0;
 };
 
 struct WorldShared {
@@ -183,6 +189,9 @@ struct WorldShared {
   // Every group made in this run, kept until the next run starts: flight records and pending
   // waits name their group by pointer, and failures are formatted after the members have left.
   std::vector<std::shared_ptr<Group>> run_groups;
+  // Names of every group made while tracing, by id (trace events name groups by id). Guarded by
+  // groups_mu; read by Trace between runs.
+  std::map<std::uint64_t, std::string> group_names;
 
   // Run control. The caller of World::run bumps `generation` (release; pairs with the workers'
   // acquire wait/load, publishing `fn` and the reset state) and waits for `running` to reach 0
@@ -208,6 +217,14 @@ inline std::uint64_t record_begin(RankState& self, const char* what, std::uint64
 inline void record_end(RankState& self, std::uint64_t id, bool ok) {
   if (self.flight.depth() == 0) return;
   self.flight.end(id, self.world->now_ns(), ok);
+}
+
+// Trace and simulated-clock hooks (trace.hpp, sim_clock.hpp). `sim` is the model or null.
+inline const SimClockModel* sim_model(const RankState& self) {
+  return self.world->opts.sim_clock ? &*self.world->opts.sim_clock : nullptr;
+}
+inline std::int64_t sim_ns_of(double seconds) {
+  return static_cast<std::int64_t>(seconds * 1e9);
 }
 
 // Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of

@@ -232,6 +232,13 @@ World::World(WorldOptions opts) {
                                                           opts.flight_recorder_depth, opts.ranks));
   }
   w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
+  if (opts.trace) {
+    w.group_names[0] = "world";
+    for (auto& r : w.ranks) {
+      r->trace = std::make_unique<RankTrace>(opts.trace_capacity, w.t0);
+      r->arena.set_trace(r->trace.get());
+    }
+  }
   for (int i = 0; i < opts.ranks; ++i) w.threads.emplace_back(detail::worker, std::ref(w), i);
 }
 
@@ -255,6 +262,12 @@ Arena& World::arena(int rank) {
 const TrafficCounters& World::counters(int rank) const {
   return shared_->ranks.at(static_cast<std::size_t>(rank))->counters;
 }
+Trace World::trace() const {
+  return Trace(shared_.get());
+}
+double World::simulated_seconds(int rank) const {
+  return static_cast<double>(shared_->ranks.at(static_cast<std::size_t>(rank))->sim_ns) * 1e-9;
+}
 void World::clear_counters() {
   for (auto& r : shared_->ranks) r->counters.clear();
 }
@@ -270,7 +283,11 @@ void World::run(const std::function<void(Rank&)>& fn) {
   // Entries of a failed run whose members never all looked them up (see split_groups).
   w.split_groups.clear();
   w.run_groups.clear();
+  // A run starts together on the simulated clock: at the latest rank's time.
+  std::int64_t sim_start = 0;
+  for (auto& r : w.ranks) sim_start = std::max(sim_start, r->sim_ns);
   for (auto& r : w.ranks) {
+    r->sim_ns = sim_start;
     r->flight.clear();
     r->scan_valid = false;
     r->exited.store(false, std::memory_order_relaxed);

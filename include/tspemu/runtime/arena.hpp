@@ -50,6 +50,7 @@ struct ArenaStats {
 };
 
 class Arena;
+class RankTrace;
 
 // A typed, move-only view of arena storage; returns its block to the arena when destroyed.
 // Contents are uninitialized unless the allocation asked for zeroing.
@@ -147,12 +148,15 @@ class Arena {
   void trim();
 
   void release_bytes(void* p, std::size_t bytes, Category c) noexcept;
+  // Records the bytes in use as a counter at every allocation and release (null: off).
+  void set_trace(RankTrace* trace) { trace_ = trace; }
 
  private:
   void* allocate_bytes(std::size_t bytes, Category c, bool zero);
   [[noreturn]] void throw_oom(std::size_t bytes, Category c) const;
 
   int rank_;
+  RankTrace* trace_ = nullptr;
   ArenaStats stats_;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by charged size
   std::map<std::string, std::size_t, std::less<>> phase_peaks_;

@@ -27,10 +27,13 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/comm.hpp"
 #include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/sim_clock.hpp"
+#include "tspemu/runtime/trace.hpp"
 
 namespace tspemu {
 
@@ -51,6 +54,11 @@ struct WorldOptions {
   std::chrono::milliseconds watchdog_timeout{3'000};
   // Operations of each rank kept by its flight recorder and printed with a failure (0: none).
   std::size_t flight_recorder_depth = 64;
+  // Record every rank's events (trace.hpp); read them with World::trace() between runs.
+  bool trace = false;
+  std::size_t trace_capacity = std::size_t{1} << 16;  // events per rank; more are dropped
+  // Give every event a simulated duration from this model (sim_clock.hpp): an estimate.
+  std::optional<SimClockModel> sim_clock{};
   // Pin rank i's thread to core i mod (cores available).
   bool pin_threads = false;
 };
@@ -93,6 +101,10 @@ class World {
   Arena& arena(int rank);
   const TrafficCounters& counters(int rank) const;
   void clear_counters();
+  // The recorded events of every rank (empty unless options().trace).
+  Trace trace() const;
+  // A rank's simulated clock at the end of the last run, seconds (0 without options().sim_clock).
+  double simulated_seconds(int rank) const;
 
  private:
   std::unique_ptr<detail::WorldShared> shared_;
