@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "layer_fixture.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
@@ -29,23 +30,8 @@ using namespace tspemu;
 
 constexpr int kB = 1, kS = 2048;
 
-struct Fixture {
-  ref::ModelConfig cfg;
-  ref::LayerWeights<float> w;
-  std::vector<float> x, dy;
-  Fixture() {
-    cfg.vocab = 32;
-    cfg.hidden = 1024;
-    cfg.n_layers = 1;
-    cfg.n_heads = 16;
-    cfg.n_kv_heads = 16;
-    cfg.ffn = 2816;
-    w = ref::init_weights<float>(cfg, 1).layers[0];
-    const std::size_t n = static_cast<std::size_t>(kB) * kS * cfg.hidden;
-    const auto xd = ref::normal_stream(2, "x", n), dyd = ref::normal_stream(3, "dy", n);
-    x.assign(xd.begin(), xd.end());
-    dy.assign(dyd.begin(), dyd.end());
-  }
+struct Fixture : bench::LayerFixture {
+  Fixture() : LayerFixture(1024, 16, 2816, kB, kS) {}
 };
 
 Fixture& fixture() {

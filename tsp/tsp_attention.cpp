@@ -8,6 +8,7 @@
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/rope.hpp"
 #include "tspemu/runtime/collectives.hpp"
+#include "tspemu/runtime/trace.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 
 namespace tspemu::tsp {
@@ -88,6 +89,7 @@ void TspAttention::project_q(const float* W, int bucket, float* q) {
   const Dims d = dims_of(s_);
   const int qc = static_cast<int>(d.q_cols());
   // torch: q = n @ wq[bucket].T
+  TraceSpan span(rank_.comm(), "q projection", 2.0 * d.M() * qc * d.C);
   ref::matmul_nt(q, xn_.data(),
                  attention_view(W, s_).wq + static_cast<std::size_t>(bucket) * qc * d.C, d.M(), qc,
                  d.C);
@@ -103,12 +105,15 @@ void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_l
   const int M = d.M(), C = d.C, kc = static_cast<int>(d.kv_cols());
   float* k_local = kv_local;
   float* v_local = kv_local + static_cast<std::size_t>(M) * kc;
-  // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
-  ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
-                 C);
-  ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
-                 C);
-  ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+  {
+    // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
+    TraceSpan span(rank_.comm(), "k/v projection", 2.0 * 2 * M * kc * C);
+    ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                   C);
+    ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                   C);
+    ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+  }
   const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
   all_gather<float>(rank_.comm(), std::span<const float>(kv_local, kv_count),
                     std::span<float>(kv_gathered, kv_count * d.D));
@@ -180,9 +185,14 @@ void TspAttention::forward(const float* x, float* y) {
       project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
       float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
       float* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
-      ref::causal_attention_forward(att, lse, q.data(), k, v, positions_.data(),
-                                    k_positions_.data(), ad);
+      {
+        // QK^T and PV over the causal half of the keys: 2 x 2 x B x NHb x Tl x S x hs / 2 FLOPs.
+        TraceSpan span(rank_.comm(), "attention", 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
+        ref::causal_attention_forward(att, lse, q.data(), k, v, positions_.data(),
+                                      k_positions_.data(), ad);
+      }
       // torch: y += att @ wo[:, bucket].T       (partial o_proj over this shard's heads)
+      TraceSpan span(rank_.comm(), "o projection", 2.0 * M * C * d.q_cols());
       ref::matmul_nt(y, att, view.wo + bkt * d.q_cols(), M, C, static_cast<int>(d.q_cols()), true,
                      static_cast<int>(d.q_cols()), d.NHl * d.hs, C);
     }
@@ -238,11 +248,15 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       const float* lse =
           lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       const int ldo = d.NHl * d.hs;  // row stride of wo [C, NHl·hs]
-      // torch: da = dy @ wo[:, bucket] ;  dwo[:, bucket] += dy.T @ att
-      ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
-      ref::matmul_tn(g.wo + bkt * qc, dy, att, C, qc, M, true, C, qc, ldo);
-      ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(),
-                                     k, v, lse, positions_.data(), k_positions_.data(), ad);
+      {
+        TraceSpan span(rank_.comm(), "attention backward",
+                       2.0 * 2 * M * qc * C + 2 * 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
+        // torch: da = dy @ wo[:, bucket] ;  dwo[:, bucket] += dy.T @ att
+        ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
+        ref::matmul_tn(g.wo + bkt * qc, dy, att, C, qc, M, true, C, qc, ldo);
+        ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(),
+                                       k, v, lse, positions_.data(), k_positions_.data(), ad);
+      }
       // dK, dV of every token go back to the rank that owns the token, summed over all ranks'
       // queries (reduce_scatter, rank order).
       order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());
@@ -255,6 +269,7 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
       ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
       // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (likewise k, v)
+      TraceSpan span(rank_.comm(), "q/k/v projection backward", 2.0 * 2 * M * C * (qc + 2 * kc));
       const std::size_t qo = static_cast<std::size_t>(bkt) * qc * C,
                         ko = static_cast<std::size_t>(bkt) * kc * C;
       ref::matmul_tn(g.wq + qo, dq.data(), xn_.data(), qc, C, M, true);

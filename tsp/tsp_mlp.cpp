@@ -6,6 +6,7 @@
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/collectives.hpp"
+#include "tspemu/runtime/trace.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 
 namespace tspemu::tsp {
@@ -59,11 +60,14 @@ void TspMlp::forward(const float* x, float* y) {
     const auto v = mlp_view(cur, s_);
     float* g = gate_.data() + MF * o;
     float* u = up_.data() + MF * o;
-    // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
-    ref::matmul_nt(g, xn_.data(), v.gate, M, Fl, C);
-    ref::matmul_nt(u, xn_.data(), v.up, M, Fl, C);
-    ref::silu_mul_forward(h.data(), g, u, MF);
-    ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
+    {
+      // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
+      TraceSpan span(rank_.comm(), "mlp", 3 * 2.0 * M * Fl * C);
+      ref::matmul_nt(g, xn_.data(), v.gate, M, Fl, C);
+      ref::matmul_nt(u, xn_.data(), v.up, M, Fl, C);
+      ref::silu_mul_forward(h.data(), g, u, MF);
+      ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
+    }
     if (k < D - 1) {
       received.wait();
       sent.wait();
@@ -109,16 +113,19 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
     const auto gv = mlp_view(cur_g, s_);
     const float* g = gate_.data() + MF * o;
     const float* u = up_.data() + MF * o;
-    ref::silu_mul_forward(h.data(), g, u, MF);
-    // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
-    ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
-    ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
-    ref::silu_mul_backward(dg.data(), du.data(), dh.data(), g, u, MF);
-    // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n ; dn += dg @ w_gate[o] + du @ w_up[o]
-    ref::matmul_tn(gv.gate, dg.data(), xn_.data(), Fl, C, M, true);
-    ref::matmul_tn(gv.up, du.data(), xn_.data(), Fl, C, M, true);
-    ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl, true);
-    ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+    {
+      TraceSpan span(rank_.comm(), "mlp backward", 6 * 2.0 * M * Fl * C);
+      ref::silu_mul_forward(h.data(), g, u, MF);
+      // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
+      ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
+      ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
+      ref::silu_mul_backward(dg.data(), du.data(), dh.data(), g, u, MF);
+      // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n ; dn += dg @ w_gate[o] + du @ w_up[o]
+      ref::matmul_tn(gv.gate, dg.data(), xn_.data(), Fl, C, M, true);
+      ref::matmul_tn(gv.up, du.data(), xn_.data(), Fl, C, M, true);
+      ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl, true);
+      ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+    }
     if (D > 1) {
       // The gradient shard moves on to the next rank, which adds its tokens' share; after D hops
       // shard o is back at its owner, complete.
