@@ -34,6 +34,7 @@ Round::Round(Comm& comm, Fingerprint fp, std::span<const std::byte> payload, std
       size_(comm.size()),
       seq_(comm.next_seq()),
       exposed_(false) {
+  inject_delay(self_);
   const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
   op_ = OpRef{collective_name(fp.kind), seq_, &group_, -1, "publish", call_bytes};
   record_ = record_begin(self_, op_.what, seq_, group_, -1, fp.root, call_bytes);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <vector>
 
 #include "arguments.hpp"
 #include "state.hpp"
@@ -34,6 +35,7 @@ detail::RankState& state_of(const Comm& c, int group_rank) {
 SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst) {
   check_peer(comm, "send", dst);
   detail::RankState& self = comm.self();
+  detail::inject_delay(self);  // the rank
   const std::int64_t trace_begin = self.trace ? self.world->now_ns() : 0;
   const std::size_t bytes = count * dtype_size(dtype);
   const std::uint64_t m = comm.sends_to(dst)++;
@@ -57,6 +59,7 @@ SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dty
   msg.flow = flow;
   const SimClockModel* sim = detail::sim_model(self);
   msg.sim_arrival_ns = sim ? self.sim_ns + detail::sim_ns_of(sim->message_seconds(bytes)) : 0;
+  detail::inject_delay(self);  // the message
   // relaxed: published to the receiver by the seq_cst store of `posted` below.
   msg.state.store(detail::kPosted, std::memory_order_relaxed);
   ch.posted.store(m + 1, std::memory_order_seq_cst);
@@ -219,6 +222,7 @@ void RecvHandle::wait() {
 
 void RecvHandle::complete(Comm& comm) {
   detail::RankState& self = comm.self();
+  detail::inject_delay(self);
   const std::int64_t trace_begin = self.trace ? self.world->now_ns() : 0;
   Channel& ch = comm.group().channel(peer_, comm.rank());
   OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message", count_ * dtype_size(dtype_)};
@@ -269,6 +273,48 @@ void RecvHandle::complete(Comm& comm) {
                                   comm.world_rank(peer_), -1, bytes, 0, flow, trace_begin,
                                   self.world->now_ns(), sim_begin,
                                   sim_begin < 0 ? -1 : self.sim_ns});
+}
+
+bool RecvHandle::arrived() const {
+  if (comm_ == nullptr) return true;
+  // seq_cst: pairs with the sender's store of `posted` (as in complete()).
+  return comm_->group().channel(peer_, comm_->rank()).posted.load(std::memory_order_seq_cst) >=
+         index_ + 1;
+}
+
+std::size_t wait_any(std::span<RecvHandle> handles) {
+  std::vector<std::size_t> pending;  // allocation: wait_any is for schedules, not the transport
+  for (std::size_t i = 0; i < handles.size(); ++i)
+    if (!handles[i].done()) pending.push_back(i);
+  if (pending.empty())
+    throw std::invalid_argument("wait_any: none of the " + std::to_string(handles.size()) +
+                                " receives is pending");
+  RecvHandle& first = handles[pending.front()];
+  detail::RankState& self = first.comm_->self();
+  std::size_t pick = pending.front();
+  if (self.world->opts.inject) {
+    // Injection: the seed, not the timing, orders the deliveries (injection.hpp).
+    pick = pending[self.inject.below(pending.size())];
+  } else {
+    OpRef op{"recv (wait_any)",
+             first.index_ + 1,
+             &first.comm_->group(),
+             first.peer_,
+             "any of the pending messages",
+             0};
+    detail::wait_until(self, -1, op, [&] {
+      for (std::size_t i : pending)
+        if (handles[i].arrived()) return true;
+      return false;
+    });
+    for (std::size_t i : pending)
+      if (handles[i].arrived()) {
+        pick = i;
+        break;
+      }
+  }
+  handles[pick].wait();
+  return pick;
 }
 
 }  // namespace tspemu

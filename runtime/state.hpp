@@ -146,6 +146,8 @@ struct RankState {
   // Own thread only: this rank's events when tracing (null otherwise), and its simulated clock.
   std::unique_ptr<RankTrace> trace;
   std::int64_t sim_ns = 0;
+  // Own thread only (reset by World::run before the run starts): this rank's injection stream.
+  InjectionStream inject;
 };
 
 struct WorldShared {
@@ -225,6 +227,17 @@ inline const SimClockModel* sim_model(const RankState& self) {
 }
 inline std::int64_t sim_ns_of(double seconds) {
   return static_cast<std::int64_t>(seconds * 1e9);
+}
+
+// Injection (injection.hpp): with the run's probability, sleeps up to max_delay. Draws from the
+// rank's own stream, so the decisions are a function of (seed, rank, operation index) only.
+inline void inject_delay(RankState& self) {
+  const auto& inj = self.world->opts.inject;
+  if (!inj) return;
+  const double draw = self.inject.uniform(), length = self.inject.uniform();
+  if (draw >= inj->probability) return;
+  std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
+      length * static_cast<double>(inj->max_delay.count())));
 }
 
 // Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of

@@ -265,6 +265,10 @@ const TrafficCounters& World::counters(int rank) const {
 Trace World::trace() const {
   return Trace(shared_.get());
 }
+void World::set_injection(std::optional<Injection> inject) {
+  // Workers are idle between runs; the next run's generation bump publishes the change.
+  shared_->opts.inject = std::move(inject);
+}
 double World::simulated_seconds(int rank) const {
   return static_cast<double>(shared_->ranks.at(static_cast<std::size_t>(rank))->sim_ns) * 1e-9;
 }
@@ -288,6 +292,7 @@ void World::run(const std::function<void(Rank&)>& fn) {
   for (auto& r : w.ranks) sim_start = std::max(sim_start, r->sim_ns);
   for (auto& r : w.ranks) {
     r->sim_ns = sim_start;
+    if (w.opts.inject) r->inject.reset(w.opts.inject->seed, r->rank);
     r->flight.clear();
     r->scan_valid = false;
     r->exited.store(false, std::memory_order_relaxed);
@@ -315,7 +320,11 @@ void World::run(const std::function<void(Rank&)>& fn) {
       recent += head + f.format(detail::kFlightRecordsInMessage, now);
       all += head + f.format(f.depth(), now);
     }
-    throw RankFailure(w.failed_rank, w.failure_message, w.failure,
+    const std::string what = w.opts.inject
+                                 ? w.failure_message + "\n(under " + w.opts.inject->describe() +
+                                       "; rerun with this seed to reproduce the event order)"
+                                 : w.failure_message;
+    throw RankFailure(w.failed_rank, what, w.failure,
                       w.opts.flight_recorder_depth > 0 ? recent : std::string(),
                       w.opts.flight_recorder_depth > 0 ? all : std::string());
   }

@@ -12,6 +12,7 @@
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
+#include "tspemu/runtime/injection.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 #include "tspemu/tsp/tsp_attention.hpp"
@@ -185,6 +186,13 @@ std::vector<std::pair<std::string, const std::vector<T>*>> tensors(const Results
                        {"d w_down", &r.grads.w_down}});
   }
   return t;
+}
+
+// Every tensor of a block's results, concatenated, for check_deterministic (injection.hpp).
+inline std::vector<std::byte> result_bytes(const Results<float>& r, Block b) {
+  std::vector<std::byte> bytes;
+  for (const auto& [name, t] : tensors(r, b)) append_bytes<float>(bytes, *t);
+  return bytes;
 }
 
 }  // namespace tspemu::tsp::testing

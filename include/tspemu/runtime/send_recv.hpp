@@ -53,9 +53,12 @@ class RecvHandle {
   ~RecvHandle();
   void wait();
   bool done() const { return comm_ == nullptr; }
+  // True once the message is in the mailbox (wait() will not block on the sender), or done().
+  bool arrived() const;
 
  private:
   friend RecvHandle irecv_bytes(Comm&, std::byte*, std::size_t, Dtype, int);
+  friend std::size_t wait_any(std::span<RecvHandle> handles);
   void complete(Comm& comm);
   Comm* comm_ = nullptr;
   int peer_ = -1;
@@ -68,6 +71,13 @@ class RecvHandle {
 
 SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst);
 RecvHandle irecv_bytes(Comm& comm, std::byte* data, std::size_t count, Dtype dtype, int src);
+
+// Completes one pending receive of `handles` and returns its index. Without injection: the first
+// (lowest index) whose message has arrived, blocking until one has, so the order follows thread
+// timing; under injection (injection.hpp): a pending one chosen from the rank's seeded stream, so
+// the delivery order is the seed's. A result that depends on this order is a schedule bug that
+// check_deterministic finds. Throws std::invalid_argument if none is pending.
+std::size_t wait_any(std::span<RecvHandle> handles);
 
 template <class T>
 [[nodiscard]] SendHandle isend(Comm& comm, std::span<const std::type_identity_t<T>> data, int dst) {

@@ -32,6 +32,7 @@
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/comm.hpp"
 #include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/injection.hpp"
 #include "tspemu/runtime/sim_clock.hpp"
 #include "tspemu/runtime/trace.hpp"
 
@@ -59,6 +60,8 @@ struct WorldOptions {
   std::size_t trace_capacity = std::size_t{1} << 16;  // events per rank; more are dropped
   // Give every event a simulated duration from this model (sim_clock.hpp): an estimate.
   std::optional<SimClockModel> sim_clock{};
+  // Seeded delays and delivery reordering (injection.hpp); World::set_injection changes it.
+  std::optional<Injection> inject{};
   // Pin rank i's thread to core i mod (cores available).
   bool pin_threads = false;
 };
@@ -105,6 +108,8 @@ class World {
   Trace trace() const;
   // A rank's simulated clock at the end of the last run, seconds (0 without options().sim_clock).
   double simulated_seconds(int rank) const;
+  // Injection for the following runs (nullopt: off). Only between runs.
+  void set_injection(std::optional<Injection> inject);
 
  private:
   std::unique_ptr<detail::WorldShared> shared_;
