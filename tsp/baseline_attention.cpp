@@ -7,6 +7,7 @@
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rope.hpp"
+#include "tspemu/runtime/trace.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 
 namespace tspemu::tsp {
@@ -38,6 +39,7 @@ BaselineAttention::~BaselineAttention() = default;
 void BaselineAttention::project_q(float* q) {
   const int M = s_.B * s_.Tl(), C = s_.model.hidden, qc = s_.NHl() * s_.hs();
   // torch: q = n @ wq.T
+  TraceSpan span(rank_.comm(), "q projection", 2.0 * M * qc * C);
   ref::matmul_nt(q, xn_.data(), attention_view(w_.data(), shard_).wq, M, qc, C);
   ref::rope_forward(q, positions_.data(), s_.B, s_.Tl(), s_.NHl(), s_.hs(), s_.model.rope_base);
 }
@@ -46,6 +48,7 @@ void BaselineAttention::project_kv(float* k, float* v) {
   const int M = s_.B * s_.Tl(), C = s_.model.hidden, kc = s_.NKVl() * s_.hs();
   const auto view = attention_view(w_.data(), shard_);
   // torch: k = n @ wk.T ;  v = n @ wv.T
+  TraceSpan span(rank_.comm(), "k/v projection", 2.0 * 2 * M * kc * C);
   ref::matmul_nt(k, xn_.data(), view.wk, M, kc, C);
   ref::matmul_nt(v, xn_.data(), view.wv, M, kc, C);
   ref::rope_forward(k, positions_.data(), s_.B, s_.Tl(), s_.NKVl(), s_.hs(), s_.model.rope_base);
@@ -92,11 +95,16 @@ void BaselineAttention::forward(const float* x, float* y) {
     v = v_all.data();
   }
   const ref::AttentionDims ad{s_.B, s_.Tl(), s_.S, s_.NHl(), s_.NKVl(), s_.hs()};
-  ref::causal_attention_forward(att_.data(), lse_.data(), q.data(), k, v, positions_.data(),
-                                k_positions_.data(), ad);
+  {
+    // QK^T and PV over the causal half of the keys: 2 x 2 x B x NHl x Tl x S x hs / 2 FLOPs.
+    TraceSpan span(rank_.comm(), "attention", 2.0 * s_.B * s_.NHl() * s_.Tl() * s_.S * s_.hs());
+    ref::causal_attention_forward(att_.data(), lse_.data(), q.data(), k, v, positions_.data(),
+                                  k_positions_.data(), ad);
+  }
   const float* wo = attention_view(w_.data(), shard_).wo;
   region_->exit(x, y, [&](float* out, bool accumulate) {
     // torch: out (+)= att @ wo.T        (partial o_proj over this shard's heads)
+    TraceSpan span(rank_.comm(), "o projection", 2.0 * M * C * qc);
     ref::matmul_nt(out, att_.data(), wo, M, C, qc, accumulate);
   });
 }
@@ -117,9 +125,12 @@ void BaselineAttention::backward(const float* x, const float* dy, float* dx) {
   Buffer<float> dy_storage;
   const float* dyf = region_->enter_backward(dy, dy_storage);
   auto da = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
-  // torch: da = dy @ wo ;  dwo = dy.T @ att
-  ref::matmul_nn(da.data(), dyf, view.wo, M, qc, C);
-  ref::matmul_tn(g.wo, dyf, att_.data(), C, qc, M);
+  {
+    // torch: da = dy @ wo ;  dwo = dy.T @ att
+    TraceSpan span(rank_.comm(), "o projection backward", 2.0 * 2 * M * qc * C);
+    ref::matmul_nn(da.data(), dyf, view.wo, M, qc, C);
+    ref::matmul_tn(g.wo, dyf, att_.data(), C, qc, M);
+  }
   dy_storage.reset();
 
   auto q = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
@@ -141,8 +152,13 @@ void BaselineAttention::backward(const float* x, const float* dy, float* dx) {
   auto dk_all = a.allocate<float>(full_kv, Category::kv);
   auto dv_all = a.allocate<float>(full_kv, Category::kv);
   const ref::AttentionDims ad{s_.B, s_.Tl(), s_.S, s_.NHl(), s_.NKVl(), s_.hs()};
-  ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(), k, v,
-                                 lse_.data(), positions_.data(), k_positions_.data(), ad);
+  {
+    // Twice the forward's FLOPs (dQ, dK from dS; dV, dP from dO).
+    TraceSpan span(rank_.comm(), "attention backward",
+                   2 * 2.0 * s_.B * s_.NHl() * s_.Tl() * s_.S * s_.hs());
+    ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(), k,
+                                   v, lse_.data(), positions_.data(), k_positions_.data(), ad);
+  }
   float* dk = dk_all.data();
   float* dv = dv_all.data();
   Buffer<float> dkv_local;
@@ -162,10 +178,11 @@ void BaselineAttention::backward(const float* x, const float* dy, float* dx) {
                      s_.model.rope_base);
   ref::rope_backward(dk, positions_.data(), s_.B, s_.Tl(), s_.NKVl(), s_.hs(), s_.model.rope_base);
   // torch: dwq = dq.T @ n ; dn = dq @ wq + dk @ wk + dv @ wv   (likewise dwk, dwv)
+  auto dxn = a.allocate<float>(static_cast<std::size_t>(M) * C, Category::workspace);
+  TraceSpan span(rank_.comm(), "q/k/v projection backward", 2.0 * 2 * M * C * (qc + 2 * kc));
   ref::matmul_tn(g.wq, dq.data(), xn_.data(), qc, C, M);
   ref::matmul_tn(g.wk, dk, xn_.data(), kc, C, M);
   ref::matmul_tn(g.wv, dv, xn_.data(), kc, C, M);
-  auto dxn = a.allocate<float>(static_cast<std::size_t>(M) * C, Category::workspace);
   ref::matmul_nn(dxn.data(), dq.data(), view.wq, M, C, qc);
   ref::matmul_nn(dxn.data(), dk, view.wk, M, C, kc, true);
   ref::matmul_nn(dxn.data(), dv, view.wv, M, C, kc, true);

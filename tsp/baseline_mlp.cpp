@@ -5,6 +5,7 @@
 #include "baseline_region.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/silu_mul.hpp"
+#include "tspemu/runtime/trace.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 
 namespace tspemu::tsp {
@@ -43,11 +44,15 @@ void BaselineMlp::forward(const float* x, float* y) {
   region_->enter(x, norm_w_.data(), xn_.data(), rstd_.data());
   const auto v = mlp_view(static_cast<const float*>(w_.data()), shard_);
   auto h = a.allocate<float>(MF, Category::workspace);
-  // torch: y = x + (silu(n @ w_gate.T) * (n @ w_up.T)) @ w_down.T   (partial over this shard)
-  ref::matmul_nt(gate_.data(), xn_.data(), v.gate, M, Fl, C);
-  ref::matmul_nt(up_.data(), xn_.data(), v.up, M, Fl, C);
-  ref::silu_mul_forward(h.data(), gate_.data(), up_.data(), MF);
+  {
+    // torch: y = x + (silu(n @ w_gate.T) * (n @ w_up.T)) @ w_down.T   (partial over this shard)
+    TraceSpan span(rank_.comm(), "gate/up projection", 2 * 2.0 * M * Fl * C);
+    ref::matmul_nt(gate_.data(), xn_.data(), v.gate, M, Fl, C);
+    ref::matmul_nt(up_.data(), xn_.data(), v.up, M, Fl, C);
+    ref::silu_mul_forward(h.data(), gate_.data(), up_.data(), MF);
+  }
   region_->exit(x, y, [&](float* out, bool accumulate) {
+    TraceSpan span(rank_.comm(), "down projection", 2.0 * M * C * Fl);
     ref::matmul_nt(out, h.data(), v.down, M, C, Fl, accumulate);
   });
 }
@@ -67,20 +72,26 @@ void BaselineMlp::backward(const float* x, const float* dy, float* dx) {
   const float* dyf = region_->enter_backward(dy, dy_storage);
   auto h = a.allocate<float>(MF, Category::workspace);
   auto dh = a.allocate<float>(MF, Category::workspace);
-  ref::silu_mul_forward(h.data(), gate_.data(), up_.data(), MF);
-  // torch: dh = dy @ w_down ;  dw_down = dy.T @ h
-  ref::matmul_nn(dh.data(), dyf, v.down, M, Fl, C);
-  ref::matmul_tn(g.down, dyf, h.data(), C, Fl, M);
+  {
+    TraceSpan span(rank_.comm(), "down projection backward", 2 * 2.0 * M * Fl * C);
+    ref::silu_mul_forward(h.data(), gate_.data(), up_.data(), MF);
+    // torch: dh = dy @ w_down ;  dw_down = dy.T @ h
+    ref::matmul_nn(dh.data(), dyf, v.down, M, Fl, C);
+    ref::matmul_tn(g.down, dyf, h.data(), C, Fl, M);
+  }
   dy_storage.reset();
   auto dg = a.allocate<float>(MF, Category::workspace);
   auto du = a.allocate<float>(MF, Category::workspace);
-  ref::silu_mul_backward(dg.data(), du.data(), dh.data(), gate_.data(), up_.data(), MF);
-  // torch: dw_gate = dg.T @ n ; dw_up = du.T @ n ; dn = dg @ w_gate + du @ w_up
-  ref::matmul_tn(g.gate, dg.data(), xn_.data(), Fl, C, M);
-  ref::matmul_tn(g.up, du.data(), xn_.data(), Fl, C, M);
   auto dxn = a.allocate<float>(static_cast<std::size_t>(M) * C, Category::workspace);
-  ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl);
-  ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+  {
+    TraceSpan span(rank_.comm(), "gate/up projection backward", 4 * 2.0 * M * Fl * C);
+    ref::silu_mul_backward(dg.data(), du.data(), dh.data(), gate_.data(), up_.data(), MF);
+    // torch: dw_gate = dg.T @ n ; dw_up = du.T @ n ; dn = dg @ w_gate + du @ w_up
+    ref::matmul_tn(g.gate, dg.data(), xn_.data(), Fl, C, M);
+    ref::matmul_tn(g.up, du.data(), xn_.data(), Fl, C, M);
+    ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl);
+    ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+  }
   region_->exit_backward(dxn.data(), x, dy, norm_w_.data(), rstd_.data(), dx, grad_norm_);
   region_->reduce_weight_grads(grad_);
 }
