@@ -316,6 +316,31 @@ int stack_steps(const StackConfig& c, bool whole_model) {
   return (whole_model ? 2 : 2 * c.model.n_layers) + (c.check ? 2 : 0);
 }
 
+WorldOptions stack_world_options(const StackConfig& c, int ranks) {
+  WorldOptions o;  // assigned, not designated: WorldOptions grows fields
+  o.ranks = ranks;
+  o.pin_threads = c.pin;
+  o.trace = !c.trace_path.empty();
+  // ~20 MiB of events per rank: a few layers of a default run, counted when exceeded.
+  o.trace_capacity = std::size_t{1} << 18;
+  o.sim_clock = c.sim_clock;
+  o.inject = c.inject;
+  return o;
+}
+
+void finish_debugging(const StackConfig& c, const World& world, StackResult& out) {
+  if (c.sim_clock)
+    for (int r = 0; r < world.size(); ++r)
+      out.simulated_seconds = std::max(out.simulated_seconds, world.simulated_seconds(r));
+  if (c.trace_path.empty()) return;
+  const Trace t = world.trace();
+  for (int r = 0; r < world.size(); ++r) {
+    out.trace_events += t.events(r).size();
+    out.trace_dropped += t.dropped(r);
+  }
+  t.write_chrome_json(c.trace_path);
+}
+
 StackResult run_stack(const StackConfig& c) {
   validate_stack(c);
   const int L = c.model.n_layers, n = c.strategy.ranks();
@@ -336,14 +361,12 @@ StackResult run_stack(const StackConfig& c) {
     got.dx.resize(full);
     got.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<float>::zeros(c.model));
   }
-  WorldOptions world_opts;  // assigned, not designated: WorldOptions grows fields
-  world_opts.ranks = n;
-  world_opts.pin_threads = c.pin;
-  World world(world_opts);
+  World world(stack_world_options(c, n));
   if (c.strategy.scheme == cost::Scheme::tsp)
     run_tsp(c, world, w32.layers, x, dy, out, got);
   else
     run_baseline(c, world, w32.layers, x, dy, out, got);
+  finish_debugging(c, world, out);
   out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
 
   const cost::ModelShape ms = cost::ModelShape::from(c.model, c.B, c.S);

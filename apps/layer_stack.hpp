@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
@@ -44,7 +46,15 @@ struct StackConfig {
   // Progress: called by rank 0 after each layer, forward and backward (the whole model: after
   // each pass), then after the reference and after the oracle.
   std::function<void()> on_step;
+  // Debugging: write the run's Chrome trace here (empty: no trace); estimate the step on this
+  // cluster model (sim_clock.hpp); run under seeded injection (injection.hpp).
+  std::string trace_path;
+  std::optional<SimClockModel> sim_clock;
+  std::optional<Injection> inject;
 };
+
+// The world a run of c uses: n ranks, pinning, and the debugging options.
+WorldOptions stack_world_options(const StackConfig& c, int ranks);
 
 // The TSP shape of c (strategy TSP).
 tsp::TspShape tsp_shape(const StackConfig& c);
@@ -84,10 +94,16 @@ struct StackResult {
   std::vector<TensorVerdict> tensors;  // empty unless checked
   double max_err_ratio = 0;            // max over tensors of parallel_err / bound
   bool numerics_ok = true;
+  // Debugging: the simulated step (max over ranks; -1 without a simulated clock), the trace's
+  // events (all ranks) and events dropped for lack of buffer space.
+  double simulated_seconds = -1;
+  std::uint64_t trace_events = 0, trace_dropped = 0;
   bool pass() const { return traffic_match && numerics_ok; }
 };
 
 StackResult run_stack(const StackConfig& c);
+// After the run: writes the trace file and reads the simulated clocks into out (as c asks).
+void finish_debugging(const StackConfig& c, const World& world, StackResult& out);
 
 // One rank's timing and counters of a step, barrier to barrier so that rank 0's clock covers
 // every rank's work; the barriers themselves are not counted. out.ranks must be sized.

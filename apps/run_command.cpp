@@ -1,5 +1,6 @@
 #include "run_command.hpp"
 
+#include <chrono>
 #include <ostream>
 
 #include "progress_bar.hpp"
@@ -22,6 +23,20 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
                 "skip the reference and the oracle (traffic still checked)");
   run->add_flag("--quiet,-q", a.quiet, "no progress bar");
   run->add_option("--json", a.json_path, "also write the report as JSON to this file");
+  run->add_option("--trace", a.trace_path,
+                  "write every rank's events as Chrome trace JSON to this file (open it in "
+                  "https://ui.perfetto.dev or chrome://tracing)");
+  run->add_option("--sim-clock", a.sim_clock,
+                  "also estimate the step on a GPU cluster model: nvlink (8 GPUs on NVLink) or "
+                  "network (GPUs across nodes); shown in the report and the trace");
+  run->add_option("--inject-seed", a.inject_seed,
+                  "run under seeded injection: random delays of ranks and messages, receives "
+                  "delivered in a seeded order; the same seed reproduces the event order");
+  run->add_option("--inject-delay-us", a.inject_delay_us, "injection: longest delay, microseconds")
+      ->capture_default_str();
+  run->add_option("--inject-probability", a.inject_probability,
+                  "injection: chance that an operation or a message is delayed")
+      ->capture_default_str();
   return run;
 }
 
@@ -30,6 +45,23 @@ int run_command(const RunArgs& a, std::ostream& out) {
   const bool whole = st.scheme == tsp::cost::Scheme::tsp && !a.layers_only;
   StackConfig c = make_stack_config(a.problem, st, whole);
   c.check = !a.no_check;
+  c.trace_path = a.trace_path;
+  if (!a.sim_clock.empty()) {
+    c.sim_clock = SimClockModel::preset(a.sim_clock);
+    if (!c.sim_clock)
+      throw ConfigError("--sim-clock " + a.sim_clock + ": unknown model (nvlink or network)");
+  }
+  if (a.inject_seed) {
+    if (a.inject_delay_us < 0)
+      throw ConfigError("--inject-delay-us " + std::to_string(a.inject_delay_us) +
+                        ": must be at least 0");
+    if (!(a.inject_probability >= 0 && a.inject_probability <= 1))
+      throw ConfigError("--inject-probability " + std::to_string(a.inject_probability) +
+                        ": must be in [0, 1]");
+    c.inject = Injection{.seed = *a.inject_seed,
+                         .probability = a.inject_probability,
+                         .max_delay = std::chrono::microseconds(a.inject_delay_us)};
+  }
   StackResult r;
   {
     ProgressBar bar("run " + st.name(), stack_steps(c, whole), !a.quiet);

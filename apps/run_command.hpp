@@ -3,7 +3,9 @@
 // baselines exist as layer blocks only and run the layer stack (layer_stack.hpp).
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "problem_options.hpp"
@@ -16,6 +18,12 @@ struct RunArgs {
   bool no_check = false;
   bool quiet = false;
   std::string json_path;
+  // Debugging (issue: traces, simulated clock, injection).
+  std::string trace_path;
+  std::string sim_clock;  // "", "nvlink" or "network"
+  std::optional<std::uint64_t> inject_seed;
+  int inject_delay_us = 200;
+  double inject_probability = 0.25;
 };
 
 CLI::App* add_run_command(CLI::App& app, RunArgs& a);

@@ -109,6 +109,31 @@ nlohmann::json config_json(const StackConfig& c) {
             {"tied", m.tie_embeddings}}}};
 }
 
+namespace {
+
+void print_debugging(std::ostream& out, const StackConfig& c, const StackResult& r) {
+  if (!c.trace_path.empty()) {
+    out << fmt("\ntrace: %llu events written to %s (open in https://ui.perfetto.dev)",
+               static_cast<unsigned long long>(r.trace_events), c.trace_path.c_str());
+    if (r.trace_dropped > 0)
+      out << fmt("; %llu events dropped (the buffers hold 2^18 per rank)",
+                 static_cast<unsigned long long>(r.trace_dropped));
+    out << "\n";
+  }
+  if (c.sim_clock)
+    out << fmt(
+        "\nsimulated step: %.3f ms per step (%.0f tokens/s): %s; compute is charged only where the "
+        "blocks mark GEMM and "
+        "attention spans, and overlap, contention and launches are not modelled\n",
+        r.simulated_seconds * 1e3, static_cast<double>(c.B) * c.S / r.simulated_seconds,
+        c.sim_clock->describe().c_str());
+  if (c.inject)
+    out << "\nran under " << c.inject->describe() << ": rerun with --inject-seed " << c.inject->seed
+        << " to reproduce the event order\n";
+}
+
+}  // namespace
+
 void print_report(std::ostream& out, const StackConfig& c, const StackResult& r) {
   const int n = c.strategy.ranks();
   out << "tspemu run: " << c.strategy.name() << ", B=" << c.B << ", S=" << c.S << ", model "
@@ -172,6 +197,7 @@ void print_report(std::ostream& out, const StackConfig& c, const StackResult& r)
   } else {
     out << "\naccuracy: not checked (--no-check)\n";
   }
+  print_debugging(out, c, r);
   out << (r.pass() ? "\nverdict: PASS (traffic equals the model; every tensor within the rule)\n"
                    : "\nverdict: FAIL\n");
 }
@@ -183,6 +209,18 @@ nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
   j["time"] = {{"seconds", r.seconds},
                {"tokens_per_s", r.tokens_per_s},
                {"reference_seconds", r.reference_seconds}};
+  if (c.sim_clock)
+    j["simulated"] = {{"seconds", r.simulated_seconds},
+                      {"estimate", c.sim_clock->describe()},
+                      {"peak_flops", c.sim_clock->peak_flops},
+                      {"alpha_s", c.sim_clock->alpha_s},
+                      {"beta_bytes_s", c.sim_clock->beta_bytes_s}};
+  if (!c.trace_path.empty())
+    j["trace"] = {{"path", c.trace_path}, {"events", r.trace_events}, {"dropped", r.trace_dropped}};
+  if (c.inject)
+    j["injection"] = {{"seed", c.inject->seed},
+                      {"probability", c.inject->probability},
+                      {"max_delay_us", c.inject->max_delay.count()}};
   j["memory"] = nlohmann::json::array();
   j["traffic"] = nlohmann::json::array();
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {

@@ -64,10 +64,7 @@ StackResult run_tsp_model(const StackConfig& c) {
   auto gt = ref::ModelWeights<float>::zeros(s.model);
   double loss_tsp = 0;
   const tsp::SequenceLayout layout = s.layout();
-  WorldOptions world_opts;  // assigned, not designated: WorldOptions grows fields
-  world_opts.ranks = D;
-  world_opts.pin_threads = c.pin;
-  World world(world_opts);
+  World world(stack_world_options(c, D));
   world.run([&](Rank& rank) {
     const int p = rank.id();
     std::vector<std::int32_t> tl(static_cast<std::size_t>(B) * s.Tl()), yl(tl.size());
@@ -86,6 +83,7 @@ StackResult run_tsp_model(const StackConfig& c) {
     if (p == 0) loss_tsp = loss;
     model.write_gradients(gt);
   });
+  finish_debugging(c, world, out);
   out.tokens_per_s = static_cast<double>(n) / out.seconds;
 
   const cost::ModelShape ms = cost::ModelShape::from(s.model, B, S);

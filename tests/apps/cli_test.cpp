@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -261,6 +262,10 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
       {{"plan", "--sweep", "len=1..2"}, "--sweep"},
       {{"scale", "--max-ranks", "0"}, "--max-ranks 0"},
       {{"run", "--config", "/nonexistent/tspemu.json"}, "--config /nonexistent/tspemu.json"},
+      {{"run", "--sim-clock", "tpu"}, "--sim-clock tpu: unknown model (nvlink or network)"},
+      {{"run", "--inject-seed", "3", "--inject-probability", "2"},
+       "--inject-probability 2.000000: must be in [0, 1]"},
+      {{"run", "--inject-seed", "3", "--inject-delay-us", "-5"}, "--inject-delay-us -5"},
   };
   for (const Case& c : cases) {
     const Outcome o = tspemu(c.args);
@@ -268,6 +273,43 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
     EXPECT_NE(o.err.find(c.message), std::string::npos)
         << "args: " << c.args[1] << "\nstderr: " << o.err;
   }
+}
+
+TEST(Cli, RunWritesAChromeTraceAndReportsTheSimulatedClockAndTheInjectionSeed) {
+  const std::string trace = temp_path("trace.json"), json = temp_path("report.json");
+  const Outcome o =
+      // TSP: its MLP circulates weight shards by send/recv, so the trace has flow arrows.
+      tspemu(tiny({"run", "--trace", trace, "--sim-clock", "nvlink", "--inject-seed", "9", "--json",
+                   json}));
+  ASSERT_EQ(o.code, 0) << o.err << o.out;
+  EXPECT_NE(o.out.find("trace: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("simulated step: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("estimate from a cost model, not a measurement (model nvlink"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("rerun with --inject-seed 9"), std::string::npos) << o.out;
+  const nlohmann::json t = read_json(trace);
+  ASSERT_TRUE(t.contains("traceEvents")) << "Chrome trace JSON object format";
+  std::set<int> pids;
+  int flows_out = 0, flows_in = 0, counters = 0;
+  for (const auto& e : t["traceEvents"]) {
+    pids.insert(e["pid"].get<int>());
+    const std::string ph = e["ph"];
+    flows_out += ph == "s";
+    flows_in += ph == "f";
+    counters += ph == "C";
+  }
+  EXPECT_GE(pids.size(), 4u) << "a track per rank";
+  EXPECT_GT(flows_out, 0);
+  EXPECT_EQ(flows_out, flows_in) << "every send's arrow ends at its receive";
+  EXPECT_GT(counters, 0) << "arena bytes";
+  const nlohmann::json r = read_json(json);
+  EXPECT_GT(r["simulated"]["seconds"].get<double>(), 0);
+  EXPECT_EQ(r["injection"]["seed"].get<int>(), 9);
+  EXPECT_EQ(r["trace"]["path"].get<std::string>(), trace);
+  EXPECT_GT(r["trace"]["events"].get<int>(), 0);
+  std::filesystem::remove(trace);
+  std::filesystem::remove(json);
 }
 
 TEST(Cli, RuntimeFailuresExitOne) {
