@@ -28,6 +28,9 @@ CLI::App* add_scale_command(CLI::App& app, ScaleArgs& a) {
       ->check(CLI::IsMember({"strong", "weak", "both"}));
   cmd->add_option("--repeat", a.repeat, "timed runs per point (the median is reported)")
       ->capture_default_str();
+  // Every degree up to the default --max-ranks 8 must divide the KV heads (TSP and TP shard them),
+  // so scale defaults to 8 of them where run and compare keep the GQA default of 4.
+  a.problem.model.n_kv_heads = 8;
   add_problem_options(*cmd, a.problem);
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
