@@ -6,8 +6,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "oracle_tasks.hpp"
 #include "tspemu/reference/matmul.hpp"
 
 namespace tspemu::ref {
@@ -45,6 +47,22 @@ struct HeadView {
   int ldq, ldk;
 };
 
+// Per-call scratch: the fp32 reference's tasks run in order on one thread and share one buffer;
+// the oracle's tasks may run concurrently, so each has its own.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(std::size_t n) : shared_(std::is_same_v<T, double> ? 0 : n) {}
+  T* for_task(std::vector<T>& own, std::size_t n) {
+    if (!shared_.empty()) return shared_.data();
+    own.resize(n);
+    return own.data();
+  }
+
+ private:
+  std::vector<T> shared_;
+};
+
 HeadView head_view(const AttentionDims& d, int b, int h) {
   const int group = d.NH / d.NKV;
   const int g = h / group;  // the K/V head this query head reads
@@ -61,10 +79,15 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
   check_dims(d);
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  std::vector<T> s(std::size_t(kQueryBlock) * std::max(d.Tk, 1));  // [bq, kend] scores -> probs
-  for (int b = 0; b < d.B; ++b) {
-    for (int h = 0; h < d.NH; ++h) {
-      const HeadView hv = head_view(d, b, h);
+  const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
+  Scratch<T> serial(scratch);
+  // One task per (batch, head): it alone writes that head's rows of out and lse.
+  detail::for_each_task<T>(d.B * d.NH, [&](int task) {
+    const int b = task / d.NH, h = task % d.NH;
+    const HeadView hv = head_view(d, b, h);
+    std::vector<T> own;
+    T* s = serial.for_task(own, scratch);  // [bq, kend] scores -> probs
+    {
       for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
         const int kend = key_prefix(q_positions, i0, i1, k_positions, d.Tk);
@@ -79,9 +102,9 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
           continue;
         }
         // s = q_blk @ k[:kend].T
-        matmul_nt(s.data(), q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        matmul_nt(s, q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
         for (int i = 0; i < bq; ++i) {
-          T* row = s.data() + std::size_t(i) * kend;
+          T* row = s + std::size_t(i) * kend;
           const std::int64_t qp = q_positions[i0 + i];
           T m = neg_inf;
           for (int j = 0; j < kend; ++j) {
@@ -103,10 +126,10 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
           lse_blk[i] = m + std::log(sum);
         }
         // out_blk = p @ v[:kend]
-        matmul_nn(o_blk, s.data(), v + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+        matmul_nn(o_blk, s, v + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -119,10 +142,17 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
   const std::size_t kv_elems = std::size_t(d.B) * d.Tk * d.NKV * d.hs;
   std::fill_n(dk, kv_elems, T(0));
   std::fill_n(dv, kv_elems, T(0));
-  std::vector<T> p(std::size_t(kQueryBlock) * std::max(d.Tk, 1));   // [bq, kend] probs -> dS
-  std::vector<T> dp(std::size_t(kQueryBlock) * std::max(d.Tk, 1));  // [bq, kend]
-  for (int b = 0; b < d.B; ++b) {
-    for (int h = 0; h < d.NH; ++h) {
+  const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
+  Scratch<T> serial(2 * scratch);
+  // One task per (batch, K/V head): it alone writes that K/V head's dk, dv (accumulated over its
+  // query heads in ascending order, as a one-thread run does) and its query heads' dq.
+  const int group = d.NH / d.NKV;
+  detail::for_each_task<T>(d.B * d.NKV, [&](int task) {
+    const int b = task / d.NKV, g = task % d.NKV;
+    std::vector<T> own;
+    T* const p = serial.for_task(own, 2 * scratch);  // [bq, kend] probs -> dS
+    T* const dp = p + scratch;                       // [bq, kend]
+    for (int h = g * group; h < (g + 1) * group; ++h) {
       const HeadView hv = head_view(d, b, h);
       for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
@@ -136,11 +166,11 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
           continue;
         }
         // Recompute p = softmax(s) from the saved logsumexp rather than storing T x T probs.
-        matmul_nt(p.data(), q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        matmul_nt(p, q_blk, k + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
         // dp = dout_blk @ v[:kend].T
-        matmul_nt(dp.data(), do_blk, v + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
+        matmul_nt(dp, do_blk, v + hv.k_off, bq, kend, d.hs, false, hv.ldq, hv.ldk, kend);
         for (int i = 0; i < bq; ++i) {
-          T* prow = p.data() + std::size_t(i) * kend;
+          T* prow = p + std::size_t(i) * kend;
           const std::int64_t qp = q_positions[i0 + i];
           const T l = lse_blk[i];
           for (int j = 0; j < kend; ++j) {
@@ -149,21 +179,21 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
           }
         }
         // dv[:kend] += p.T @ dout_blk
-        matmul_tn(dv + hv.k_off, p.data(), do_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
+        matmul_tn(dv + hv.k_off, p, do_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
         // dS = p * (dp - rowsum(p * dp)) * scale, written over p.
         for (int i = 0; i < bq; ++i) {
-          T* prow = p.data() + std::size_t(i) * kend;
-          const T* dprow = dp.data() + std::size_t(i) * kend;
+          T* prow = p + std::size_t(i) * kend;
+          const T* dprow = dp + std::size_t(i) * kend;
           T dot = 0;
           for (int j = 0; j < kend; ++j) dot += prow[j] * dprow[j];
           for (int j = 0; j < kend; ++j) prow[j] = prow[j] * (dprow[j] - dot) * scale;
         }
         // dq_blk = dS @ k[:kend];  dk[:kend] += dS.T @ q_blk
-        matmul_nn(dq_blk, p.data(), k + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
-        matmul_tn(dk + hv.k_off, p.data(), q_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
+        matmul_nn(dq_blk, p, k + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+        matmul_tn(dk + hv.k_off, p, q_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
       }
     }
-  }
+  });
 }
 
 #define TSPEMU_INSTANTIATE(T)                                                                    \

@@ -2,9 +2,13 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <mutex>
 #include <type_traits>
+
+#include "oracle_tasks.hpp"
 
 namespace tspemu::ref {
 
@@ -20,6 +24,11 @@ GemmCounters& gemm_counters() {
 
 namespace {
 
+// Oracle GEMMs of at least this many multiply-adds run as row blocks of kOracleRows in parallel;
+// smaller ones (attention's per-block products) as one call inside their attention task.
+constexpr double kOracleMinFlops = 1 << 21;
+constexpr int kOracleRows = 64;
+
 // One entry to BLAS for all three wrappers: row-major C = alpha*op(A)*op(B) + beta*C.
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const T* A, int lda,
@@ -32,7 +41,17 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const T* 
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
   } else {
     static_assert(std::is_same_v<T, double>);
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+    // The oracle: rows of C in fixed blocks of kOracleRows, one dgemm each (oracle_tasks.hpp).
+    // A block's rows are rows of op(A): for A^T they start at column m0 of A.
+    const int blocks =
+        M * static_cast<double>(N) * K >= kOracleMinFlops ? (M + kOracleRows - 1) / kOracleRows : 1;
+    const int rows = blocks == 1 ? M : kOracleRows;
+    detail::for_each_task<double>(blocks, [&](int i) {
+      const int m0 = i * rows, m = std::min(rows, M - m0);
+      const double* a = ta == CblasNoTrans ? A + static_cast<std::size_t>(m0) * lda : A + m0;
+      cblas_dgemm(CblasRowMajor, ta, tb, m, N, K, 1.0, a, lda, B, ldb, beta,
+                  C + static_cast<std::size_t>(m0) * ldc, ldc);
+    });
   }
   const auto stop = std::chrono::steady_clock::now();
   GemmCounters& c = gemm_counters();
