@@ -1,6 +1,7 @@
 #include "compare_command.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <ostream>
 
 #include "progress_bar.hpp"
@@ -29,6 +30,8 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   cmd->add_flag("--no-check", a.no_check, "skip the reference and the oracle");
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
+  cmd->add_option("--sim-clock", a.sim_clock,
+                  "add each strategy's estimated step on a GPU cluster model: nvlink or network");
   return cmd;
 }
 
@@ -39,6 +42,7 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   // Problems common to every strategy are configuration errors, not skipped rows.
   if (const std::string why = why_invalid(p, cost::Strategy::tsp(1)); !why.empty())
     throw ConfigError(why);
+  const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock);
   const auto strategies = strategies_at(p.ranks);
   char line[512];
   std::snprintf(line, sizeof line,
@@ -46,9 +50,9 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
                 "stack (%d x attention + MLP block), forward + backward; no embedding/LM head\n\n",
                 p.ranks, p.B, p.S, p.model.to_string().c_str(), p.model.n_layers);
   out << line;
-  const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s\n";
+  const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n";
   std::snprintf(line, sizeof line, head, "strategy", "ranks", "time ms", "tokens/s", "peak MiB",
-                "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict");
+                "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict", sim ? "  sim ms" : "");
   out << line;
   nlohmann::json j = document("compare");
   j["config"] = {{"ranks", p.ranks}, {"B", p.B}, {"S", p.S}, {"model", p.model.to_string()}};
@@ -68,16 +72,23 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
     }
     StackConfig c = make_stack_config(p, st);
     c.check = !a.no_check;
+    c.sim_clock = sim;
     const StackResult r = run_stack(c);
     const Summary s = summarize(r);
     all_ok = all_ok && r.pass();
-    std::snprintf(line, sizeof line, "%-20s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %s\n",
+    std::snprintf(line, sizeof line, "%-20s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s",
                   st.name().c_str(), st.ranks(), r.seconds * 1e3, r.tokens_per_s,
                   mib(s.peak_bytes).c_str(), mib(s.forward_bytes).c_str(),
                   mib(s.backward_bytes).c_str(), r.traffic_match ? "yes" : "NO",
                   c.check ? std::to_string(r.max_err_ratio).substr(0, 6).c_str() : "-",
                   r.pass() ? "PASS" : "FAIL");
     out << line;
+    if (sim) {
+      std::snprintf(line, sizeof line, " %8.3f", r.simulated_seconds * 1e3);
+      out << line;
+      row["simulated_seconds"] = r.simulated_seconds;
+    }
+    out << "\n";
     row.update({{"skipped", nullptr},
                 {"seconds", r.seconds},
                 {"tokens_per_s", r.tokens_per_s},
@@ -94,6 +105,14 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   out << "\npeak MiB: max over ranks of the arena peak; fwd/bwd MiB: max over ranks of the bytes "
          "received; model: every rank's bytes and calls per collective equal the cost model; "
          "err/bnd: max over tensors of err(parallel) / (k·err(reference) + tiny), pass <= 1\n";
+  if (sim) {
+    out << "sim ms: the simulated step, " << sim->describe()
+        << "; compute charged for the blocks' GEMM and attention spans, no overlap\n";
+    j["simulated"] = {{"estimate", sim->describe()},
+                      {"peak_flops", sim->peak_flops},
+                      {"alpha_s", sim->alpha_s},
+                      {"beta_bytes_s", sim->beta_bytes_s}};
+  }
   if (!a.json_path.empty()) write_json(a.json_path, j);
   return all_ok ? 0 : 1;
 }

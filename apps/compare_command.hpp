@@ -17,6 +17,7 @@ struct CompareArgs {
   bool no_check = false;
   bool quiet = false;
   std::string json_path;
+  std::string sim_clock;  // "", "nvlink" or "network": adds the simulated step per strategy
 };
 
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& a);

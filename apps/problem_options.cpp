@@ -168,4 +168,11 @@ StackConfig make_stack_config(const ProblemOptions& o, const cost::Strategy& st,
   return c;
 }
 
+std::optional<SimClockModel> sim_clock_option(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  std::optional<SimClockModel> m = SimClockModel::preset(name);
+  if (!m) throw ConfigError("--sim-clock " + name + ": unknown model (nvlink or network)");
+  return m;
+}
+
 }  // namespace tspemu::app

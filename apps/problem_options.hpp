@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +39,9 @@ struct ProblemOptions {
 void add_problem_options(CLI::App& app, ProblemOptions& o);
 // --strategy, --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);
+
+// --sim-clock NAME: nullopt for "", the preset for "nvlink" or "network", ConfigError otherwise.
+std::optional<SimClockModel> sim_clock_option(const std::string& name);
 
 // "tsp", "tp", "megatron-sp", "sp", "tp-sp" with the degrees of o (ConfigError otherwise).
 tsp::cost::Strategy parse_strategy(const ProblemOptions& o);

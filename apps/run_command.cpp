@@ -46,11 +46,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   StackConfig c = make_stack_config(a.problem, st, whole);
   c.check = !a.no_check;
   c.trace_path = a.trace_path;
-  if (!a.sim_clock.empty()) {
-    c.sim_clock = SimClockModel::preset(a.sim_clock);
-    if (!c.sim_clock)
-      throw ConfigError("--sim-clock " + a.sim_clock + ": unknown model (nvlink or network)");
-  }
+  c.sim_clock = sim_clock_option(a.sim_clock);
   if (a.inject_seed) {
     if (a.inject_delay_us < 0)
       throw ConfigError("--inject-delay-us " + std::to_string(a.inject_delay_us) +

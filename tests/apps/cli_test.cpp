@@ -312,6 +312,25 @@ TEST(Cli, RunWritesAChromeTraceAndReportsTheSimulatedClockAndTheInjectionSeed) {
   std::filesystem::remove(json);
 }
 
+TEST(Cli, CompareWithASimulatedClockAddsEachStrategysEstimate) {
+  const std::string json = temp_path("compare.json");
+  const Outcome o =
+      tspemu(tiny({"compare", "--no-check", "--sim-clock", "network", "--json", json}));
+  ASSERT_EQ(o.code, 0) << o.err << o.out;
+  EXPECT_NE(o.out.find("sim ms"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(model network: "), std::string::npos) << o.out;
+  const nlohmann::json j = read_json(json);
+  int estimated = 0;
+  for (const auto& row : j["rows"])
+    if (row["skipped"].is_null()) {
+      EXPECT_GT(row["simulated_seconds"].get<double>(), 0) << row["strategy"];
+      ++estimated;
+    }
+  EXPECT_GE(estimated, 4);
+  EXPECT_EQ(j["simulated"]["alpha_s"].get<double>(), 10e-6);
+  std::filesystem::remove(json);
+}
+
 TEST(Cli, RuntimeFailuresExitOne) {
   const Outcome o = tspemu(tiny({"run", "--json", "/nonexistent-dir/x/report.json"}));
   EXPECT_EQ(o.code, 1) << o.err;
