@@ -8,6 +8,8 @@
 
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::bench {
 
@@ -27,6 +29,23 @@ struct LayerFixture {
     const auto xd = ref::normal_stream(2, "x", n), dyd = ref::normal_stream(3, "dy", n);
     x.assign(xd.begin(), xd.end());
     dy.assign(dyd.begin(), dyd.end());
+  }
+};
+
+// One rank's share of the fixture, from its arena: x and dy scattered by the shape's sequence
+// layout, y and dx for the layer to write.
+struct RankLayerTensors {
+  Buffer<float> x, y, dy, dx;
+  RankLayerTensors(Rank& r, const LayerFixture& f, const tsp::TspShape& s) {
+    const std::size_t local = static_cast<std::size_t>(s.B) * s.Tl() * f.cfg.hidden;
+    Arena& a = r.arena();
+    x = a.allocate<float>(local, Category::activations);
+    y = a.allocate<float>(local, Category::activations);
+    dy = a.allocate<float>(local, Category::workspace);
+    dx = a.allocate<float>(local, Category::workspace);
+    const tsp::SequenceLayout layout = s.layout();
+    layout.scatter(f.x.data(), x.data(), r.id(), s.B, f.cfg.hidden);
+    layout.scatter(f.dy.data(), dy.data(), r.id(), s.B, f.cfg.hidden);
   }
 };
 

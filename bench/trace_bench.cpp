@@ -28,22 +28,14 @@ struct Fixture : bench::LayerFixture {
 
 // Seconds of one forward + backward of the layer on `w`, timed by rank 0 between barriers.
 double layer_seconds(World& w, const Fixture& f, const tsp::TspShape& s) {
-  const tsp::SequenceLayout layout = s.layout();
-  const std::size_t local = static_cast<std::size_t>(kB) * s.Tl() * f.cfg.hidden;
   double seconds = 0;
   w.run([&](Rank& r) {
-    Arena& a = r.arena();
     tsp::TspLayer layer(r, s, f.w);
-    auto x = a.allocate<float>(local, Category::activations);
-    auto y = a.allocate<float>(local, Category::activations);
-    auto dy = a.allocate<float>(local, Category::workspace);
-    auto dx = a.allocate<float>(local, Category::workspace);
-    layout.scatter(f.x.data(), x.data(), r.id(), kB, f.cfg.hidden);
-    layout.scatter(f.dy.data(), dy.data(), r.id(), kB, f.cfg.hidden);
+    bench::RankLayerTensors t(r, f, s);
     barrier(r.comm());
     const auto t0 = std::chrono::steady_clock::now();
-    layer.forward(x.data(), y.data());
-    layer.backward(x.data(), dy.data(), dx.data());
+    layer.forward(t.x.data(), t.y.data());
+    layer.backward(t.x.data(), t.dy.data(), t.dx.data());
     barrier(r.comm());
     if (r.id() == 0)
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -83,8 +83,6 @@ void BM_TspLayer(benchmark::State& state) {
   s.B = kB;
   s.S = kS;
   s.validate();
-  const tsp::SequenceLayout layout = s.layout();
-  const std::size_t local = static_cast<std::size_t>(kB) * s.Tl() * f.cfg.hidden;
   World& w = world(D);
   double gemm_flops = 0, gemm_ns = 0;
   std::size_t peak = 0;
@@ -92,19 +90,13 @@ void BM_TspLayer(benchmark::State& state) {
     std::vector<double> flops(static_cast<std::size_t>(D)), ns(static_cast<std::size_t>(D));
     double seconds = 0;
     w.run([&](Rank& r) {
-      Arena& a = r.arena();
       tsp::TspLayer layer(r, s, f.w);
-      auto x = a.allocate<float>(local, Category::activations);
-      auto y = a.allocate<float>(local, Category::activations);
-      auto dy = a.allocate<float>(local, Category::workspace);
-      auto dx = a.allocate<float>(local, Category::workspace);
-      layout.scatter(f.x.data(), x.data(), r.id(), kB, f.cfg.hidden);
-      layout.scatter(f.dy.data(), dy.data(), r.id(), kB, f.cfg.hidden);
+      bench::RankLayerTensors t(r, f, s);
       barrier(r.comm());
       ref::gemm_counters() = {};
       const auto t0 = std::chrono::steady_clock::now();
-      layer.forward(x.data(), y.data());
-      if (backward) layer.backward(x.data(), dy.data(), dx.data());
+      layer.forward(t.x.data(), t.y.data());
+      if (backward) layer.backward(t.x.data(), t.dy.data(), t.dx.data());
       barrier(r.comm());
       if (r.id() == 0)
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
