@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
+#include <string_view>
 #include <tuple>
 
 #include "tspemu/reference/init.hpp"
@@ -38,12 +38,10 @@ tsp::BaselineShape baseline_shape(const StackConfig& c) {
   }
 }
 
-std::vector<float> normal_floats(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(dist(gen));
-  return v;
+// The reference's seeded normal stream (init.hpp), rounded to float.
+std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, std::string_view name) {
+  const std::vector<double> d = ref::normal_stream(seed, name, n);
+  return {d.begin(), d.end()};
 }
 
 // Full-size outputs of one implementation: y, dx and every layer's gradients.
@@ -348,8 +346,8 @@ StackResult run_stack(const StackConfig& c) {
   ref::ModelConfig wm = c.model;
   if (wm.vocab <= 0) wm.vocab = 2;  // the stack has no embedding; init_weights wants a vocabulary
   const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(wm, c.seed));
-  const std::vector<float> x = normal_floats(full, c.seed + 1);
-  const std::vector<float> dy = normal_floats(full, c.seed + 2);
+  const std::vector<float> x = normal_floats(full, c.seed, "x");
+  const std::vector<float> dy = normal_floats(full, c.seed, "dy");
 
   StackResult out;
   out.scope = "layer stack: " + std::to_string(L) +
