@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds tspemu with warnings as errors and runs every test:
-#   1. the whole suite (ctest) in a RelWithDebInfo build;
+#   1. the whole suite (ctest) in a RelWithDebInfo build, then `cmake --install` of it and the
+#      out-of-tree consumer tests/package built against the install, by find_package and by
+#      pkg-config;
 #   2. the runtime tests under ThreadSanitizer;
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 # `--quick` stops after step 1. Run from anywhere, as root on Debian 12.
@@ -22,6 +24,23 @@ build() {  # build DIR [cmake args...]
 echo "== build and test (RelWithDebInfo)"
 build build
 ctest --test-dir build --output-on-failure --timeout 600
+
+echo "== install, then build tests/package against it (find_package, then pkg-config)"
+started=$SECONDS
+prefix="$PWD/build/install"
+rm -rf "$prefix" build/package
+cmake --install build --prefix "$prefix" >/dev/null
+cmake -S tests/package -B build/package -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build build/package -j"$jobs"
+ctest --test-dir build/package --output-on-failure --timeout 120
+command -v pkg-config >/dev/null ||
+  { echo "test.sh: pkg-config not found; scripts/install-deps.sh must install pkg-config" >&2; exit 1; }
+pc_flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs tspemu)
+# shellcheck disable=SC2086  # the flags are meant to split into words
+g++ -O1 -Wall -Wextra -Werror tests/package/consumer.cpp $pc_flags -o build/package/consumer_pkg_config
+build/package/consumer_pkg_config
+echo "package step: $((SECONDS - started)) s"
 
 [ "$quick" = 1 ] && exit 0
 
