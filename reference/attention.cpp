@@ -20,13 +20,14 @@ namespace {
 // the key prefix (about kQueryBlock/2 keys per row) stays a few percent of the work at T ~ 2K.
 constexpr int kQueryBlock = 128;
 
-void check_dims(const AttentionDims& d) {
+void check_dims(const char* op, const AttentionDims& d) {
   if (d.B < 0 || d.Tq < 0 || d.Tk < 0 || d.NH <= 0 || d.NKV <= 0 || d.hs <= 0 ||
       d.NH % d.NKV != 0) {
-    throw std::invalid_argument("causal_attention: bad dims B=" + std::to_string(d.B) +
+    throw std::invalid_argument(std::string(op) + ": bad dims B=" + std::to_string(d.B) +
                                 " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
                                 " NH=" + std::to_string(d.NH) + " NKV=" + std::to_string(d.NKV) +
-                                " hs=" + std::to_string(d.hs));
+                                " hs=" + std::to_string(d.hs) +
+                                " (need B, Tq, Tk >= 0; NH, NKV, hs > 0; NH % NKV == 0)");
   }
 }
 
@@ -76,7 +77,7 @@ template <class T>
 void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
                               const std::int64_t* q_positions, const std::int64_t* k_positions,
                               const AttentionDims& d) {
-  check_dims(d);
+  check_dims("causal_attention_forward", d);
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
@@ -135,13 +136,16 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
 template <class T>
 void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                const T* v, const T* lse, const std::int64_t* q_positions,
-                               const std::int64_t* k_positions, const AttentionDims& d) {
-  check_dims(d);
+                               const std::int64_t* k_positions, const AttentionDims& d,
+                               const T* delta, bool accumulate) {
+  check_dims("causal_attention_backward", d);
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::size_t kv_elems = std::size_t(d.B) * d.Tk * d.NKV * d.hs;
-  std::fill_n(dk, kv_elems, T(0));
-  std::fill_n(dv, kv_elems, T(0));
+  if (!accumulate) {
+    const std::size_t kv_elems = std::size_t(d.B) * d.Tk * d.NKV * d.hs;
+    std::fill_n(dk, kv_elems, T(0));
+    std::fill_n(dv, kv_elems, T(0));
+  }
   const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
   Scratch<T> serial(2 * scratch);
   // One task per (batch, K/V head): it alone writes that K/V head's dk, dv (accumulated over its
@@ -160,8 +164,11 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
         const T* q_blk = q + hv.q_off + std::size_t(i0) * hv.ldq;
         const T* do_blk = dout + hv.q_off + std::size_t(i0) * hv.ldq;
         T* dq_blk = dq + hv.q_off + std::size_t(i0) * hv.ldq;
-        const T* lse_blk = lse + (std::size_t(b) * d.NH + h) * d.Tq + i0;
+        const std::size_t row0 = (std::size_t(b) * d.NH + h) * d.Tq + i0;
+        const T* lse_blk = lse + row0;
+        const T* delta_blk = delta ? delta + row0 : nullptr;
         if (kend == 0) {
+          if (accumulate) continue;
           for (int i = 0; i < bq; ++i) std::fill_n(dq_blk + std::size_t(i) * hv.ldq, d.hs, T(0));
           continue;
         }
@@ -180,20 +187,72 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
         }
         // dv[:kend] += p.T @ dout_blk
         matmul_tn(dv + hv.k_off, p, do_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
-        // dS = p * (dp - rowsum(p * dp)) * scale, written over p.
+        // dS = p * (dp - rowsum(p * dp)) * scale, written over p. With blocks of keys, the rowsum
+        // must run over all keys, which only the caller's delta (dout . out) knows.
         for (int i = 0; i < bq; ++i) {
           T* prow = p + std::size_t(i) * kend;
           const T* dprow = dp + std::size_t(i) * kend;
           T dot = 0;
-          for (int j = 0; j < kend; ++j) dot += prow[j] * dprow[j];
+          if (delta_blk) {
+            dot = delta_blk[i];
+          } else {
+            for (int j = 0; j < kend; ++j) dot += prow[j] * dprow[j];
+          }
           for (int j = 0; j < kend; ++j) prow[j] = prow[j] * (dprow[j] - dot) * scale;
         }
         // dq_blk = dS @ k[:kend];  dk[:kend] += dS.T @ q_blk
-        matmul_nn(dq_blk, p, k + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+        matmul_nn(dq_blk, p, k + hv.k_off, bq, d.hs, kend, accumulate, kend, hv.ldk, hv.ldq);
         matmul_tn(dk + hv.k_off, p, q_blk, kend, d.hs, bq, true, kend, hv.ldq, hv.ldk);
       }
     }
   });
+}
+
+template <class T>
+void attention_row_delta(T* delta, const T* dout, const T* out, const AttentionDims& d) {
+  check_dims("attention_row_delta", d);
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      for (int i = 0; i < d.Tq; ++i) {
+        const std::size_t off = ((std::size_t(b) * d.Tq + i) * d.NH + h) * d.hs;
+        T dot = 0;
+        for (int c = 0; c < d.hs; ++c) dot += dout[off + c] * out[off + c];
+        delta[(std::size_t(b) * d.NH + h) * d.Tq + i] = dot;
+      }
+    }
+  }
+}
+
+template <class T>
+void merge_attention_partials(T* out, T* lse, const T* part_out, const T* part_lse,
+                              const AttentionDims& d) {
+  check_dims("merge_attention_partials", d);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      for (int i = 0; i < d.Tq; ++i) {
+        const std::size_t r = (std::size_t(b) * d.NH + h) * d.Tq + i;
+        const std::size_t off = ((std::size_t(b) * d.Tq + i) * d.NH + h) * d.hs;
+        T* o = out + off;              // [hs]
+        const T* po = part_out + off;  // [hs]
+        const T l = lse[r], pl = part_lse[r];
+        if (pl == neg_inf) continue;  // the block had no key visible to this query
+        // Nothing seen yet: take the partial as is (the formula's 0 * out would be NaN for an
+        // uninitialised out holding inf).
+        if (l == neg_inf) {
+          std::copy_n(po, d.hs, o);
+          lse[r] = pl;
+          continue;
+        }
+        // logaddexp without overflow: max + log1p(exp(min - max)).
+        const T m = std::max(l, pl);
+        const T merged = m + std::log1p(std::exp(std::min(l, pl) - m));
+        const T a = std::exp(l - merged), pa = std::exp(pl - merged);
+        for (int c = 0; c < d.hs; ++c) o[c] = o[c] * a + po[c] * pa;
+        lse[r] = merged;
+      }
+    }
+  }
 }
 
 #define TSPEMU_INSTANTIATE(T)                                                                    \
@@ -202,7 +261,9 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
                                             const AttentionDims&);                               \
   template void causal_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
                                              const T*, const std::int64_t*, const std::int64_t*, \
-                                             const AttentionDims&);
+                                             const AttentionDims&, const T*, bool);              \
+  template void attention_row_delta<T>(T*, const T*, const T*, const AttentionDims&);            \
+  template void merge_attention_partials<T>(T*, T*, const T*, const T*, const AttentionDims&);
 TSPEMU_INSTANTIATE(float)
 TSPEMU_INSTANTIATE(double)
 #undef TSPEMU_INSTANTIATE
