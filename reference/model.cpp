@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -27,19 +28,38 @@ void require_size(const std::vector<T>& v, std::size_t n, const char* what) {
   }
 }
 
+// The tensors the attention block reads (and whose gradients it accumulates).
+template <class T>
+void require_attention_shapes(const ModelConfig& cfg, const LayerWeights<T>& w,
+                              const std::string& which) {
+  const std::size_t C = cfg.hidden, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  require_size(w.input_norm, C, (which + ".input_norm").c_str());
+  require_size(w.wq, qd * C, (which + ".wq").c_str());
+  require_size(w.wk, kvd * C, (which + ".wk").c_str());
+  require_size(w.wv, kvd * C, (which + ".wv").c_str());
+  require_size(w.wo, C * qd, (which + ".wo").c_str());
+}
+
+// The tensors of the reference MLP core.
+template <class T>
+void require_gated_mlp_shapes(const ModelConfig& cfg, const LayerWeights<T>& w,
+                              const std::string& which) {
+  const std::size_t C = cfg.hidden, F = cfg.ffn;
+  require_size(w.w_gate, F * C, (which + ".w_gate").c_str());
+  require_size(w.w_up, F * C, (which + ".w_up").c_str());
+  require_size(w.w_down, C * F, (which + ".w_down").c_str());
+}
+
 template <class T>
 void require_layer_shapes(const ModelConfig& cfg, const LayerWeights<T>& w, const char* which) {
-  const std::size_t C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(), kvd = cfg.kv_dim();
-  const std::string p = which;
-  require_size(w.input_norm, C, (p + ".input_norm").c_str());
-  require_size(w.wq, qd * C, (p + ".wq").c_str());
-  require_size(w.wk, kvd * C, (p + ".wk").c_str());
-  require_size(w.wv, kvd * C, (p + ".wv").c_str());
-  require_size(w.wo, C * qd, (p + ".wo").c_str());
-  require_size(w.post_norm, C, (p + ".post_norm").c_str());
-  require_size(w.w_gate, F * C, (p + ".w_gate").c_str());
-  require_size(w.w_up, F * C, (p + ".w_up").c_str());
-  require_size(w.w_down, C * F, (p + ".w_down").c_str());
+  require_attention_shapes(cfg, w, which);
+  require_size(w.post_norm, std::size_t(cfg.hidden), (std::string(which) + ".post_norm").c_str());
+  require_gated_mlp_shapes(cfg, w, which);
+}
+
+template <class Fn>
+void require_callable(const Fn& fn, const char* what) {
+  if (!fn) throw std::invalid_argument(std::string(what) + " is empty (no function set)");
 }
 
 template <class T>
@@ -116,13 +136,98 @@ std::vector<ParamRef<const std::vector<T>>> parameters(const ModelWeights<T>& w)
   return parameters_impl<const std::vector<T>>(w);
 }
 
+// ---------------------------------------------------------------- cores
+
+template <class T>
+AttentionCore<T> AttentionCore<T>::local_causal() {
+  AttentionCore core;
+  core.forward = [](T* att, T* lse, const T* q, const T* k, const T* v,
+                    const std::int64_t* positions, const AttentionDims& d) {
+    causal_attention_forward(att, lse, q, k, v, positions, positions, d);
+  };
+  core.backward = [](T* dq, T* dk, T* dv, const T* datt, const T* q, const T* k, const T* v,
+                     const T* /*att*/, const T* lse, const std::int64_t* positions,
+                     const AttentionDims& d) {
+    causal_attention_backward(dq, dk, dv, datt, q, k, v, lse, positions, positions, d);
+  };
+  return core;
+}
+
+namespace {
+
+// The reference MLP core's two halves over caller-owned activations gate, up, h ([N, F] each),
+// shared by MlpCore::gated (activations in the core) and the entry points without a core
+// (activations in MlpCache).
+template <class T>
+void gated_mlp_forward(const ModelConfig& cfg, const LayerWeights<T>& w, T* y, const T* xn, int N,
+                       std::vector<T>& gate, std::vector<T>& up, std::vector<T>& h) {
+  const int C = cfg.hidden, F = cfg.ffn;
+  gate.resize(std::size_t(N) * F);
+  up.resize(std::size_t(N) * F);
+  h.resize(std::size_t(N) * F);
+  // gate = xn @ Wgate.T; up = xn @ Wup.T                        [N, F]
+  matmul_nt(gate.data(), xn, w.w_gate.data(), N, F, C);
+  matmul_nt(up.data(), xn, w.w_up.data(), N, F, C);
+  // h = F.silu(gate) * up                                       [N, F]
+  silu_mul_forward(h.data(), gate.data(), up.data(), std::size_t(N) * F);
+  // y += h @ Wdown.T                                            [N, C]
+  matmul_nt(y, h.data(), w.w_down.data(), N, C, F, /*accumulate=*/true);
+}
+
+template <class T>
+void gated_mlp_backward(const ModelConfig& cfg, const LayerWeights<T>& w, T* dxn, const T* dout,
+                        const T* xn, int N, const std::vector<T>& gate, const std::vector<T>& up,
+                        const std::vector<T>& h, LayerWeights<T>& grads) {
+  const int C = cfg.hidden, F = cfg.ffn;
+  if (h.size() != std::size_t(N) * F) {
+    throw std::invalid_argument("gated MLP backward: N=" + std::to_string(N) + " needs " +
+                                std::to_string(std::size_t(N) * F) + " saved activations, have " +
+                                std::to_string(h.size()) + " (forward not run on these tokens?)");
+  }
+  std::vector<T> dh(std::size_t(N) * F), dgate(std::size_t(N) * F), dup(std::size_t(N) * F);
+  // dh = dout @ Wdown;  dWdown += dout.T @ h
+  matmul_nn(dh.data(), dout, w.w_down.data(), N, F, C);
+  matmul_tn(grads.w_down.data(), dout, h.data(), C, F, N, true);
+  silu_mul_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(),
+                    std::size_t(N) * F);
+  // dxn = dgate @ Wgate + dup @ Wup;  dWgate += dgate.T @ xn;  dWup += dup.T @ xn
+  matmul_nn(dxn, dgate.data(), w.w_gate.data(), N, C, F);
+  matmul_nn(dxn, dup.data(), w.w_up.data(), N, C, F, true);
+  matmul_tn(grads.w_gate.data(), dgate.data(), xn, F, C, N, true);
+  matmul_tn(grads.w_up.data(), dup.data(), xn, F, C, N, true);
+}
+
+template <class T>
+struct GatedMlpActivations {
+  std::vector<T> gate, up, h;  // [N, F] each
+};
+
+}  // namespace
+
+template <class T>
+MlpCore<T> MlpCore<T>::gated(const ModelConfig& cfg, const LayerWeights<T>& w,
+                             LayerWeights<T>& grads) {
+  require_gated_mlp_shapes(cfg, w, "MlpCore::gated weights");
+  require_gated_mlp_shapes(cfg, grads, "MlpCore::gated grads");
+  auto act = std::make_shared<GatedMlpActivations<T>>();
+  MlpCore core;
+  core.forward = [cfg, &w, act](T* y, const T* xn, int N) {
+    gated_mlp_forward(cfg, w, y, xn, N, act->gate, act->up, act->h);
+  };
+  core.backward = [cfg, &w, &grads, act](T* dxn, const T* dout, const T* xn, int N) {
+    gated_mlp_backward(cfg, w, dxn, dout, xn, N, act->gate, act->up, act->h, grads);
+  };
+  return core;
+}
+
 // ---------------------------------------------------------------- attention block
 
 template <class T>
 void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
-                             const std::int64_t* positions, int B, int T_,
-                             AttentionCache<T>& cache) {
-  require_layer_shapes(cfg, w, "attention_block_forward weights");
+                             const std::int64_t* positions, int B, int T_, AttentionCache<T>& cache,
+                             const AttentionCore<T>& core) {
+  require_attention_shapes(cfg, w, "attention_block_forward weights");
+  require_callable(core.forward, "attention_block_forward: core.forward");
   const int N = B * T_, C = cfg.hidden, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
   const int hs = cfg.head_size(), qd = cfg.q_dim(), kvd = cfg.kv_dim();
   cache.xn.resize(std::size_t(N) * C);
@@ -144,19 +249,29 @@ void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, c
   rope_forward(cache.k.data(), positions, B, T_, NKV, hs, cfg.rope_base);
   // att = softmax(q k.T / sqrt(hs) + causal mask) v             [B, T, NH, hs]
   const AttentionDims dims{B, T_, T_, NH, NKV, hs};
-  causal_attention_forward(cache.att.data(), cache.lse.data(), cache.q.data(), cache.k.data(),
-                           cache.v.data(), positions, positions, dims);
+  core.forward(cache.att.data(), cache.lse.data(), cache.q.data(), cache.k.data(), cache.v.data(),
+               positions, dims);
   // y = x + att @ Wo.T                                          [B, T, C]
   std::copy_n(x, std::size_t(N) * C, y);
   matmul_nt(y, cache.att.data(), w.wo.data(), N, C, qd, /*accumulate=*/true);
 }
 
 template <class T>
+void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
+                             const std::int64_t* positions, int B, int T_,
+                             AttentionCache<T>& cache) {
+  require_layer_shapes(cfg, w, "attention_block_forward weights");
+  attention_block_forward(cfg, w, x, y, positions, B, T_, cache, AttentionCore<T>::local_causal());
+}
+
+template <class T>
 void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
                               const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
-                              const AttentionCache<T>& cache, LayerWeights<T>& grads) {
-  require_layer_shapes(cfg, w, "attention_block_backward weights");
-  require_layer_shapes(cfg, grads, "attention_block_backward grads");
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads,
+                              const AttentionCore<T>& core) {
+  require_attention_shapes(cfg, w, "attention_block_backward weights");
+  require_attention_shapes(cfg, grads, "attention_block_backward grads");
+  require_callable(core.backward, "attention_block_backward: core.backward");
   const int N = B * T_, C = cfg.hidden, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
   const int hs = cfg.head_size(), qd = cfg.q_dim(), kvd = cfg.kv_dim();
   std::vector<T> datt(std::size_t(N) * qd);  // [B, T, NH, hs]
@@ -169,9 +284,8 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, 
   matmul_nn(datt.data(), dy, w.wo.data(), N, qd, C);
   matmul_tn(grads.wo.data(), dy, cache.att.data(), C, qd, N, true);
   const AttentionDims dims{B, T_, T_, NH, NKV, hs};
-  causal_attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), cache.q.data(),
-                            cache.k.data(), cache.v.data(), cache.lse.data(), positions, positions,
-                            dims);
+  core.backward(dq.data(), dk.data(), dv.data(), datt.data(), cache.q.data(), cache.k.data(),
+                cache.v.data(), cache.att.data(), cache.lse.data(), positions, dims);
   rope_backward(dq.data(), positions, B, T_, NH, hs, cfg.rope_base);
   rope_backward(dk.data(), positions, B, T_, NKV, hs, cfg.rope_base);
   // dxn = dq @ Wq + dk @ Wk + dv @ Wv;  dW* += d*.T @ xn
@@ -186,28 +300,57 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, 
   add_into(dx, dy, std::size_t(N) * C);  // the residual path
 }
 
+template <class T>
+void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
+                              const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads) {
+  require_layer_shapes(cfg, w, "attention_block_backward weights");
+  require_layer_shapes(cfg, grads, "attention_block_backward grads");
+  attention_block_backward(cfg, w, x, dy, dx, positions, B, T_, cache, grads,
+                           AttentionCore<T>::local_causal());
+}
+
 // ---------------------------------------------------------------- MLP block
+
+template <class T>
+void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
+                       int T_, MlpCache<T>& cache, const MlpCore<T>& core) {
+  require_size(w.post_norm, std::size_t(cfg.hidden), "mlp_block_forward weights.post_norm");
+  require_callable(core.forward, "mlp_block_forward: core.forward");
+  const int N = B * T_, C = cfg.hidden;
+  cache.xn.resize(std::size_t(N) * C);
+  cache.rstd.resize(N);
+  // xn = post_attention_layernorm(x)                            [B, T, C]
+  rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.post_norm.data(), N, C, cfg.norm_eps);
+  // y = x + mlp(xn)                                             [B, T, C]
+  std::copy_n(x, std::size_t(N) * C, y);
+  core.forward(y, cache.xn.data(), N);
+}
 
 template <class T>
 void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
                        int T_, MlpCache<T>& cache) {
   require_layer_shapes(cfg, w, "mlp_block_forward weights");
-  const int N = B * T_, C = cfg.hidden, F = cfg.ffn;
-  cache.xn.resize(std::size_t(N) * C);
-  cache.rstd.resize(N);
-  cache.gate.resize(std::size_t(N) * F);
-  cache.up.resize(std::size_t(N) * F);
-  cache.h.resize(std::size_t(N) * F);
-  // xn = post_attention_layernorm(x)                            [B, T, C]
-  rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.post_norm.data(), N, C, cfg.norm_eps);
-  // gate = xn @ Wgate.T; up = xn @ Wup.T                        [B, T, F]
-  matmul_nt(cache.gate.data(), cache.xn.data(), w.w_gate.data(), N, F, C);
-  matmul_nt(cache.up.data(), cache.xn.data(), w.w_up.data(), N, F, C);
-  // h = F.silu(gate) * up                                       [B, T, F]
-  silu_mul_forward(cache.h.data(), cache.gate.data(), cache.up.data(), std::size_t(N) * F);
-  // y = x + h @ Wdown.T                                         [B, T, C]
-  std::copy_n(x, std::size_t(N) * C, y);
-  matmul_nt(y, cache.h.data(), w.w_down.data(), N, C, F, /*accumulate=*/true);
+  MlpCore<T> core;  // the reference core, its activations in the cache
+  core.forward = [&](T* out, const T* xn, int N) {
+    gated_mlp_forward(cfg, w, out, xn, N, cache.gate, cache.up, cache.h);
+  };
+  mlp_block_forward(cfg, w, x, y, B, T_, cache, core);
+}
+
+template <class T>
+void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                        T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
+                        const MlpCore<T>& core) {
+  require_size(w.post_norm, std::size_t(cfg.hidden), "mlp_block_backward weights.post_norm");
+  require_size(grads.post_norm, std::size_t(cfg.hidden), "mlp_block_backward grads.post_norm");
+  require_callable(core.backward, "mlp_block_backward: core.backward");
+  const int N = B * T_, C = cfg.hidden;
+  std::vector<T> dxn(std::size_t(N) * C);  // [B, T, C]
+  core.backward(dxn.data(), dy, cache.xn.data(), N);
+  rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(), cache.rstd.data(),
+                   N, C);
+  add_into(dx, dy, std::size_t(N) * C);  // the residual path
 }
 
 template <class T>
@@ -215,22 +358,11 @@ void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const 
                         T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads) {
   require_layer_shapes(cfg, w, "mlp_block_backward weights");
   require_layer_shapes(cfg, grads, "mlp_block_backward grads");
-  const int N = B * T_, C = cfg.hidden, F = cfg.ffn;
-  std::vector<T> dh(std::size_t(N) * F), dgate(std::size_t(N) * F), dup(std::size_t(N) * F);
-  std::vector<T> dxn(std::size_t(N) * C);
-  // dh = dy @ Wdown;  dWdown += dy.T @ h
-  matmul_nn(dh.data(), dy, w.w_down.data(), N, F, C);
-  matmul_tn(grads.w_down.data(), dy, cache.h.data(), C, F, N, true);
-  silu_mul_backward(dgate.data(), dup.data(), dh.data(), cache.gate.data(), cache.up.data(),
-                    std::size_t(N) * F);
-  // dxn = dgate @ Wgate + dup @ Wup;  dWgate += dgate.T @ xn;  dWup += dup.T @ xn
-  matmul_nn(dxn.data(), dgate.data(), w.w_gate.data(), N, C, F);
-  matmul_nn(dxn.data(), dup.data(), w.w_up.data(), N, C, F, true);
-  matmul_tn(grads.w_gate.data(), dgate.data(), cache.xn.data(), F, C, N, true);
-  matmul_tn(grads.w_up.data(), dup.data(), cache.xn.data(), F, C, N, true);
-  rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(), cache.rstd.data(),
-                   N, C);
-  add_into(dx, dy, std::size_t(N) * C);
+  MlpCore<T> core;  // the reference core, its activations from the cache
+  core.backward = [&](T* dxn, const T* dout, const T* xn, int N) {
+    gated_mlp_backward(cfg, w, dxn, dout, xn, N, cache.gate, cache.up, cache.h, grads);
+  };
+  mlp_block_backward(cfg, w, x, dy, dx, B, T_, cache, grads, core);
 }
 
 // ---------------------------------------------------------------- layer
@@ -349,6 +481,19 @@ void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCac
   template struct ModelWeights<T>;                                                                 \
   template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                  \
   template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);      \
+  template struct AttentionCore<T>;                                                                \
+  template struct MlpCore<T>;                                                                      \
+  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,   \
+                                           T*, const std::int64_t*, int, int, AttentionCache<T>&,  \
+                                           const AttentionCore<T>&);                               \
+  template void attention_block_backward<T>(                                                       \
+      const ModelConfig&, const LayerWeights<T>&, const T*, const T*, T*, const std::int64_t*,     \
+      int, int, const AttentionCache<T>&, LayerWeights<T>&, const AttentionCore<T>&);              \
+  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,     \
+                                     int, int, MlpCache<T>&, const MlpCore<T>&);                   \
+  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,        \
+                                      const T*, T*, int, int, const MlpCache<T>&,                  \
+                                      LayerWeights<T>&, const MlpCore<T>&);                        \
   template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,   \
                                            T*, const std::int64_t*, int, int, AttentionCache<T>&); \
   template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,  \

@@ -15,16 +15,20 @@
 //     their T tokens, overwrite dx, and ACCUMULATE parameter gradients into `grads` (so a caller
 //     can sum partial contributions; zero them first with ModelWeights::zeros / LayerWeights).
 //   - model_backward overwrites all of `grads`.
+//   - The attention and MLP blocks also come with a replaceable core (AttentionCore, MlpCore
+//     below); the entry points without one use the reference cores and are bitwise the same.
 //   - Deterministic: same inputs, same bits (one-threaded BLAS, fixed loop orders).
 //   - Reentrant: no shared mutable state, so rank threads may call any entry point or kernel
 //     concurrently on their own buffers (OpenBLAS concurrency is covered by blas_threads_test).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/model_config.hpp"
 
 namespace tspemu::ref {
@@ -69,6 +73,61 @@ std::vector<ParamRef<std::vector<T>>> parameters(ModelWeights<T>& w);
 template <class T>
 std::vector<ParamRef<const std::vector<T>>> parameters(const ModelWeights<T>& w);
 
+// ---- replaceable cores
+// The attention block is norm -> QKV -> RoPE -> core -> o_proj -> residual and the MLP block
+// norm -> core -> residual. A schedule that parallelizes only the core (Ulysses: all-to-all inside
+// the core; ring attention: K/V blocks passed round inside it and merged by their lse) supplies
+// its own and reuses the rest of the block, so it is checked against the reference core alone.
+// A core may keep state between forward and backward (a gathered K/V, its own statistics) in its
+// closures; std::function copies its target, so keep such state behind a std::shared_ptr. A core
+// with state (MlpCore::gated) is one layer's, used by one thread at a time.
+//
+// Gradient ownership: the attention block accumulates input_norm, wq, wk, wv, wo (the attention
+// core has no parameters); the MLP block accumulates post_norm and its core accumulates the
+// gradients of the weights it holds (the reference core: w_gate, w_up, w_down into the grads
+// given to MlpCore::gated).
+
+// Attention core: causal attention of the block's T local tokens. The block passes
+// d = {B, T, T, NH, NKV, hs} and the tokens' GLOBAL positions [T].
+//   forward:  att [B, T, NH, hs] and lse [B, NH, T] overwritten, from q [B, T, NH, hs] and k
+//             [B, T, NKV, hs] after RoPE and v [B, T, NKV, hs]. The block keeps att (for o_proj's
+//             weight gradient) and lse in its cache and hands both back to backward; lse is the
+//             core's to fill (the reference core writes the softmax logsumexp).
+//   backward: dq [B, T, NH, hs], dk, dv [B, T, NKV, hs] overwritten: gradients w.r.t. the rotated
+//             q, k (the block applies rope_backward) and v, given datt [B, T, NH, hs].
+template <class T>
+struct AttentionCore {
+  using Forward = std::function<void(T* att, T* lse, const T* q, const T* k, const T* v,
+                                     const std::int64_t* positions, const AttentionDims& d)>;
+  using Backward = std::function<void(T* dq, T* dk, T* dv, const T* datt, const T* q, const T* k,
+                                      const T* v, const T* att, const T* lse,
+                                      const std::int64_t* positions, const AttentionDims& d)>;
+  Forward forward;
+  Backward backward;
+
+  // The reference core: causal_attention_forward / _backward of the local tokens on themselves.
+  static AttentionCore local_causal();
+};
+
+// MLP core: the position-wise part of the MLP block on its N = B*T local tokens.
+//   forward:  y [N, C] += mlp(xn [N, C]). y holds the residual x on entry, so a core that
+//             produces its output in pieces (a weight ring, row-parallel partials) adds each
+//             piece straight in, and the reference keeps its one fused GEMM-accumulate.
+//   backward: dxn [N, C] overwritten with the gradient w.r.t. xn, given dout [N, C] (the block's
+//             dy); the core accumulates the gradients of its own weights.
+template <class T>
+struct MlpCore {
+  using Forward = std::function<void(T* y, const T* xn, int N)>;
+  using Backward = std::function<void(T* dxn, const T* dout, const T* xn, int N)>;
+  Forward forward;
+  Backward backward;
+
+  // The reference core: y += down(silu(gate(xn)) * up(xn)); backward accumulates into
+  // grads.w_gate, w_up, w_down. Keeps gate, up, h (3*N*F elements) from forward for backward.
+  // w and grads are held by reference: they must outlive the core.
+  static MlpCore gated(const ModelConfig& cfg, const LayerWeights<T>& w, LayerWeights<T>& grads);
+};
+
 // ---- attention block: y = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
 //      n = input_layernorm(x)
 template <class T>
@@ -97,11 +156,26 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w,
                               const std::int64_t* positions, int B, int T_,
                               const AttentionCache<T>& cache, LayerWeights<T>& grads);
 
+// The same with a replaceable core; without one, AttentionCore<T>::local_causal(). Reads (and
+// accumulates the gradients of) only input_norm, wq, wk, wv, wo. An empty core function throws.
+template <class T>
+void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
+                             const std::int64_t* positions, int B, int T_, AttentionCache<T>& cache,
+                             const AttentionCore<T>& core);
+
+template <class T>
+void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
+                              const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads,
+                              const AttentionCore<T>& core);
+
 // ---- MLP block: y = x + down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x)
 template <class T>
 struct MlpCache {
   std::vector<T> xn;    // [B, T, C]
   std::vector<T> rstd;  // [B*T]
+  // The reference core's activations, filled by the entry points without a core; with an
+  // explicit core they are left alone (the core keeps what it needs).
   std::vector<T> gate;  // [B, T, F]  n · W_gateᵀ
   std::vector<T> up;    // [B, T, F]  n · W_upᵀ
   std::vector<T> h;     // [B, T, F]  silu(gate) * up
@@ -117,6 +191,18 @@ template <class T>
 void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                         T* dx,  // [B, T, C], overwritten
                         int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads);
+
+// The same with a replaceable core; without one, the reference gated core. Reads only
+// w.post_norm and accumulates only grads.post_norm (the core owns the MLP weights). An empty core
+// function throws.
+template <class T>
+void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
+                       int T_, MlpCache<T>& cache, const MlpCore<T>& core);
+
+template <class T>
+void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
+                        T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
+                        const MlpCore<T>& core);
 
 // ---- one layer = attention block then MLP block
 template <class T>
