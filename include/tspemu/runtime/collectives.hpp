@@ -7,5 +7,7 @@
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/broadcast.hpp"
 #include "tspemu/runtime/reduce.hpp"
+#include "tspemu/runtime/reduce_buffers.hpp"
 #include "tspemu/runtime/reduce_scatter.hpp"
 #include "tspemu/runtime/send_recv.hpp"
+#include "tspemu/runtime/sequence_heads_exchange.hpp"

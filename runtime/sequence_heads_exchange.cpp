@@ -1,0 +1,103 @@
+#include "tspemu/runtime/sequence_heads_exchange.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "arguments.hpp"
+#include "exposed_call.hpp"
+#include "round.hpp"
+
+namespace tspemu::detail {
+
+namespace {
+
+struct ExchangeCall {
+  bool to_heads;
+  SequenceHeadsShape shape;
+  const std::byte* in;
+};
+
+const char* op_name(bool to_heads) {
+  return to_heads ? "all_to_all_sequence_to_heads" : "all_to_all_heads_to_sequence";
+}
+
+bool same_call(const ExchangeCall& a, const ExchangeCall& b) {
+  return a.to_heads == b.to_heads && a.shape.B == b.shape.B && a.shape.S_local == b.shape.S_local &&
+         a.shape.H == b.shape.H && a.shape.hs == b.shape.hs;
+}
+
+std::string describe_call(const ExchangeCall& c) {
+  return std::string(op_name(c.to_heads)) + "(B=" + std::to_string(c.shape.B) +
+         ", S_local=" + std::to_string(c.shape.S_local) + ", H=" + std::to_string(c.shape.H) +
+         ", hs=" + std::to_string(c.shape.hs) + ")";
+}
+
+std::string dims(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
+  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ", " +
+         std::to_string(d) + "]";
+}
+
+}  // namespace
+
+void sequence_heads_exchange(Comm& comm, const std::byte* in, std::size_t in_count, std::byte* out,
+                             std::size_t out_count, Dtype dtype, const SequenceHeadsShape& shape,
+                             bool to_heads) {
+  const char* op = op_name(to_heads);
+  check_comm(comm, op);
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  const auto [B, S, H, hs] = shape;
+  if (H % n != 0)
+    bad_argument(comm, op,
+                 "H = " + std::to_string(H) + " heads are not divisible by the " +
+                     std::to_string(n) + " ranks");
+  const std::size_t Hn = H / n;
+  const std::size_t count = B * S * H * hs;
+  // Built only for the message: the call itself allocates nothing.
+  auto sides = [&](bool seq_side) {
+    return seq_side ? "[B, S_local, H, hs] = " + dims(B, S, H, hs)
+                    : "[B, n·S_local, H/n, hs] = " + dims(B, n * S, Hn, hs);
+  };
+  if (in_count != count)
+    bad_argument(comm, op,
+                 "in " + sides(to_heads) + " needs " + std::to_string(count) + " elements, has " +
+                     std::to_string(in_count));
+  if (out_count != count)
+    bad_argument(comm, op,
+                 "out " + sides(!to_heads) + " needs " + std::to_string(count) + " elements, has " +
+                     std::to_string(out_count));
+  if (overlaps(in, count * es, out, count * es))
+    bad_argument(comm, op, "in and out overlap (in place is not supported)");
+
+  const ExposedCall<ExchangeCall> call{{to_heads, shape, in}, {}};
+  Round rd(comm, {CollectiveKind::all_to_all, dtype, kExposedCallRoot, count}, call.payload(),
+           nullptr, /*fingerprint_counts_must_match=*/false);
+  require_same_call<ExchangeCall>(rd, comm, same_call, describe_call);
+  // One row: this rank's Hn heads of one token, Hn·hs elements contiguous on both sides.
+  const std::size_t row = Hn * hs * es;
+  if (row > 0) {
+    ReadScope read(rd);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Start with the next rank: the ranks spread their first reads over different owners.
+      const std::size_t q = (me + i) % n;
+      const std::byte* src = ExposedCall<ExchangeCall>::of(rd, static_cast<int>(q)).in;
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t s = 0; s < S; ++s) {
+          if (to_heads)
+            // out_me[b, q·S + s, :, :] = in_q[b, s, me·Hn : (me+1)·Hn, :]
+            std::memcpy(out + (b * n * S + q * S + s) * row, src + ((b * S + s) * n + me) * row,
+                        row);
+          else
+            // out_me[b, s, q·Hn : (q+1)·Hn, :] = in_q[b, me·S + s, :, :]
+            std::memcpy(out + ((b * S + s) * n + q) * row, src + (b * n * S + me * S + s) * row,
+                        row);
+        }
+    }
+  }
+  rd.finish();
+  const std::size_t block = count / n * es;
+  count_traffic(comm, CollectiveKind::all_to_all, (n - 1) * block, (n - 1) * block);
+}
+
+}  // namespace tspemu::detail
