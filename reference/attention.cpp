@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "oracle_tasks.hpp"
+#include "tspemu/core/compute_span.hpp"
 #include "tspemu/reference/matmul.hpp"
 
 namespace tspemu::ref {
@@ -71,6 +72,19 @@ HeadView head_view(const AttentionDims& d, int b, int h) {
           d.NH * d.hs, d.NKV * d.hs};
 }
 
+// Multiply-adds of one score GEMM (Q_blk · K_prefixᵀ) summed over every (batch, head, query
+// block): the unit of both kernels' GEMM work, for their ComputeSpans. Only computed when a trace
+// or a simulated clock observes the thread.
+double score_gemm_macs(const std::int64_t* q_pos, const std::int64_t* k_pos,
+                       const AttentionDims& d) {
+  double macs = 0;
+  for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
+    const int i1 = std::min(i0 + kQueryBlock, d.Tq);
+    macs += double(i1 - i0) * key_prefix(q_pos, i0, i1, k_pos, d.Tk);
+  }
+  return macs * d.B * d.NH * d.hs;
+}
+
 }  // namespace
 
 template <class T>
@@ -78,6 +92,10 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
                               const std::int64_t* q_positions, const std::int64_t* k_positions,
                               const AttentionDims& d) {
   check_dims("causal_attention_forward", d);
+  // Two GEMMs per block (S = Q Kᵀ, O = P V).
+  ComputeSpan span("attention");
+  if (span.observed() && d.Tq > 0)
+    span.set_flops(2 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
@@ -139,6 +157,10 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
                                const std::int64_t* k_positions, const AttentionDims& d,
                                const T* delta, bool accumulate) {
   check_dims("causal_attention_backward", d);
+  // Five GEMMs per block (S recomputed, dP = dO Vᵀ, dQ, dK, dV).
+  ComputeSpan span("attention backward");
+  if (span.observed() && d.Tq > 0)
+    span.set_flops(5 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
   if (!accumulate) {

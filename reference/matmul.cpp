@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "oracle_tasks.hpp"
+#include "tspemu/core/compute_span.hpp"
 
 namespace tspemu::ref {
 
@@ -35,6 +36,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const T* 
           const T* B, int ldb, T* C, int ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
   ensure_blas_single_threaded();
+  ComputeSpan span("gemm", 2.0 * M * N * K);
   const auto start = std::chrono::steady_clock::now();
   const T beta = accumulate ? T(1) : T(0);
   if constexpr (std::is_same_v<T, float>) {

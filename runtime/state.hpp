@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "parker.hpp"
+#include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/dtype.hpp"
@@ -117,6 +118,15 @@ struct Group {
   ~Group();
 };
 
+// The rank's side of compute_span.hpp: records spans in its trace and charges them on its simulated
+// clock. Installed on the rank's thread for a run when tracing or a simulated clock is on.
+struct RankComputeObserver final : ComputeObserver {
+  explicit RankComputeObserver(RankState* s) : self(s) {}
+  Token begin_compute() noexcept override;
+  void end_compute(const Token& token, const char* name, double flops) noexcept override;
+  RankState* self;
+};
+
 struct RankState {
   RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth, int ranks)
       : world(w),
@@ -146,6 +156,7 @@ struct RankState {
   // Own thread only: this rank's events when tracing (null otherwise), and its simulated clock.
   std::unique_ptr<RankTrace> trace;
   std::int64_t sim_ns = 0;
+  RankComputeObserver compute{this};
   // Own thread only (reset by World::run before the run starts): this rank's injection stream.
   InjectionStream inject;
 };

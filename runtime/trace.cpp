@@ -172,25 +172,38 @@ void Trace::write_chrome_json(const std::string& path) const {
   if (!f) throw std::runtime_error("error while writing the trace to " + path);
 }
 
+namespace detail {
+
+ComputeObserver::Token RankComputeObserver::begin_compute() noexcept {
+  return {self->trace ? self->world->now_ns() : 0, sim_model(*self) ? self->sim_ns : -1};
+}
+
+// A span ends no earlier than its own FLOPs allow nor than what was charged inside it (nested
+// kernel spans, collectives), so a block span around its GEMMs is not charged twice.
+void RankComputeObserver::end_compute(const Token& token, const char* name, double flops) noexcept {
+  std::int64_t sim_end = -1;
+  if (const SimClockModel* sim = sim_model(*self)) {
+    sim_end = std::max(self->sim_ns, token.sim_begin_ns + sim_ns_of(sim->compute_seconds(flops)));
+    self->sim_ns = sim_end;
+  }
+  if (self->trace)
+    self->trace->record(TraceEvent{TraceEvent::Type::span, name, 0, 0, -1, -1, 0, flops, 0,
+                                   token.begin_ns, self->world->now_ns(), token.sim_begin_ns,
+                                   sim_end});
+}
+
+}  // namespace detail
+
 TraceSpan::TraceSpan(const Comm& comm, const char* name, double flops)
     : name_(name), flops_(flops) {
   detail::RankState& self = comm.self();
   if (!self.trace && !self.world->opts.sim_clock) return;
   self_ = &self;
-  if (self.trace) begin_ns_ = self.world->now_ns();
+  token_ = self.compute.begin_compute();
 }
 
 TraceSpan::~TraceSpan() {
-  if (self_ == nullptr) return;
-  std::int64_t sim_begin = -1, sim_end = -1;
-  if (const SimClockModel* sim = detail::sim_model(*self_)) {
-    sim_begin = self_->sim_ns;
-    sim_end = sim_begin + detail::sim_ns_of(sim->compute_seconds(flops_));
-    self_->sim_ns = sim_end;
-  }
-  if (self_->trace)
-    self_->trace->record(TraceEvent{TraceEvent::Type::span, name_, 0, 0, -1, -1, 0, flops_, 0,
-                                    begin_ns_, self_->world->now_ns(), sim_begin, sim_end});
+  if (self_ != nullptr) self_->compute.end_compute(token_, name_, flops_);
 }
 
 }  // namespace tspemu

@@ -179,6 +179,9 @@ void run_rank(WorldShared& w, int id) {
   RankState& st = *w.ranks[static_cast<std::size_t>(id)];
   try {
     Rank rank(id, w.opts.ranks, Comm(w.world_group, id, &st), &st.arena, &st.counters);
+    // Kernels' ComputeSpans (core/compute_span.hpp) reach this rank's trace and simulated clock.
+    const bool observed = st.trace != nullptr || w.opts.sim_clock.has_value();
+    ScopedComputeObserver observer(observed ? &st.compute : nullptr);
     (*w.fn)(rank);
   } catch (...) {
     auto e = std::current_exception();

@@ -197,5 +197,35 @@ TEST(SimClock, FollowsTheModelThroughSpansMessagesAndCollectives) {
   EXPECT_EQ(simulated_slices, 1 + n + 1);  // the span, every all_gather, the receive
 }
 
+// Kernels report compute through core/compute_span.hpp, with no Comm: a traced rank records the
+// spans nested, and the simulated clock charges nested work once (a block span around its GEMM
+// costs the GEMM, a span without FLOPs costs what ran inside it).
+TEST(ComputeSpan, ReachesTheRankAndChargesNestedWorkOnce) {
+  const SimClockModel m = *SimClockModel::preset("nvlink");
+  const double f = 2e12;
+  World world({.ranks = 2, .trace = true, .sim_clock = m});
+  world.run([&](Rank& r) {
+    EXPECT_NE(current_compute_observer(), nullptr);
+    {
+      ComputeSpan block("block", f);  // r.id() == 0: its own GEMM carries the same FLOPs
+      ComputeSpan gemm("gemm", r.id() == 0 ? f : 2 * f);
+    }
+    ComputeSpan user("user core");  // no FLOPs of its own: charged what ran inside
+    ComputeSpan inner("gemm", f);
+  });
+  const double ns = 1e-9;
+  EXPECT_NEAR(world.simulated_seconds(0), 2 * m.compute_seconds(f), 4 * ns);
+  EXPECT_NEAR(world.simulated_seconds(1), 3 * m.compute_seconds(f), 4 * ns);
+  const auto events = world.trace().events(0);
+  std::vector<std::string> names;
+  for (const TraceEvent& e : events)
+    if (e.type == TraceEvent::Type::span) names.push_back(e.name);
+  // Recorded when they end: inner before outer.
+  EXPECT_EQ(names, (std::vector<std::string>{"gemm", "block", "gemm", "user core"}));
+  World quiet({.ranks = 1});
+  quiet.run([](Rank&) { EXPECT_EQ(current_compute_observer(), nullptr); });
+  EXPECT_EQ(current_compute_observer(), nullptr);  // never installed on the caller's thread
+}
+
 }  // namespace
 }  // namespace tspemu::test

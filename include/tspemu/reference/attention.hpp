@@ -31,6 +31,8 @@
 //   merge_attention_partials       out, lse updated in place (a running result)
 // Cost: ~4 * B * NH * hs * (visible pairs) flops forward, 2.5x that backward (S is recomputed);
 //   row delta and merge O(B * Tq * NH * hs).
+//   The two attention kernels open a ComputeSpan ("attention", "attention backward") with
+//   their GEMM FLOPs (core/compute_span.hpp), so a rank's trace and simulated clock see them.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,9 @@
 // Guarantees: OpenBLAS is pinned to one thread (openblas_set_num_threads(1), once per process)
 //   before the first product, so a rank thread never fans out; results of one call are
 //   deterministic for fixed shapes and strides. Every call adds its wall time and flop count to
-//   the calling thread's gemm_counters() (used by the benchmark for the GEMM share).
+//   the calling thread's gemm_counters() (used by the benchmark for the GEMM share) and opens a
+//   ComputeSpan "gemm" with its FLOPs (core/compute_span.hpp), so a rank's trace and simulated
+//   clock see it.
 // Cost: 2*M*N*K flops.
 #pragma once
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/comm.hpp"
 
 namespace tspemu {
@@ -114,7 +115,9 @@ class Trace {
 
 // RAII span of user work on the calling rank (a GEMM, an attention block): recorded when tracing
 // is on, and, with a simulated clock, charged flops / peak on the rank's simulated time. Costs
-// nothing but a pointer test when tracing is off.
+// nothing but a pointer test when tracing is off. The reference kernels open ComputeSpans
+// (core/compute_span.hpp) that reach the same rank without a Comm; nested spans are charged once:
+// a span ends at max(its begin + its own FLOPs, the clock after what ran inside it).
 class TraceSpan {
  public:
   TraceSpan(const Comm& comm, const char* name, double flops = 0);
@@ -126,7 +129,7 @@ class TraceSpan {
   detail::RankState* self_ = nullptr;  // null when tracing is off
   const char* name_;
   double flops_;
-  std::int64_t begin_ns_ = 0;
+  ComputeObserver::Token token_{};
 };
 
 }  // namespace tspemu
