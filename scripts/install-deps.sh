@@ -9,6 +9,6 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
   cmake g++ make ninja-build git ca-certificates \
   libtbb-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  nlohmann-json3-dev libcli11-dev \
+  nlohmann-json3-dev libcli11-dev pkg-config \
   python3 python3-torch python3-numpy \
   clang-format >/dev/null
