@@ -1,0 +1,477 @@
+#include "tspemu/check/block_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "tspemu/reference/init.hpp"
+
+namespace tspemu::check {
+
+namespace {
+
+using Weights = ref::LayerWeights<float>;
+
+struct WeightInfo {
+  const char* name;
+  Block owner;  // the block whose weight it is
+};
+
+constexpr WeightInfo kWeights[] = {
+    {"input_norm", Block::attention}, {"wq", Block::attention}, {"wk", Block::attention},
+    {"wv", Block::attention},         {"wo", Block::attention}, {"post_norm", Block::mlp},
+    {"w_gate", Block::mlp},           {"w_up", Block::mlp},     {"w_down", Block::mlp},
+};
+
+// The LayerWeights field of a weight name (one of kWeights).
+template <class T>
+const std::vector<T>& field(const ref::LayerWeights<T>& w, std::string_view name) {
+  const std::pair<const char*, const std::vector<T>*> fields[] = {{"input_norm", &w.input_norm},
+                                                                  {"wq", &w.wq},
+                                                                  {"wk", &w.wk},
+                                                                  {"wv", &w.wv},
+                                                                  {"wo", &w.wo},
+                                                                  {"post_norm", &w.post_norm},
+                                                                  {"w_gate", &w.w_gate},
+                                                                  {"w_up", &w.w_up},
+                                                                  {"w_down", &w.w_down}};
+  for (const auto& [n, v] : fields)
+    if (name == n) return *v;
+  throw std::invalid_argument("check: no weight named '" + std::string(name) + "'");
+}
+
+bool in_block(Block owner, Block b) {
+  return b == Block::layer || owner == b;
+}
+
+std::string weight_names(Block b) {
+  std::string s;
+  for (const WeightInfo& w : kWeights)
+    if (in_block(w.owner, b)) s += (s.empty() ? "" : ", ") + std::string(w.name);
+  return s;
+}
+
+const WeightInfo& weight_info(std::string_view name, Block b, int rank) {
+  for (const WeightInfo& w : kWeights)
+    if (name == w.name && in_block(w.owner, b)) return w;
+  throw std::invalid_argument("check: rank " + std::to_string(rank) + " named weight '" +
+                              std::string(name) + "', not a weight of the " + block_name(b) +
+                              " block (its weights: " + weight_names(b) + ")");
+}
+
+TensorShape shape_of(const ref::ModelConfig& cfg, std::string_view name) {
+  const std::int64_t C = cfg.hidden, F = cfg.ffn, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
+  const std::int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  const std::string n(name);
+  if (name == "input_norm" || name == "post_norm") return {n, 1, C};
+  if (name == "wq") return {n, qd, C, NH, 0};
+  if (name == "wk" || name == "wv") return {n, kvd, C, NKV, 0};
+  if (name == "wo") return {n, C, qd, NH, 1};
+  if (name == "w_gate" || name == "w_up") return {n, F, C};
+  if (name == "w_down") return {n, C, F};
+  throw std::invalid_argument("check: no weight named '" + n + "'");
+}
+
+// An element of a weight in the tensor's own terms.
+std::string weight_element(const TensorShape& t, std::int64_t row, std::int64_t col) {
+  std::ostringstream s;
+  if (t.rows == 1) {
+    s << "(feature " << col << ")";
+  } else if (t.heads > 0 && t.head_axis == 0) {
+    const std::int64_t hs = t.rows / t.heads;
+    s << "(head " << row / hs << ", feature " << row % hs << " of the head, input feature " << col
+      << ")";
+  } else if (t.heads > 0) {
+    const std::int64_t hs = t.cols / t.heads;
+    s << "(output feature " << row << ", head " << col / hs << ", feature " << col % hs
+      << " of the head)";
+  } else {
+    s << "(row " << row << ", column " << col << ")";
+  }
+  return s.str();
+}
+
+std::string token_element(std::size_t idx, int S, int C) {
+  const std::size_t c = idx % C, p = (idx / C) % S, b = idx / (std::size_t(C) * S);
+  return "(batch " + std::to_string(b) + ", position " + std::to_string(p) + ", feature " +
+         std::to_string(c) + ")";
+}
+
+template <class T>
+struct Reference {
+  std::vector<T> y, dx;
+  ref::LayerWeights<T> grads;
+};
+
+template <class T>
+Reference<T> run_reference(const BlockCheck& c, const ref::LayerWeights<T>& w,
+                           const std::vector<T>& x, const std::vector<T>& dy) {
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(c.S));
+  for (int i = 0; i < c.S; ++i) pos[static_cast<std::size_t>(i)] = i;
+  Reference<T> r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.grads = ref::LayerWeights<T>::zeros(c.model);
+  if (c.block == Block::attention) {
+    ref::AttentionCache<T> cache;
+    ref::attention_block_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache);
+    ref::attention_block_backward(c.model, w, x.data(), dy.data(), r.dx.data(), pos.data(), c.B,
+                                  c.S, cache, r.grads);
+  } else if (c.block == Block::mlp) {
+    ref::MlpCache<T> cache;
+    ref::mlp_block_forward(c.model, w, x.data(), r.y.data(), c.B, c.S, cache);
+    ref::mlp_block_backward(c.model, w, x.data(), dy.data(), r.dx.data(), c.B, c.S, cache, r.grads);
+  } else {
+    ref::LayerCache<T> cache;
+    ref::layer_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache);
+    ref::layer_backward(c.model, w, x.data(), dy.data(), r.dx.data(), pos.data(), c.B, c.S, cache,
+                        r.grads);
+  }
+  return r;
+}
+
+// What one run of the schedule produced, per rank.
+struct RunResult {
+  std::vector<std::vector<float>> y, dx;
+  std::vector<std::vector<RankBlock::Piece>> pieces;
+};
+
+// Rows of a rank's [batches, tokens, C] activation and their [B, S, C] offsets.
+template <class Fn>
+void for_each_row(const TokenShard& t, int S, int C, Fn fn) {
+  const std::size_t T = t.positions.size();
+  for (int b = 0; b < t.batches; ++b)
+    for (std::size_t i = 0; i < T; ++i)
+      fn((std::size_t(b) * T + i) * C,
+         (std::size_t(t.batch_begin + b) * S + std::size_t(t.positions[i])) * C);
+}
+
+RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
+                       const std::vector<TokenShard>& tokens, const std::vector<float>& x,
+                       const std::vector<float>& dy,
+                       const std::function<void(RankBlock&)>& schedule) {
+  const int C = c.model.hidden;
+  RunResult out;
+  const auto n = static_cast<std::size_t>(c.ranks);
+  out.y.resize(n);
+  out.dx.resize(n);
+  out.pieces.resize(n);
+  world.run([&](Rank& rank) {
+    const auto p = static_cast<std::size_t>(rank.id());
+    const TokenShard& t = tokens[p];
+    const std::size_t local = std::size_t(t.batches) * t.positions.size() * C;
+    Arena& a = rank.arena();
+    auto xl = a.allocate<float>(local, Category::activations);
+    auto dyl = a.allocate<float>(local, Category::workspace);
+    auto yl = a.allocate<float>(local, Category::activations);
+    auto dxl = a.allocate<float>(local, Category::workspace);
+    for_each_row(t, c.S, C, [&](std::size_t l, std::size_t g) {
+      std::memcpy(xl.data() + l, x.data() + g, C * sizeof(float));
+      std::memcpy(dyl.data() + l, dy.data() + g, C * sizeof(float));
+    });
+    // NaN marks what the schedule leaves unwritten.
+    std::fill(yl.begin(), yl.end(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(dxl.begin(), dxl.end(), std::numeric_limits<float>::quiet_NaN());
+    RankBlock rb(rank, c.model, master, t, xl.span(), dyl.span(), yl.span(), dxl.span(),
+                 out.pieces[p]);
+    schedule(rb);
+    out.y[p].assign(yl.begin(), yl.end());
+    out.dx[p].assign(dxl.begin(), dxl.end());
+  });
+  return out;
+}
+
+// Full tensors put together from every rank, with who holds each element.
+struct Assembled {
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, std::vector<std::vector<int>>> owners;  // per element
+  std::map<std::string, std::vector<std::string>> replica_mismatches;
+};
+
+void put(Assembled& a, const std::string& name, std::size_t i, float v, int rank,
+         const std::function<std::string()>& where) {
+  auto& t = a.tensors[name];
+  auto& o = a.owners[name][i];
+  if (!o.empty() && std::memcmp(&t[i], &v, sizeof(float)) != 0) {
+    auto& m = a.replica_mismatches[name];
+    if (m.size() < 3)
+      m.push_back("rank " + std::to_string(rank) + " holds " + std::to_string(v) + " at " +
+                  where() + " where rank " + std::to_string(o.front()) + " holds " +
+                  std::to_string(t[i]) + " (replicas must be bitwise equal)");
+  }
+  if (o.empty()) t[i] = v;
+  o.push_back(rank);
+}
+
+Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
+                   const RunResult& run) {
+  const int C = c.model.hidden;
+  const std::size_t n = std::size_t(c.B) * c.S * C;
+  Assembled a;
+  for (const char* name : {"y", "dx"}) {
+    a.tensors[name].assign(n, 0.0f);
+    a.owners[name].assign(n, {});
+  }
+  for (int r = 0; r < c.ranks; ++r) {
+    const auto p = static_cast<std::size_t>(r);
+    for_each_row(tokens[p], c.S, C, [&](std::size_t l, std::size_t g) {
+      for (int f = 0; f < C; ++f) {
+        for (const auto& [name, local] : {std::pair{"y", &run.y[p]}, std::pair{"dx", &run.dx[p]}}) {
+          const float v = (*local)[l + f];
+          if (std::isnan(v))
+            throw std::invalid_argument("check " + c.name + ": rank " + std::to_string(r) +
+                                        " left " + name + " unwritten (or NaN) at " +
+                                        token_element(g + f, c.S, C));
+          put(a, name, g + f, v, r, [&] { return token_element(g + f, c.S, C); });
+        }
+      }
+    });
+  }
+  for (const WeightInfo& w : kWeights) {
+    if (!in_block(w.owner, c.block)) continue;
+    const TensorShape t = shape_of(c.model, w.name);
+    a.tensors[w.name].assign(std::size_t(t.rows * t.cols), 0.0f);
+    a.owners[w.name].assign(std::size_t(t.rows * t.cols), {});
+  }
+  for (int r = 0; r < c.ranks; ++r) {
+    for (const RankBlock::Piece& piece : run.pieces[static_cast<std::size_t>(r)]) {
+      weight_info(piece.name, c.block, r);
+      const TensorShape t = shape_of(c.model, piece.name);
+      std::size_t k = 0;
+      for (const Rect& rect : piece.rects)
+        for (std::int64_t i = rect.row0; i < rect.row0 + rect.rows; ++i)
+          for (std::int64_t j = rect.col0; j < rect.col0 + rect.cols; ++j, ++k)
+            put(a, piece.name, std::size_t(i * t.cols + j), piece.data[k], r,
+                [&] { return weight_element(t, i, j); });
+    }
+  }
+  for (const WeightInfo& w : kWeights) {
+    if (!in_block(w.owner, c.block)) continue;
+    const TensorShape t = shape_of(c.model, w.name);
+    const auto& owners = a.owners[w.name];
+    for (std::size_t i = 0; i < owners.size(); ++i)
+      if (owners[i].empty())
+        throw std::invalid_argument(
+            "check " + c.name + ": the gradient shards of " + w.name + " [" +
+            std::to_string(t.rows) + ", " + std::to_string(t.cols) +
+            "] declared by the ranks do not tile it: " +
+            weight_element(t, std::int64_t(i) / t.cols, std::int64_t(i) % t.cols) +
+            " is held by no rank (RankBlock::gradient)");
+  }
+  return a;
+}
+
+std::string ranks_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return s;
+}
+
+std::string describe(const BlockCheck& c, const std::string& name, std::size_t i) {
+  if (name == "y" || name == "dx") return token_element(i, c.S, c.model.hidden);
+  const TensorShape t = shape_of(c.model, name);
+  return weight_element(t, std::int64_t(i) / t.cols, std::int64_t(i) % t.cols);
+}
+
+}  // namespace
+
+const char* block_name(Block b) {
+  switch (b) {
+    case Block::attention:
+      return "attention";
+    case Block::mlp:
+      return "MLP";
+    case Block::layer:
+      return "layer";
+  }
+  return "?";
+}
+
+TensorShape RankBlock::shape(std::string_view name) const {
+  return shape_of(config_, name);
+}
+
+Buffer<float> RankBlock::weight(std::string_view name, const ShardMap& map) {
+  const TensorShape t = shape_of(config_, name);
+  const std::vector<Rect> rects = map.resolve(t);
+  auto buf =
+      arena().allocate<float>(static_cast<std::size_t>(element_count(rects)), Category::weights);
+  cut(field(master_, name).data(), t, rects, buf.data());
+  return buf;
+}
+
+void RankBlock::gradient(std::string_view name, std::span<const float> shard, const ShardMap& map) {
+  const TensorShape t = shape_of(config_, name);
+  std::vector<Rect> rects = map.resolve(t);
+  const std::int64_t want = element_count(rects);
+  if (static_cast<std::int64_t>(shard.size()) != want)
+    throw std::invalid_argument("check: rank " + std::to_string(rank_.id()) + " declared the " +
+                                std::string(name) + " gradient with " +
+                                std::to_string(shard.size()) + " elements; its map " +
+                                map.description() + " of [" + std::to_string(t.rows) + ", " +
+                                std::to_string(t.cols) + "] holds " + std::to_string(want));
+  pieces_.push_back({std::string(name), std::move(rects), {shard.begin(), shard.end()}});
+}
+
+Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& schedule) {
+  ref::ModelConfig cfg = c.model;
+  cfg.n_layers = 1;
+  cfg.validate();
+  if (c.ranks < 1 || c.B < 1 || c.S < 1)
+    throw std::invalid_argument("check " + c.name + ": ranks=" + std::to_string(c.ranks) +
+                                " B=" + std::to_string(c.B) + " S=" + std::to_string(c.S) +
+                                " must all be positive");
+  if (!(c.k > 0)) throw std::invalid_argument("check " + c.name + ": k must be positive");
+  BlockCheck check = c;
+  check.model = cfg;
+  const std::vector<TokenShard> tokens = resolve_tokens(c.tokens, c.ranks, c.B, c.S);
+
+  // The oracle sees exactly the float inputs and weights, so only the arithmetic differs.
+  const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(cfg, c.seed));
+  const auto w64 = ref::convert_weights<double>(w32);
+  const std::size_t n = std::size_t(c.B) * c.S * cfg.hidden;
+  auto to_float = [](const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  const std::vector<float> x32 = to_float(ref::normal_stream(c.seed, "check x", n));
+  const std::vector<float> dy32 = to_float(ref::normal_stream(c.seed, "check dy", n));
+  const std::vector<double> x64(x32.begin(), x32.end()), dy64(dy32.begin(), dy32.end());
+  const Reference<double> oracle = run_reference(check, w64.layers[0], x64, dy64);
+  const Reference<float> reference = run_reference(check, w32.layers[0], x32, dy32);
+
+  WorldOptions opts;
+  opts.ranks = c.ranks;
+  opts.trace = c.trace || !c.trace_path.empty();
+  opts.sim_clock = c.sim_clock;
+  opts.watchdog_timeout = c.watchdog_timeout;
+  World world(opts);
+  const RunResult run = run_schedule(world, check, w32.layers[0], tokens, x32, dy32, schedule);
+  const Assembled got = assemble(check, tokens, run);
+
+  Report report;
+  {
+    std::ostringstream h;
+    h << "check " << c.name << ": " << block_name(c.block) << " block on " << c.ranks
+      << " ranks, B=" << c.B << " S=" << c.S << ", C=" << cfg.hidden << " NH=" << cfg.n_heads
+      << " NKV=" << cfg.n_kv_heads << " F=" << cfg.ffn << ", seed " << c.seed
+      << "; rule err(parallel fp32) <= " << c.k
+      << " * err(reference fp32) + tiny vs the fp64 oracle";
+    report.headline = h.str();
+  }
+  auto judge = [&](const std::string& name, const std::vector<float>& ref32,
+                   const std::vector<double>& ref64) {
+    TensorResult t;
+    t.name = name;
+    const auto& cand = got.tensors.at(name);
+    t.verdict = ref::check_close(name, cand, ref32, ref64, c.k);
+    t.ratio = t.verdict.bound > 0 ? t.verdict.candidate.max_abs / t.verdict.bound
+                                  : (t.verdict.candidate.max_abs > 0 ? INFINITY : 0);
+    const std::size_t w = t.verdict.candidate.worst;
+    if (w < cand.size()) {
+      t.worst = describe(check, name, w);
+      t.owners = got.owners.at(name)[w];
+      t.parallel = cand[w];
+      t.reference = ref32[w];
+      t.oracle = ref64[w];
+    }
+    if (auto it = got.replica_mismatches.find(name); it != got.replica_mismatches.end())
+      t.replica_mismatches = it->second;
+    report.tensors.push_back(std::move(t));
+  };
+  judge("y", reference.y, oracle.y);
+  judge("dx", reference.dx, oracle.dx);
+  for (const WeightInfo& w : kWeights)
+    if (in_block(w.owner, c.block))
+      judge(w.name, field(reference.grads, w.name), field(oracle.grads, w.name));
+
+  if (c.sim_clock) {
+    report.sim_clock = c.sim_clock->describe();
+    for (int r = 0; r < c.ranks; ++r)
+      report.simulated_seconds.push_back(world.simulated_seconds(r));
+  }
+  if (!c.trace_path.empty()) {
+    world.trace().write_chrome_json(c.trace_path);
+    report.trace_path = c.trace_path;
+  }
+
+  report.inject_seeds = c.inject_seeds;
+  for (int s = 1; s <= c.inject_seeds && report.nondeterminism.empty(); ++s) {
+    Injection inj;
+    inj.seed = static_cast<std::uint64_t>(s);
+    world.set_injection(inj);
+    const Assembled again = assemble(
+        check, tokens, run_schedule(world, check, w32.layers[0], tokens, x32, dy32, schedule));
+    for (const auto& [name, base] : got.tensors) {
+      const auto& other = again.tensors.at(name);
+      for (std::size_t i = 0; i < base.size(); ++i) {
+        if (std::memcmp(&base[i], &other[i], sizeof(float)) == 0) continue;
+        std::ostringstream m;
+        m << inj.describe() << " changes " << name << " at " << describe(check, name, i)
+          << " (ranks " << ranks_list(got.owners.at(name)[i]) << "): " << std::setprecision(9)
+          << base[i] << " without injection, " << other[i] << " with it";
+        report.nondeterminism = m.str();
+        break;
+      }
+      if (!report.nondeterminism.empty()) break;
+    }
+  }
+  world.set_injection(std::nullopt);
+  return report;
+}
+
+bool Report::ok() const {
+  if (!nondeterminism.empty()) return false;
+  return std::all_of(tensors.begin(), tensors.end(), [](const TensorResult& t) { return t.ok(); });
+}
+
+double Report::worst_ratio() const {
+  double w = 0;
+  for (const TensorResult& t : tensors) w = std::max(w, t.ratio);
+  return w;
+}
+
+const TensorResult* Report::find(std::string_view name) const {
+  for (const TensorResult& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void Report::print(std::ostream& out) const {
+  out << headline << "\n";
+  for (const TensorResult& t : tensors) {
+    out << "  " << (t.ok() ? "ok  " : "FAIL") << " " << std::left << std::setw(11) << t.name
+        << std::right << std::scientific << std::setprecision(3) << " parallel err "
+        << t.verdict.candidate.max_abs << "  reference err " << t.verdict.reference.max_abs
+        << "  bound " << t.verdict.bound << std::fixed << std::setprecision(3) << "  ratio "
+        << t.ratio << "  max ulp " << t.verdict.candidate.max_ulp << "\n";
+    if (!t.verdict.ok)
+      out << "       worst " << t.worst << " on rank(s) " << ranks_list(t.owners)
+          << std::setprecision(9) << std::defaultfloat << ": parallel " << t.parallel
+          << ", reference " << t.reference << ", oracle " << t.oracle << "\n";
+    for (const std::string& m : t.replica_mismatches) out << "       replica: " << m << "\n";
+  }
+  out << std::defaultfloat;
+  if (!simulated_seconds.empty())
+    out << "simulated step (" << sim_clock
+        << "): " << *std::max_element(simulated_seconds.begin(), simulated_seconds.end()) * 1e3
+        << " ms (slowest rank)\n";
+  if (!trace_path.empty()) out << "trace: " << trace_path << "\n";
+  if (inject_seeds > 0)
+    out << "determinism: "
+        << (nondeterminism.empty()
+                ? std::to_string(inject_seeds) + " injection seeds, every result bitwise identical"
+                : nondeterminism)
+        << "\n";
+  out << "verdict: " << (ok() ? "PASS" : "FAIL") << " (worst error ratio " << std::setprecision(3)
+      << worst_ratio() << ")\n";
+}
+
+}  // namespace tspemu::check
