@@ -1,38 +1,18 @@
-// TP, TP + Megatron-SP, SP and TP+SP attention and MLP blocks against the dense reference:
-// outputs and every gradient pass the fp64-oracle rule  err(parallel fp32) <= k · err(reference
-// fp32) + tiny  with k = 3, replicas agree bitwise, and reruns are bitwise identical.
+// TP, TP + Megatron-SP, SP and TP+SP attention and MLP blocks through the check kit
+// (strategy_checks.hpp): outputs and every gradient pass the fp64-oracle rule
+// err(parallel fp32) <= k · err(reference fp32) + tiny  with k = 3, replicas (the ranks of a TP
+// row for y and dx, of an SP column for the weight shard, every rank for the norm weight) agree
+// bitwise, a 1 × 1 mesh is bitwise equal to the reference, and results are bitwise identical
+// under seeded injection.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <memory>
+#include <algorithm>
+#include <cctype>
 
-#include "baseline_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
-
-// The baselines only reorder sums (partial o_proj / down_proj per head or column shard, dN and
-// K/V-gradient and weight-gradient reductions across ranks), as TSP does: same factor as TSP.
-constexpr double kOracleFactor = 3.0;
-
-World& world_of(int ranks) {  // one world per size, kept for the whole program
-  static std::map<int, std::unique_ptr<World>> worlds;
-  auto& w = worlds[ranks];
-  if (!w) w = std::make_unique<World>(WorldOptions{.ranks = ranks});
-  return *w;
-}
-
-void expect_close_to_oracle(const BaselineCase& c, const BaselineOutcome& o) {
-  const auto cand = tensors(o.parallel, c.block);
-  const auto ref32 = tensors(o.reference, c.block);
-  const auto oracle = tensors(o.oracle, c.block);
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    auto v = ref::check_close(cand[i].first, *cand[i].second, *ref32[i].second, *oracle[i].second,
-                              kOracleFactor);
-    EXPECT_TRUE(v) << c.name() << ": " << v.report;
-  }
-  for (const auto& m : o.replicas.what) ADD_FAILURE() << c.name() << ": " << m;
-}
 
 // Heads divisible by every T used: NH = 2·max(T, 2), NKV = NH (MHA) or NH/2 (GQA, g = 2).
 BaselineCase make_case(Block b, int T, int Sp, bool msp, bool gqa, int B, int chunks) {
@@ -67,9 +47,10 @@ std::string test_name(const ::testing::TestParamInfo<BaselineCase>& info) {
 
 class BaselineVsReference : public ::testing::TestWithParam<BaselineCase> {};
 
-TEST_P(BaselineVsReference, OutputAndGradientsPassTheOracleRule) {
-  const BaselineCase c = GetParam();
-  expect_close_to_oracle(c, run_baseline_case(c, world_of(c.T * c.Sp)));
+TEST_P(BaselineVsReference, OutputAndGradientsPassTheOracleRuleAndReplicasAgree) {
+  const check::Report r = check_baseline(GetParam());
+  EXPECT_TRUE(r.ok()) << printed(r);
+  EXPECT_EQ(r.tensors.size(), GetParam().block == Block::attention ? 7u : 6u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, BaselineVsReference,
@@ -123,10 +104,12 @@ TEST(BaselineBlocks, OneByOneMeshIsBitwiseEqualToTheReference) {
     for (bool msp : {false, true}) {
       BaselineCase c = make_case(b, 1, 1, msp, /*gqa=*/true, /*B=*/2, /*chunks=*/16);
       c.hs = 16;
-      const BaselineOutcome o = run_baseline_case(c, world_of(1));
-      const auto t = tensors(o.parallel, b), r = tensors(o.reference, b);
-      for (std::size_t i = 0; i < t.size(); ++i)
-        EXPECT_EQ(*t[i].second, *r[i].second) << c.name() << ": " << t[i].first;
+      std::vector<std::string> differ;
+      const check::Report r = check_baseline(c, [&](const RankBlockResult& rr) {
+        differ = bitwise_differences_from_reference(rr, b, c.shape().shard_shape());
+      });
+      EXPECT_TRUE(r.ok()) << printed(r);
+      EXPECT_TRUE(differ.empty()) << c.name() << ": " << ::testing::PrintToString(differ);
     }
 }
 
@@ -146,14 +129,10 @@ TEST(BaselineBlocks, BitwiseIdenticalUnderSeededInjection) {
   for (Mesh m : {Mesh{3, 1, false}, Mesh{3, 1, true}, Mesh{1, 3, false}, Mesh{2, 3, false}})
     for (Block b : {Block::attention, Block::mlp}) {
       const BaselineCase c = make_case(b, m.T, m.Sp, m.msp, /*gqa=*/true, /*B=*/2, /*chunks=*/2);
-      const BaselineShape s = c.shape();
-      auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, c.seed));
-      const std::size_t n = static_cast<std::size_t>(c.B) * c.S * s.model.hidden;
-      auto x = random_tensor<float>(n, 1), dy = random_tensor<float>(n, 2);
-      World& world = world_of(s.ranks());
-      EXPECT_NO_THROW(check_deterministic(world, {.seed = 100, .probability = 0.5}, 8, [&] {
-        return result_bytes(run_baseline(c, world, w.layers[0], x, dy), b);
-      })) << c.name();
+      const check::Report r = check_baseline(c, {}, /*inject_seeds=*/8);
+      EXPECT_EQ(r.inject_seeds, 8);
+      EXPECT_TRUE(r.nondeterminism.empty()) << printed(r);
+      EXPECT_TRUE(r.ok()) << printed(r);
     }
 }
 

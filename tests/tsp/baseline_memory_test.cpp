@@ -5,7 +5,7 @@
 // the K/V buffers are the gathered and position-ordered full-sequence K/V (and their gradients).
 #include <gtest/gtest.h>
 
-#include "baseline_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <map>
 
-#include "baseline_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {

@@ -1,38 +1,26 @@
-// TSP attention and MLP blocks against the dense reference: outputs and every gradient pass the
-// fp64-oracle rule  err(TSP fp32) <= k · err(reference fp32) + tiny  with k = kOracleFactor.
+// TSP attention and MLP blocks through the check kit (strategy_checks.hpp): outputs and every
+// gradient pass the fp64-oracle rule  err(TSP fp32) <= k · err(reference fp32) + tiny  with
+// k = kOracleFactor, the norm-weight gradient replicas agree bitwise, results are bitwise equal
+// to the reference at D = 1 and bitwise identical under seeded injection.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <cctype>
 
-#include "block_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
-
-// TSP only reorders sums (partial o_proj / down_proj per shard, K/V-gradient and weight-gradient
-// reductions across ranks), so its error against the oracle is of the reference's own order; 3
-// leaves room for the luck of rounding without hiding a real bug, which shows up as errors
-// orders of magnitude larger.
-constexpr double kOracleFactor = 3.0;
-
-void expect_close_to_oracle(const Case& c, const Outcome& o) {
-  const auto cand = tensors(o.tsp, c.block);
-  const auto ref32 = tensors(o.reference, c.block);
-  const auto oracle = tensors(o.oracle, c.block);
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    auto v = ref::check_close(cand[i].first, *cand[i].second, *ref32[i].second, *oracle[i].second,
-                              kOracleFactor);
-    EXPECT_TRUE(v) << c.name() << ": " << v.report;
-    ::testing::Test::RecordProperty(c.name() + " " + cand[i].first + " max_ulp",
-                                    std::to_string(v.candidate.max_ulp));
-  }
-}
 
 class TspBlockVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TspBlockVsReference, OutputAndGradientsPassTheOracleRule) {
   const Case c = GetParam();
-  expect_close_to_oracle(c, run_case(c));
+  const check::Report r = check_tsp(c);
+  EXPECT_TRUE(r.ok()) << printed(r);
+  EXPECT_EQ(r.tensors.size(), c.block == Block::attention ? 7u : 6u);  // y, dx, the weights
+  for (const check::TensorResult& t : r.tensors)
+    ::testing::Test::RecordProperty(c.name() + " " + t.name + " max_ulp",
+                                    std::to_string(t.verdict.candidate.max_ulp));
 }
 
 std::vector<Case> block_cases() {
@@ -95,20 +83,14 @@ TEST(TspBlocks, DegreeOneIsBitwiseEqualToTheReference) {
       c.hs = 16;
       c.B = 2;
       c.S = 64;
-      const Outcome o = run_case(c);
-      const auto t = tensors(o.tsp, b), r = tensors(o.reference, b);
-      for (std::size_t i = 0; i < t.size(); ++i)
-        EXPECT_EQ(0, std::memcmp(t[i].second->data(), r[i].second->data(),
-                                 t[i].second->size() * sizeof(float)))
-            << c.name() << ": " << t[i].first;
+      std::vector<std::string> differ;
+      const check::Report r = check_tsp(c, [&](const RankBlockResult& rr) {
+        differ = bitwise_differences_from_reference(rr, b, c.shape());
+      });
+      EXPECT_TRUE(r.ok()) << printed(r);
+      EXPECT_TRUE(differ.empty()) << c.name() << ": " << ::testing::PrintToString(differ);
     }
 }
-
-}  // namespace
-}  // namespace tspemu::tsp::testing
-
-namespace tspemu::tsp::testing {
-namespace {
 
 // Seeded injection (injection.hpp) delays every collective, send and message at random: the TSP
 // blocks (broadcast loop, K/V all-gather, weight ring) must give bitwise the same output and
@@ -122,14 +104,10 @@ TEST(TspBlocks, BitwiseIdenticalUnderSeededInjection) {
     c.NKV = 4;
     c.B = 2;
     c.S = 32;
-    const TspShape s = c.shape();
-    auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, c.seed));
-    const std::size_t n = static_cast<std::size_t>(c.B) * c.S * s.model.hidden;
-    auto x = random_tensor<float>(n, 1), dy = random_tensor<float>(n, 2);
-    World world({.ranks = c.D});
-    EXPECT_NO_THROW(check_deterministic(world, {.seed = 1, .probability = 0.5}, 20, [&] {
-      return result_bytes(run_tsp(c, world, w.layers[0], x, dy), b);
-    })) << c.name();
+    const check::Report r = check_tsp(c, {}, /*inject_seeds=*/20);
+    EXPECT_EQ(r.inject_seeds, 20);
+    EXPECT_TRUE(r.nondeterminism.empty()) << printed(r);
+    EXPECT_TRUE(r.ok()) << printed(r);
   }
 }
 

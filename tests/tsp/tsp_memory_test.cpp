@@ -3,7 +3,7 @@
 // scale with the rank's S/D tokens.
 #include <gtest/gtest.h>
 
-#include "block_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
@@ -13,6 +13,16 @@ std::size_t charged(std::size_t floats) {
 }
 std::size_t peak(const ArenaStats& a, Category c) {
   return a.category_peak[static_cast<std::size_t>(c)];
+}
+
+// Every rank's arena after forward + backward, from a run that also passes the oracle rule.
+std::vector<ArenaStats> arenas(const Case& c) {
+  std::vector<ArenaStats> a(static_cast<std::size_t>(c.D));
+  const check::Report r = check_tsp(c, [&](const RankBlockResult& rr) {
+    a[static_cast<std::size_t>(rr.rb.rank().id())] = rr.rb.arena().stats();
+  });
+  EXPECT_TRUE(r.ok()) << printed(r);
+  return a;
 }
 
 Case attention_case(int S, int buckets = 1) {
@@ -30,12 +40,12 @@ Case attention_case(int S, int buckets = 1) {
 TEST(TspMemory, AttentionWeightsPerRankAreOneDthOfTheLayerPlusTheNorm) {
   const Case c = attention_case(64);
   const TspShape s = c.shape();
-  const Outcome o = run_case(c);
+  const std::vector<ArenaStats> arena = arenas(c);
   const std::size_t C = static_cast<std::size_t>(s.model.hidden);
   const std::size_t layer_floats =
       2 * C * C + 2 * C * static_cast<std::size_t>(s.model.kv_dim());  // wq wk wv wo
   ASSERT_EQ(layer_floats % static_cast<std::size_t>(c.D), 0u);
-  for (const ArenaStats& a : o.arena) {
+  for (const ArenaStats& a : arena) {
     EXPECT_EQ(peak(a, Category::weights), charged(layer_floats / c.D) + charged(C));
     // Transient: the broadcast shard, plus in backward this rank's partial gradient of it.
     EXPECT_EQ(peak(a, Category::comm), 2 * charged(attention_shard_size(s)));
@@ -47,10 +57,10 @@ TEST(TspMemory, MlpWeightsPerRankAreOneDthOfTheLayerAndTheRingHoldsFourShardsInB
   Case c = attention_case(64);
   c.block = Block::mlp;
   const TspShape s = c.shape();
-  const Outcome o = run_case(c);
+  const std::vector<ArenaStats> arena = arenas(c);
   const std::size_t C = static_cast<std::size_t>(s.model.hidden),
                     F = static_cast<std::size_t>(s.model.ffn);
-  for (const ArenaStats& a : o.arena) {
+  for (const ArenaStats& a : arena) {
     EXPECT_EQ(peak(a, Category::weights), charged(3 * C * F / c.D) + charged(C));
     // Backward: two weight-ring buffers and two gradient-ring buffers (forward needs only two).
     EXPECT_EQ(peak(a, Category::comm), 4 * charged(mlp_shard_size(s)));
@@ -61,10 +71,10 @@ TEST(TspMemory, ActivationsScaleWithTheRanksTokens) {
   for (Block b : {Block::attention, Block::mlp}) {
     Case shorter = attention_case(64), longer = attention_case(128);
     shorter.block = longer.block = b;
-    const Outcome o1 = run_case(shorter), o2 = run_case(longer);
-    for (std::size_t r = 0; r < o1.arena.size(); ++r) {
-      const std::size_t a1 = peak(o1.arena[r], Category::activations),
-                        a2 = peak(o2.arena[r], Category::activations);
+    const std::vector<ArenaStats> o1 = arenas(shorter), o2 = arenas(longer);
+    for (std::size_t r = 0; r < o1.size(); ++r) {
+      const std::size_t a1 = peak(o1[r], Category::activations),
+                        a2 = peak(o2[r], Category::activations);
       EXPECT_GT(a1, 0u);
       EXPECT_EQ(a2, 2 * a1) << "rank " << r << ": doubling S must double the activations kept";
     }
@@ -74,15 +84,16 @@ TEST(TspMemory, ActivationsScaleWithTheRanksTokens) {
     fewer_ranks.D = 2;
     fewer_ranks.NH = fewer_ranks.NKV = 8;
     fewer_ranks.S = 32;
-    const Outcome o3 = run_case(fewer_ranks);
-    EXPECT_EQ(peak(o3.arena[0], Category::activations), peak(o1.arena[0], Category::activations));
+    const std::vector<ArenaStats> o3 = arenas(fewer_ranks);
+    EXPECT_EQ(peak(o3[0], Category::activations), peak(o1[0], Category::activations));
   }
 }
 
 TEST(TspMemory, HeadBucketsShrinkTheGatheredKvBuffer) {
-  const Outcome one = run_case(attention_case(64, 1)), two = run_case(attention_case(64, 2));
-  for (std::size_t r = 0; r < one.arena.size(); ++r)
-    EXPECT_EQ(peak(two.arena[r], Category::kv) * 2, peak(one.arena[r], Category::kv));
+  const std::vector<ArenaStats> one = arenas(attention_case(64, 1)),
+                                two = arenas(attention_case(64, 2));
+  for (std::size_t r = 0; r < one.size(); ++r)
+    EXPECT_EQ(peak(two[r], Category::kv) * 2, peak(one[r], Category::kv));
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include <random>
 
-#include "block_harness.hpp"
+#include "tspemu/reference/init.hpp"
+#include "tspemu/reference/model.hpp"
+#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/tsp/tsp_model.hpp"
 

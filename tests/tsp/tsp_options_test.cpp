@@ -4,17 +4,18 @@
 
 #include <cstring>
 
-#include "block_harness.hpp"
+#include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
 
 struct OptionRun {
-  Results<float> results;
-  TrafficCounters traffic;  // rank 0
-  ArenaStats arena;         // rank 0
+  std::vector<std::vector<float>> results;  // per rank: y, dx, gradient shard, norm gradient
+  TrafficCounters traffic;                  // rank 0
+  ArenaStats arena;                         // rank 0
 };
 
+// The same seeded inputs on every run (the kit's seed), so results compare bit for bit.
 OptionRun run_with(bool keep_shards, bool keep_kv) {
   Case c;
   c.D = 4;
@@ -24,30 +25,35 @@ OptionRun run_with(bool keep_shards, bool keep_kv) {
   c.S = 32;
   c.keep_attention_shards = keep_shards;
   c.keep_kv = keep_kv;
-  const TspShape s = c.shape();
-  auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, c.seed));
-  const std::size_t n = static_cast<std::size_t>(c.B) * c.S * s.model.hidden;
-  auto x = random_tensor<float>(n, 1), dy = random_tensor<float>(n, 2);
-  World world({.ranks = c.D});
-  Outcome memory;
-  OptionRun r;
-  r.results = run_tsp(c, world, w.layers[0], x, dy, &memory);
-  r.traffic = world.counters(0);
-  r.arena = memory.arena[0];
-  return r;
+  OptionRun run;
+  run.results.resize(static_cast<std::size_t>(c.D));
+  const check::Report r = check_tsp(c, [&](const RankBlockResult& rr) {
+    std::vector<float>& out = run.results[static_cast<std::size_t>(rr.rb.rank().id())];
+    for (std::span<const float> t :
+         {std::span<const float>(rr.rb.y()), std::span<const float>(rr.rb.dx()),
+          rr.grad_shard.span(), rr.grad_norm.span()})
+      out.insert(out.end(), t.begin(), t.end());
+    if (rr.rb.rank().id() == 0) {
+      run.traffic = rr.rb.rank().counters();
+      run.arena = rr.rb.arena().stats();
+    }
+  });
+  EXPECT_TRUE(r.ok()) << printed(r);
+  return run;
 }
 
-void expect_bitwise_equal(const Results<float>& a, const Results<float>& b) {
-  const auto ta = tensors(a, Block::attention), tb = tensors(b, Block::attention);
-  for (std::size_t i = 0; i < ta.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(ta[i].second->data(), tb[i].second->data(),
-                             ta[i].second->size() * sizeof(float)))
-        << ta[i].first;
+void expect_bitwise_equal(const OptionRun& a, const OptionRun& b) {
+  for (std::size_t p = 0; p < a.results.size(); ++p) {
+    ASSERT_EQ(a.results[p].size(), b.results[p].size()) << "rank " << p;
+    EXPECT_EQ(0, std::memcmp(a.results[p].data(), b.results[p].data(),
+                             a.results[p].size() * sizeof(float)))
+        << "rank " << p << ": y, dx or a gradient differs";
+  }
 }
 
 TEST(TspAttentionOptions, KeepingShardsSkipsTheBackwardBroadcastsWithTheSameResult) {
   const OptionRun base = run_with(false, false), kept = run_with(true, false);
-  expect_bitwise_equal(base.results, kept.results);
+  expect_bitwise_equal(base, kept);
   EXPECT_EQ(base.traffic[CollectiveKind::broadcast].calls, 2u * 4);  // D in forward, D in backward
   EXPECT_EQ(kept.traffic[CollectiveKind::broadcast].calls, 4u);
   EXPECT_GT(kept.arena.category_peak[static_cast<std::size_t>(Category::comm)],
@@ -56,7 +62,7 @@ TEST(TspAttentionOptions, KeepingShardsSkipsTheBackwardBroadcastsWithTheSameResu
 
 TEST(TspAttentionOptions, KeepingKvSkipsTheBackwardAllGathersWithTheSameResult) {
   const OptionRun base = run_with(false, false), kept = run_with(false, true);
-  expect_bitwise_equal(base.results, kept.results);
+  expect_bitwise_equal(base, kept);
   EXPECT_EQ(base.traffic[CollectiveKind::all_gather].calls, 2u * 4);
   EXPECT_EQ(kept.traffic[CollectiveKind::all_gather].calls, 4u);
   EXPECT_GT(kept.arena.category_peak[static_cast<std::size_t>(Category::kv)],
@@ -64,7 +70,7 @@ TEST(TspAttentionOptions, KeepingKvSkipsTheBackwardAllGathersWithTheSameResult) 
 }
 
 TEST(TspAttentionOptions, BothOptionsTogetherStillMatch) {
-  expect_bitwise_equal(run_with(false, false).results, run_with(true, true).results);
+  expect_bitwise_equal(run_with(false, false), run_with(true, true));
 }
 
 }  // namespace

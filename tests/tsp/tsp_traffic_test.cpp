@@ -8,7 +8,7 @@
 //     weight gradients all-reduced (2(D-1)/D · h each, counted as the ring all-reduce).
 #include <gtest/gtest.h>
 
-#include "block_harness.hpp"
+#include "strategy_checks.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
 
 namespace tspemu::tsp::testing {
