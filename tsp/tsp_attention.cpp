@@ -66,20 +66,25 @@ void order_by_rank(const SequenceLayout& layout, const Dims& d, const float* dk_
 
 TspAttention::TspAttention(Rank& rank, const TspShape& shape,
                            const ref::LayerWeights<float>& master)
-    : rank_(rank), s_(shape), layout_(shape.layout()) {
+    : TspAttention(rank, rank.comm(), shape, master) {}
+
+TspAttention::TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
+                           const ref::LayerWeights<float>& master)
+    : rank_(rank), comm_(comm), s_(shape), layout_(shape.layout()) {
   s_.validate();
-  if (rank.size() != s_.D)
-    throw std::invalid_argument("TspAttention: world has " + std::to_string(rank.size()) +
+  if (comm.size() != s_.D)
+    throw std::invalid_argument("TspAttention: group " + comm.name() + " has " +
+                                std::to_string(comm.size()) +
                                 " ranks but D=" + std::to_string(s_.D));
   const Dims d = dims_of(s_);
   Arena& a = rank.arena();
   positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.Tl), Category::other);
   for (int i = 0; i < d.Tl; ++i)
-    positions_[static_cast<std::size_t>(i)] = layout_.position(rank.id(), i);
+    positions_[static_cast<std::size_t>(i)] = layout_.position(comm.rank(), i);
   k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.S), Category::other);
   std::iota(k_positions_.begin(), k_positions_.end(), 0);
   w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
-  pack_attention_shard(master, s_, rank.id(), w_.data());
+  pack_attention_shard(master, s_, comm.rank(), w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
 }
@@ -89,7 +94,7 @@ void TspAttention::project_q(const float* W, int bucket, float* q) {
   const Dims d = dims_of(s_);
   const int qc = static_cast<int>(d.q_cols());
   // torch: q = n @ wq[bucket].T
-  TraceSpan span(rank_.comm(), "q projection", 2.0 * d.M() * qc * d.C);
+  TraceSpan span(comm_, "q projection", 2.0 * d.M() * qc * d.C);
   ref::matmul_nt(q, xn_.data(),
                  attention_view(W, s_).wq + static_cast<std::size_t>(bucket) * qc * d.C, d.M(), qc,
                  d.C);
@@ -107,7 +112,7 @@ void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_l
   float* v_local = kv_local + static_cast<std::size_t>(M) * kc;
   {
     // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
-    TraceSpan span(rank_.comm(), "k/v projection", 2.0 * 2 * M * kc * C);
+    TraceSpan span(comm_, "k/v projection", 2.0 * 2 * M * kc * C);
     ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
                    C);
     ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
@@ -115,14 +120,14 @@ void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_l
     ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
   }
   const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
-  all_gather<float>(rank_.comm(), std::span<const float>(kv_local, kv_count),
+  all_gather<float>(comm_, std::span<const float>(kv_local, kv_count),
                     std::span<float>(kv_gathered, kv_count * d.D));
   order_by_position(layout_, d, kv_gathered, k_all, v_all);
 }
 
 float* TspAttention::kept_shard(int r) {
-  return r == rank_.id() ? w_.data()
-                         : kept_shards_.data() + static_cast<std::size_t>(r) * w_.size();
+  return r == comm_.rank() ? w_.data()
+                           : kept_shards_.data() + static_cast<std::size_t>(r) * w_.size();
 }
 
 float* TspAttention::kept_k(int r, int bucket) {
@@ -173,10 +178,10 @@ void TspAttention::forward(const float* x, float* y) {
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
     // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
-    float* W = r == rank_.id()                    ? w_.data()
+    float* W = r == comm_.rank()                  ? w_.data()
                : s_.options.keep_attention_shards ? kept_shard(r)
                                                   : wbuf.data();
-    broadcast<float>(rank_.comm(), std::span<float>(W, w_.size()), r);
+    broadcast<float>(comm_, std::span<float>(W, w_.size()), r);
     const auto view = attention_view(static_cast<const float*>(W), s_);
     for (int bkt = 0; bkt < d.nb; ++bkt) {
       float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
@@ -187,12 +192,12 @@ void TspAttention::forward(const float* x, float* y) {
       float* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       {
         // QK^T and PV over the causal half of the keys: 2 x 2 x B x NHb x Tl x S x hs / 2 FLOPs.
-        TraceSpan span(rank_.comm(), "attention", 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
+        TraceSpan span(comm_, "attention", 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
         ref::causal_attention_forward(att, lse, q.data(), k, v, positions_.data(),
                                       k_positions_.data(), ad);
       }
       // torch: y += att @ wo[:, bucket].T       (partial o_proj over this shard's heads)
-      TraceSpan span(rank_.comm(), "o projection", 2.0 * M * C * d.q_cols());
+      TraceSpan span(comm_, "o projection", 2.0 * M * C * d.q_cols());
       ref::matmul_nt(y, att, view.wo + bkt * d.q_cols(), M, C, static_cast<int>(d.q_cols()), true,
                      static_cast<int>(d.q_cols()), d.NHl * d.hs, C);
     }
@@ -232,8 +237,8 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
     if (s_.options.keep_attention_shards) {
       W = kept_shard(r);
     } else {
-      W = r == rank_.id() ? w_.data() : wbuf.data();
-      broadcast<float>(rank_.comm(), std::span<float>(W, shard), r);
+      W = r == comm_.rank() ? w_.data() : wbuf.data();
+      broadcast<float>(comm_, std::span<float>(W, shard), r);
     }
     const auto view = attention_view(static_cast<const float*>(W), s_);
     const auto g = attention_view(partial.data(), s_);
@@ -249,7 +254,7 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
           lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       const int ldo = d.NHl * d.hs;  // row stride of wo [C, NHl·hs]
       {
-        TraceSpan span(rank_.comm(), "attention backward",
+        TraceSpan span(comm_, "attention backward",
                        2.0 * 2 * M * qc * C + 2 * 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
         // torch: da = dy @ wo[:, bucket] ;  dwo[:, bucket] += dy.T @ att
         ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
@@ -261,15 +266,14 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       // queries (reduce_scatter, rank order).
       order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());
       const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
-      reduce_scatter<float>(rank_.comm(),
-                            std::span<const float>(kv_gathered.data(), kv_count * d.D),
+      reduce_scatter<float>(comm_, std::span<const float>(kv_gathered.data(), kv_count * d.D),
                             std::span<float>(dkv_local.data(), kv_count));
       float* dk = dkv_local.data();
       float* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
       ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
       ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
       // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (likewise k, v)
-      TraceSpan span(rank_.comm(), "q/k/v projection backward", 2.0 * 2 * M * C * (qc + 2 * kc));
+      TraceSpan span(comm_, "q/k/v projection backward", 2.0 * 2 * M * C * (qc + 2 * kc));
       const std::size_t qo = static_cast<std::size_t>(bkt) * qc * C,
                         ko = static_cast<std::size_t>(bkt) * kc * C;
       ref::matmul_tn(g.wq + qo, dq.data(), xn_.data(), qc, C, M, true);
@@ -280,13 +284,13 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       ref::matmul_nn(dxn.data(), dv, view.wv + ko, M, C, kc, true);
     }
     // Every rank's partial dW of shard r, summed at its owner in rank order.
-    reduce<float>(rank_.comm(), std::span<const float>(partial.data(), shard),
-                  r == rank_.id() ? grad_.span() : std::span<float>(), r);
+    reduce<float>(comm_, std::span<const float>(partial.data(), shard),
+                  r == comm_.rank() ? grad_.span() : std::span<float>(), r);
   }
   std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
-  all_reduce<float>(rank_.comm(), grad_norm_.span());
+  all_reduce<float>(comm_, grad_norm_.span());
 }
 
 }  // namespace tspemu::tsp

@@ -12,14 +12,19 @@
 namespace tspemu::tsp {
 
 TspMlp::TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master)
-    : rank_(rank), s_(shape) {
+    : TspMlp(rank, rank.comm(), shape, master) {}
+
+TspMlp::TspMlp(Rank& rank, Comm& comm, const TspShape& shape,
+               const ref::LayerWeights<float>& master)
+    : rank_(rank), comm_(comm), s_(shape) {
   s_.validate();
-  if (rank.size() != s_.D)
-    throw std::invalid_argument("TspMlp: world has " + std::to_string(rank.size()) +
+  if (comm.size() != s_.D)
+    throw std::invalid_argument("TspMlp: group " + comm.name() + " has " +
+                                std::to_string(comm.size()) +
                                 " ranks but D=" + std::to_string(s_.D));
   Arena& a = rank.arena();
   w_ = a.allocate<float>(mlp_shard_size(s_), Category::weights);
-  pack_mlp_shard(master, s_, rank.id(), w_.data());
+  pack_mlp_shard(master, s_, comm.rank(), w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
   std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(float));
 }
@@ -27,7 +32,7 @@ TspMlp::TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>
 void TspMlp::forward(const float* x, float* y) {
   Arena& a = rank_.arena();
   auto phase = a.phase("mlp");
-  const int D = s_.D, p = rank_.id(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
+  const int D = s_.D, p = comm_.rank(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
   const std::size_t MC = static_cast<std::size_t>(M) * C, MF = static_cast<std::size_t>(M) * Fl;
   const std::size_t shard = w_.size();
   xn_.reset();
@@ -53,8 +58,8 @@ void TspMlp::forward(const float* x, float* y) {
     RecvHandle received;
     float* next = ring[k % 2].data();
     if (k < D - 1) {
-      sent = isend<float>(rank_.comm(), std::span<const float>(cur, shard), (p + 1) % D);
-      received = irecv<float>(rank_.comm(), std::span<float>(next, shard), (p + D - 1) % D);
+      sent = isend<float>(comm_, std::span<const float>(cur, shard), (p + 1) % D);
+      received = irecv<float>(comm_, std::span<float>(next, shard), (p + D - 1) % D);
     }
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur, s_);
@@ -62,7 +67,7 @@ void TspMlp::forward(const float* x, float* y) {
     float* u = up_.data() + MF * o;
     {
       // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
-      TraceSpan span(rank_.comm(), "mlp", 3 * 2.0 * M * Fl * C);
+      TraceSpan span(comm_, "mlp", 3 * 2.0 * M * Fl * C);
       ref::matmul_nt(g, xn_.data(), v.gate, M, Fl, C);
       ref::matmul_nt(u, xn_.data(), v.up, M, Fl, C);
       ref::silu_mul_forward(h.data(), g, u, MF);
@@ -79,7 +84,7 @@ void TspMlp::forward(const float* x, float* y) {
 void TspMlp::backward(const float* x, const float* dy, float* dx) {
   Arena& a = rank_.arena();
   auto phase = a.phase("mlp.backward");
-  const int D = s_.D, p = rank_.id(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
+  const int D = s_.D, p = comm_.rank(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
   const std::size_t MC = static_cast<std::size_t>(M) * C, MF = static_cast<std::size_t>(M) * Fl;
   const std::size_t shard = w_.size();
   if (grad_.empty()) {
@@ -105,8 +110,8 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
     RecvHandle w_received;
     float* next_w = wring[k % 2].data();
     if (k < D - 1) {
-      w_sent = isend<float>(rank_.comm(), std::span<const float>(cur_w, shard), (p + 1) % D);
-      w_received = irecv<float>(rank_.comm(), std::span<float>(next_w, shard), (p + D - 1) % D);
+      w_sent = isend<float>(comm_, std::span<const float>(cur_w, shard), (p + 1) % D);
+      w_received = irecv<float>(comm_, std::span<float>(next_w, shard), (p + D - 1) % D);
     }
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur_w, s_);
@@ -114,7 +119,7 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
     const float* g = gate_.data() + MF * o;
     const float* u = up_.data() + MF * o;
     {
-      TraceSpan span(rank_.comm(), "mlp backward", 6 * 2.0 * M * Fl * C);
+      TraceSpan span(comm_, "mlp backward", 6 * 2.0 * M * Fl * C);
       ref::silu_mul_forward(h.data(), g, u, MF);
       // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
       ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
@@ -130,10 +135,8 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
       // The gradient shard moves on to the next rank, which adds its tokens' share; after D hops
       // shard o is back at its owner, complete.
       float* next_g = gring[(k + 1) % 2].data();
-      SendHandle g_sent =
-          isend<float>(rank_.comm(), std::span<const float>(cur_g, shard), (p + 1) % D);
-      RecvHandle g_received =
-          irecv<float>(rank_.comm(), std::span<float>(next_g, shard), (p + D - 1) % D);
+      SendHandle g_sent = isend<float>(comm_, std::span<const float>(cur_g, shard), (p + 1) % D);
+      RecvHandle g_received = irecv<float>(comm_, std::span<float>(next_g, shard), (p + D - 1) % D);
       if (k < D - 1) {
         w_received.wait();
         w_sent.wait();
@@ -148,7 +151,7 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
   std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
-  all_reduce<float>(rank_.comm(), grad_norm_.span());
+  all_reduce<float>(comm_, grad_norm_.span());
 }
 
 }  // namespace tspemu::tsp

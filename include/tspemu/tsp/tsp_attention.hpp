@@ -34,6 +34,11 @@ class TspAttention {
  public:
   // Cuts this rank's shard (and the replicated norm weight) from the master layer.
   TspAttention(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+  // The same on a sub-group (e.g. the TSP row of a data-parallel x TSP mesh): `comm` has D ranks
+  // and this rank holds shard comm.rank(); `comm` must outlive the block. The world form is this
+  // with rank.comm().
+  TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
+               const ref::LayerWeights<float>& master);
 
   void forward(const float* x, float* y);  // [B, Tl, C] this rank's tokens
   // x: forward's input; dy: gradient of y; dx overwritten. Gradients of this rank's shard and of
@@ -54,6 +59,7 @@ class TspAttention {
   float* kept_v(int r, int bucket);
 
   Rank& rank_;
+  Comm& comm_;  // the D ranks of the TSP group
   TspShape s_;
   SequenceLayout layout_;
   Buffer<std::int64_t> positions_;    // [Tl] global positions of this rank's tokens (other)

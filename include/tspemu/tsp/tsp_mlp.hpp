@@ -26,6 +26,9 @@ namespace tspemu::tsp {
 class TspMlp {
  public:
   TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+  // The same on a sub-group of D ranks (this rank holds shard comm.rank()); `comm` must outlive
+  // the block.
+  TspMlp(Rank& rank, Comm& comm, const TspShape& shape, const ref::LayerWeights<float>& master);
 
   void forward(const float* x, float* y);  // [B, Tl, C]
   void backward(const float* x, const float* dy, float* dx);
@@ -40,6 +43,7 @@ class TspMlp {
 
  private:
   Rank& rank_;
+  Comm& comm_;  // the D ranks of the TSP group
   TspShape s_;
   Buffer<float> w_;          // packed MLP shard p (weights)
   Buffer<float> norm_w_;     // [C] (weights, replicated)
