@@ -404,8 +404,8 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
 
   report.inject_seeds = c.inject_seeds;
   for (int s = 1; s <= c.inject_seeds && report.nondeterminism.empty(); ++s) {
-    Injection inj;
-    inj.seed = static_cast<std::uint64_t>(s);
+    Injection inj = c.inject;
+    inj.seed = c.inject.seed + static_cast<std::uint64_t>(s - 1);
     world.set_injection(inj);
     const Assembled again = assemble(
         check, tokens, run_schedule(world, check, w32.layers[0], tokens, x32, dy32, schedule));

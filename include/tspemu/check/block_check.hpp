@@ -58,17 +58,18 @@ const char* block_name(Block b);
 
 struct BlockCheck {
   std::string name = "schedule";
-  ref::ModelConfig model;  // one layer of it is used
+  ref::ModelConfig model{};  // one layer of it is used
   Block block = Block::attention;
   int ranks = 1;
   int B = 1, S = 16;
-  TokenShards tokens;  // required
+  TokenShards tokens{};  // required
   std::uint64_t seed = 1;
   double k = 3.0;        // the rule's factor: a schedule only reorders sums
-  int inject_seeds = 0;  // > 0: re-run under seeds 1..n and require bitwise equal results
+  int inject_seeds = 0;  // > 0: re-run under seeds inject.seed, +1, ... and require the same bits
+  Injection inject{};    // the delays' probability and length, and the first seed
   bool trace = false;
-  std::string trace_path;                  // non-empty: write the Chrome trace there
-  std::optional<SimClockModel> sim_clock;  // estimate each rank's step (sim_clock.hpp)
+  std::string trace_path{};                  // non-empty: write the Chrome trace there
+  std::optional<SimClockModel> sim_clock{};  // estimate each rank's step (sim_clock.hpp)
   std::chrono::milliseconds watchdog_timeout{3'000};
 };
 
