@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tspemu/check/block_check.hpp"
+#include "tspemu/check/replicated_weights.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/error.hpp"
@@ -116,19 +117,9 @@ int main(int argc, char** argv) {
   }
   try {
     const check::Report report = check::check_block(c, [&](check::RankBlock& rb) {
-      const auto core = ring_core(rb.comm(), layout, mutate == "direction");
-      auto grads = ref::LayerWeights<float>::zeros(rb.config());
-      ref::AttentionCache<float> cache;
-      ref::attention_block_forward(rb.config(), rb.master(), rb.x().data(), rb.y().data(),
-                                   rb.positions().data(), rb.batches(), rb.tokens(), cache, core);
-      ref::attention_block_backward(rb.config(), rb.master(), rb.x().data(), rb.dy().data(),
-                                    rb.dx().data(), rb.positions().data(), rb.batches(),
-                                    rb.tokens(), cache, grads, core);
-      const std::vector<std::span<float>> g = {grads.input_norm, grads.wq, grads.wk, grads.wv,
-                                               grads.wo};
-      if (mutate != "no-reduce") all_reduce_buffers<float>(rb.comm(), g);
-      const char* names[] = {"input_norm", "wq", "wk", "wv", "wo"};
-      for (std::size_t i = 0; i < g.size(); ++i) rb.gradient(names[i], g[i], check::replicated());
+      check::attention_with_replicated_weights(rb,
+                                               ring_core(rb.comm(), layout, mutate == "direction"),
+                                               /*reduce_gradients=*/mutate != "no-reduce");
     });
     report.print(std::cout);
     return report.ok() ? 0 : 1;

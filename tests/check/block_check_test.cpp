@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tspemu/check/block_check.hpp"
+#include "tspemu/check/replicated_weights.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
@@ -109,21 +110,8 @@ struct SpBugs {
 Report check_sp_attention(BlockCheck c, SpBugs bugs = {}) {
   const tsp::SequenceLayout layout(tsp::LayoutKind::zigzag, c.ranks, c.S);
   return check_block(c, [&](RankBlock& rb) {
-    const ref::ModelConfig& m = rb.config();
-    auto core = sp_core(rb.comm(), layout, bugs.key_shift);
-    auto grads = ref::LayerWeights<float>::zeros(m);
-    ref::AttentionCache<float> cache;
-    ref::attention_block_forward(m, rb.master(), rb.x().data(), rb.y().data(),
-                                 rb.positions().data(), rb.batches(), rb.tokens(), cache, core);
-    ref::attention_block_backward(m, rb.master(), rb.x().data(), rb.dy().data(), rb.dx().data(),
-                                  rb.positions().data(), rb.batches(), rb.tokens(), cache, grads,
-                                  core);
-    std::vector<std::span<float>> g = {grads.input_norm, grads.wq, grads.wk, grads.wv, grads.wo};
-    if (bugs.reduce_gradients) all_reduce_buffers<float>(rb.comm(), g);
-    for (auto [name, t] :
-         {std::pair{"input_norm", &grads.input_norm}, std::pair{"wq", &grads.wq},
-          std::pair{"wk", &grads.wk}, std::pair{"wv", &grads.wv}, std::pair{"wo", &grads.wo}})
-      rb.gradient(name, *t, replicated());
+    attention_with_replicated_weights(rb, sp_core(rb.comm(), layout, bugs.key_shift),
+                                      bugs.reduce_gradients);
   });
 }
 
@@ -276,8 +264,7 @@ TEST(BlockCheck, BadUseIsAnErrorNamingWhatIsWrong) {
           rb.gradient("w_up", g, column_parallel(rb.rank().id(), 2));
         });
       },
-      ::testing::ThrowsMessage<RankFailure>(
-          HasSubstr("declared the w_up gradient with 3")));
+      ::testing::ThrowsMessage<RankFailure>(HasSubstr("declared the w_up gradient with 3")));
   // A weight that the block does not have.
   EXPECT_THAT(
       [&] {

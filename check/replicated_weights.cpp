@@ -1,0 +1,32 @@
+#include "tspemu/check/replicated_weights.hpp"
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "tspemu/runtime/reduce_buffers.hpp"
+
+namespace tspemu::check {
+
+void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<float>& core,
+                                       bool reduce_gradients) {
+  const ref::ModelConfig& m = rb.config();
+  auto grads = ref::LayerWeights<float>::zeros(m);
+  ref::AttentionCache<float> cache;
+  ref::attention_block_forward(m, rb.master(), rb.x().data(), rb.y().data(), rb.positions().data(),
+                               rb.batches(), rb.tokens(), cache, core);
+  ref::attention_block_backward(m, rb.master(), rb.x().data(), rb.dy().data(), rb.dx().data(),
+                                rb.positions().data(), rb.batches(), rb.tokens(), cache, grads,
+                                core);
+  const std::pair<const char*, std::vector<float>*> named[] = {{"input_norm", &grads.input_norm},
+                                                               {"wq", &grads.wq},
+                                                               {"wk", &grads.wk},
+                                                               {"wv", &grads.wv},
+                                                               {"wo", &grads.wo}};
+  std::vector<std::span<float>> buffers;
+  for (const auto& [name, g] : named) buffers.emplace_back(*g);
+  if (reduce_gradients) all_reduce_buffers<float>(rb.comm(), buffers);
+  for (const auto& [name, g] : named) rb.gradient(name, *g, replicated());
+}
+
+}  // namespace tspemu::check
