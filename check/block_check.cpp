@@ -9,6 +9,7 @@
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "tspemu/reference/init.hpp"
 
@@ -187,26 +188,39 @@ RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
   return out;
 }
 
-// Full tensors put together from every rank, with who holds each element.
+// Full tensors put together from every rank, with the first rank holding each element (-1: none).
 struct Assembled {
   std::map<std::string, std::vector<float>> tensors;
-  std::map<std::string, std::vector<std::vector<int>>> owners;  // per element
+  std::map<std::string, std::vector<int>> first_owner;
   std::map<std::string, std::vector<std::string>> replica_mismatches;
 };
 
-void put(Assembled& a, const std::string& name, std::size_t i, float v, int rank,
-         const std::function<std::string()>& where) {
-  auto& t = a.tensors[name];
-  auto& o = a.owners[name][i];
-  if (!o.empty() && std::memcmp(&t[i], &v, sizeof(float)) != 0) {
-    auto& m = a.replica_mismatches[name];
-    if (m.size() < 3)
-      m.push_back("rank " + std::to_string(rank) + " holds " + std::to_string(v) + " at " +
-                  where() + " where rank " + std::to_string(o.front()) + " holds " +
-                  std::to_string(t[i]) + " (replicas must be bitwise equal)");
+// One tensor being assembled: a later copy of an element must equal the first bit for bit.
+struct Target {
+  std::vector<float>& values;
+  std::vector<int>& first;
+  std::vector<std::string>& mismatches;
+  template <class Where>
+  void put(std::size_t i, float v, int rank, Where where) {
+    if (first[i] < 0) {
+      values[i] = v;
+      first[i] = rank;
+    } else if (std::memcmp(&values[i], &v, sizeof(float)) != 0 && mismatches.size() < 3) {
+      mismatches.push_back("rank " + std::to_string(rank) + " holds " + std::to_string(v) + " at " +
+                           where() + " where rank " + std::to_string(first[i]) + " holds " +
+                           std::to_string(values[i]) + " (replicas must be bitwise equal)");
+    }
   }
-  if (o.empty()) t[i] = v;
-  o.push_back(rank);
+};
+
+Target target(Assembled& a, const std::string& name, std::size_t n) {
+  auto& v = a.tensors[name];
+  auto& f = a.first_owner[name];
+  if (v.empty()) {
+    v.assign(n, 0.0f);
+    f.assign(n, -1);
+  }
+  return {v, f, a.replica_mismatches[name]};
 }
 
 Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
@@ -214,21 +228,19 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
   const int C = c.model.hidden;
   const std::size_t n = std::size_t(c.B) * c.S * C;
   Assembled a;
-  for (const char* name : {"y", "dx"}) {
-    a.tensors[name].assign(n, 0.0f);
-    a.owners[name].assign(n, {});
-  }
+  Target y = target(a, "y", n), dx = target(a, "dx", n);
   for (int r = 0; r < c.ranks; ++r) {
     const auto p = static_cast<std::size_t>(r);
     for_each_row(tokens[p], c.S, C, [&](std::size_t l, std::size_t g) {
       for (int f = 0; f < C; ++f) {
-        for (const auto& [name, local] : {std::pair{"y", &run.y[p]}, std::pair{"dx", &run.dx[p]}}) {
+        for (auto [name, local, to] :
+             {std::tuple{"y", &run.y[p], &y}, std::tuple{"dx", &run.dx[p], &dx}}) {
           const float v = (*local)[l + f];
           if (std::isnan(v))
             throw std::invalid_argument("check " + c.name + ": rank " + std::to_string(r) +
                                         " left " + name + " unwritten (or NaN) at " +
                                         token_element(g + f, c.S, C));
-          put(a, name, g + f, v, r, [&] { return token_element(g + f, c.S, C); });
+          to->put(g + f, v, r, [&] { return token_element(g + f, c.S, C); });
         }
       }
     });
@@ -236,27 +248,27 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
   for (const WeightInfo& w : kWeights) {
     if (!in_block(w.owner, c.block)) continue;
     const TensorShape t = shape_of(c.model, w.name);
-    a.tensors[w.name].assign(std::size_t(t.rows * t.cols), 0.0f);
-    a.owners[w.name].assign(std::size_t(t.rows * t.cols), {});
+    target(a, w.name, std::size_t(t.rows * t.cols));
   }
   for (int r = 0; r < c.ranks; ++r) {
     for (const RankBlock::Piece& piece : run.pieces[static_cast<std::size_t>(r)]) {
       weight_info(piece.name, c.block, r);
       const TensorShape t = shape_of(c.model, piece.name);
+      Target to = target(a, piece.name, std::size_t(t.rows * t.cols));
       std::size_t k = 0;
       for (const Rect& rect : piece.rects)
         for (std::int64_t i = rect.row0; i < rect.row0 + rect.rows; ++i)
           for (std::int64_t j = rect.col0; j < rect.col0 + rect.cols; ++j, ++k)
-            put(a, piece.name, std::size_t(i * t.cols + j), piece.data[k], r,
-                [&] { return weight_element(t, i, j); });
+            to.put(std::size_t(i * t.cols + j), piece.data[k], r,
+                   [&] { return weight_element(t, i, j); });
     }
   }
   for (const WeightInfo& w : kWeights) {
     if (!in_block(w.owner, c.block)) continue;
     const TensorShape t = shape_of(c.model, w.name);
-    const auto& owners = a.owners[w.name];
-    for (std::size_t i = 0; i < owners.size(); ++i)
-      if (owners[i].empty())
+    const auto& first = a.first_owner[w.name];
+    for (std::size_t i = 0; i < first.size(); ++i)
+      if (first[i] < 0)
         throw std::invalid_argument(
             "check " + c.name + ": the gradient shards of " + w.name + " [" +
             std::to_string(t.rows) + ", " + std::to_string(t.cols) +
@@ -265,6 +277,32 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
             " is held by no rank (RankBlock::gradient)");
   }
   return a;
+}
+
+// Every rank holding element i of a tensor (for reports: only the elements they name).
+std::vector<int> owners_of(const BlockCheck& c, const std::vector<TokenShard>& tokens,
+                           const RunResult& run, const std::string& name, std::size_t i) {
+  std::vector<int> owners;
+  const std::size_t C = std::size_t(c.model.hidden);
+  if (name == "y" || name == "dx") {
+    const std::size_t b = i / (C * c.S), pos = (i / C) % c.S;
+    for (int r = 0; r < c.ranks; ++r) {
+      const TokenShard& t = tokens[static_cast<std::size_t>(r)];
+      if (int(b) >= t.batch_begin && int(b) < t.batch_begin + t.batches &&
+          std::find(t.positions.begin(), t.positions.end(), std::int64_t(pos)) != t.positions.end())
+        owners.push_back(r);
+    }
+    return owners;
+  }
+  const TensorShape t = shape_of(c.model, name);
+  const std::int64_t row = std::int64_t(i) / t.cols, col = std::int64_t(i) % t.cols;
+  for (int r = 0; r < c.ranks; ++r)
+    for (const RankBlock::Piece& piece : run.pieces[static_cast<std::size_t>(r)])
+      for (const Rect& x : piece.rects)
+        if (piece.name == name && row >= x.row0 && row < x.row0 + x.rows && col >= x.col0 &&
+            col < x.col0 + x.cols && (owners.empty() || owners.back() != r))
+          owners.push_back(r);
+  return owners;
 }
 
 std::string ranks_list(const std::vector<int>& ranks) {
@@ -377,7 +415,7 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
     const std::size_t w = t.verdict.candidate.worst;
     if (w < cand.size()) {
       t.worst = describe(check, name, w);
-      t.owners = got.owners.at(name)[w];
+      t.owners = owners_of(check, tokens, run, name, w);
       t.parallel = cand[w];
       t.reference = ref32[w];
       t.oracle = ref64[w];
@@ -415,8 +453,9 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
         if (std::memcmp(&base[i], &other[i], sizeof(float)) == 0) continue;
         std::ostringstream m;
         m << inj.describe() << " changes " << name << " at " << describe(check, name, i)
-          << " (ranks " << ranks_list(got.owners.at(name)[i]) << "): " << std::setprecision(9)
-          << base[i] << " without injection, " << other[i] << " with it";
+          << " (ranks " << ranks_list(owners_of(check, tokens, run, name, i))
+          << "): " << std::setprecision(9) << base[i] << " without injection, " << other[i]
+          << " with it";
         report.nondeterminism = m.str();
         break;
       }
