@@ -11,9 +11,10 @@ namespace tspemu::app {
 
 namespace cost = tsp::cost;
 
-std::vector<cost::Strategy> strategies_at(int n) {
+std::vector<cost::Strategy> strategies_at(int n, bool attention_cores) {
   std::vector<cost::Strategy> v = {cost::Strategy::tsp(n), cost::Strategy::tp(n),
                                    cost::Strategy::megatron_sp(n), cost::Strategy::sp(n)};
+  if (attention_cores) v.insert(v.end(), {cost::Strategy::ulysses(n), cost::Strategy::ring(n)});
   for (int T = 2; T < n; ++T)
     if (n % T == 0) v.push_back(cost::Strategy::tp_sp(T, n / T));
   return v;

@@ -16,7 +16,10 @@
 #include "tspemu/tsp/baseline_attention.hpp"
 #include "tspemu/tsp/baseline_mlp.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
+#include "tspemu/tsp/ring_attention.hpp"
+#include "tspemu/tsp/sequence_sharded_attention.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
+#include "tspemu/tsp/ulysses_attention.hpp"
 
 namespace tspemu::app {
 
@@ -32,6 +35,8 @@ tsp::BaselineShape baseline_shape(const StackConfig& c) {
     case cost::Scheme::megatron_sp:
       return tsp::BaselineShape::megatron_sp(c.model, st.T, c.B, c.S);
     case cost::Scheme::sp:
+    case cost::Scheme::ulysses:  // the SP shape: zigzag tokens, replicated weights
+    case cost::Scheme::ring:
       return tsp::BaselineShape::sp(c.model, st.Sp, c.B, c.S);
     default:
       return tsp::BaselineShape::tp_sp(c.model, st.T, st.Sp, c.B, c.S);
@@ -156,9 +161,13 @@ void run_tsp(const StackConfig& c, World& world, const std::vector<ref::LayerWei
   });
 }
 
-void run_baseline(const StackConfig& c, World& world,
-                  const std::vector<ref::LayerWeights<float>>& w, const std::vector<float>& x,
-                  const std::vector<float>& dy, StackResult& out, StackTensors<float>& got) {
+// The layer stack of a mesh strategy: per layer the attention block make(rank, shape, weights)
+// returns (BaselineAttention, or SequenceShardedAttention with a Ulysses / ring core), then
+// BaselineMlp.
+template <class MakeAttention>
+void run_mesh(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
+              const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
+              StackTensors<float>& got, MakeAttention make) {
   const tsp::BaselineShape s = baseline_shape(c);
   const tsp::TspShape shard = s.shard_shape();
   const int L = c.model.n_layers, C = c.model.hidden;
@@ -173,10 +182,10 @@ void run_baseline(const StackConfig& c, World& world,
           fn((static_cast<std::size_t>(b) * s.rows() + i) * C,
              (static_cast<std::size_t>(b) * c.S + pos[static_cast<std::size_t>(i)]) * C);
     };
-    std::vector<std::unique_ptr<tsp::BaselineAttention>> att;
+    std::vector<decltype(make(rank, s, w[0]))> att;
     std::vector<std::unique_ptr<tsp::BaselineMlp>> mlp;
     for (const auto& lw : w) {
-      att.push_back(std::make_unique<tsp::BaselineAttention>(rank, s, lw));
+      att.push_back(make(rank, s, lw));
       mlp.push_back(std::make_unique<tsp::BaselineMlp>(rank, s, lw));
     }
     std::vector<Buffer<float>> act, mid;
@@ -244,6 +253,8 @@ tsp::TspShape tsp_shape(const StackConfig& c) {
 void validate_stack(const StackConfig& c) {
   if (c.strategy.scheme == cost::Scheme::tsp)
     tsp_shape(c).validate();
+  else if (c.strategy.scheme == cost::Scheme::ulysses)
+    tsp::check_ulysses_shape(baseline_shape(c));
   else
     baseline_shape(c).validate();
 }
@@ -360,10 +371,23 @@ StackResult run_stack(const StackConfig& c) {
     got.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<float>::zeros(c.model));
   }
   World world(stack_world_options(c, n));
-  if (c.strategy.scheme == cost::Scheme::tsp)
+  using LayerW = ref::LayerWeights<float>;
+  if (c.strategy.scheme == cost::Scheme::tsp) {
     run_tsp(c, world, w32.layers, x, dy, out, got);
-  else
-    run_baseline(c, world, w32.layers, x, dy, out, got);
+  } else if (c.strategy.attention_core()) {
+    const bool ulysses = c.strategy.scheme == cost::Scheme::ulysses;
+    run_mesh(c, world, w32.layers, x, dy, out, got,
+             [ulysses](Rank& r, const tsp::BaselineShape& s, const LayerW& lw) {
+               auto core =
+                   ulysses ? tsp::ulysses_attention_core(r, s) : tsp::ring_attention_core(r, s);
+               return std::make_unique<tsp::SequenceShardedAttention>(r, s, lw, std::move(core));
+             });
+  } else {
+    run_mesh(c, world, w32.layers, x, dy, out, got,
+             [](Rank& r, const tsp::BaselineShape& s, const LayerW& lw) {
+               return std::make_unique<tsp::BaselineAttention>(r, s, lw);
+             });
+  }
   finish_debugging(c, world, out);
   out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
 

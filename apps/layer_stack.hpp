@@ -1,5 +1,6 @@
 // A training step (forward + backward) of L stacked layers — attention block then MLP block per
-// layer, no embedding and no LM head — under any strategy (TSP or a baseline of the T × Sp mesh),
+// layer, no embedding and no LM head — under any strategy (TSP, a baseline of the T × Sp mesh, or
+// Ulysses / ring attention: SequenceShardedAttention with its core, then the SP MLP block),
 // measured (time, arena peaks, bytes per collective kind) and checked:
 //   * traffic: each rank's counters against L × cost::layer_traffic for that rank, exactly;
 //   * numerics (optional): every output and gradient against the same stack run by the reference
@@ -37,7 +38,7 @@ struct StackConfig {
   int B = 1;
   int S = 0;
   tsp::cost::Strategy strategy;
-  tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the baselines use zigzag rows
+  tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the others use zigzag rows
   int head_buckets = 1;                              // TSP only
   std::uint64_t seed = 1;
   double k = 3.0;     // the oracle rule's factor, as tests/tsp uses

@@ -65,7 +65,7 @@ struct Row {
 
 std::vector<Row> plan_rows(const cost::ModelShape& m, int n, cost::Recompute rc) {
   std::vector<Row> rows;
-  for (const cost::Strategy& st : strategies_at(n)) {
+  for (const cost::Strategy& st : strategies_at(n, /*attention_cores=*/false)) {
     Row r{st, {}, {}, {}};
     try {
       r.mem = cost::device_memory(m, st, cost::ElementSizes::bf16(), rc);

@@ -32,7 +32,8 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
   app.add_flag("--tied", m.tie_embeddings, "tie the LM head to the embedding (whole model)");
   app.add_option("--batch,-B", o.B, "micro-batch B")->capture_default_str();
   app.add_option("--seq,-S", o.S,
-                 "sequence length S (zigzag: divisible by 2·D, resp. 2·Sp for SP and TP+SP)")
+                 "sequence length S (zigzag: divisible by 2·D, resp. 2·Sp for SP and TP+SP, 2·n "
+                 "for Ulysses and ring)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "weights and inputs seed")->capture_default_str();
   app.add_option("--layout", o.layout, "TSP sequence layout (the baselines use zigzag)")
@@ -47,10 +48,13 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
 void add_strategy_options(CLI::App& app, ProblemOptions& o) {
   app.add_option("--strategy", o.strategy,
                  "tsp, tp (Megatron), megatron-sp (TP + sequence parallel), sp (context "
-                 "parallel) or tp-sp (a --tp x --sp mesh)")
+                 "parallel, K/V all-gathered), tp-sp (a --tp x --sp mesh), ulysses (DeepSpeed-"
+                 "Ulysses: sequence<->heads all-to-all) or ring (ring attention: K/V blocks "
+                 "passed round)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tsp", "tp", "megatron-sp", "sp", "tp-sp"}));
-  app.add_option("--ranks,-D", o.ranks, "ranks: the degree of tsp, tp, megatron-sp and sp")
+      ->check(CLI::IsMember({"tsp", "tp", "megatron-sp", "sp", "tp-sp", "ulysses", "ring"}));
+  app.add_option("--ranks,-D", o.ranks,
+                 "ranks: the degree of tsp, tp, megatron-sp, sp, ulysses and ring")
       ->capture_default_str();
   app.add_option("--tp", o.tp, "tp-sp: tensor-parallel degree T (ranks in a row)")
       ->capture_default_str();
@@ -70,6 +74,10 @@ const char* strategy_flag(cost::Scheme s) {
       return "sp";
     case cost::Scheme::tp_sp:
       return "tp-sp";
+    case cost::Scheme::ulysses:
+      return "ulysses";
+    case cost::Scheme::ring:
+      return "ring";
   }
   return "?";
 }
@@ -80,7 +88,10 @@ cost::Strategy parse_strategy(const ProblemOptions& o) {
   if (o.strategy == "megatron-sp") return cost::Strategy::megatron_sp(o.ranks);
   if (o.strategy == "sp") return cost::Strategy::sp(o.ranks);
   if (o.strategy == "tp-sp") return cost::Strategy::tp_sp(o.tp, o.sp);
-  throw ConfigError("--strategy " + o.strategy + ": must be tsp, tp, megatron-sp, sp or tp-sp");
+  if (o.strategy == "ulysses") return cost::Strategy::ulysses(o.ranks);
+  if (o.strategy == "ring") return cost::Strategy::ring(o.ranks);
+  throw ConfigError("--strategy " + o.strategy +
+                    ": must be tsp, tp, megatron-sp, sp, tp-sp, ulysses or ring");
 }
 
 namespace {
@@ -140,8 +151,17 @@ std::string why_invalid(const ProblemOptions& o, const cost::Strategy& st, bool 
     if (whole_model && (m.vocab < 1 || m.vocab % st.D != 0))
       return flag("--vocab", m.vocab) + ": the vocabulary must be divisible by " + degree;
   }
+  if (st.scheme == cost::Scheme::ulysses) {
+    const std::string n = "the Ulysses degree n = " + std::to_string(st.Sp) + " (" + sflag +
+                          "; each rank attends whole heads)";
+    if (m.n_heads % st.Sp != 0)
+      return flag("--heads", m.n_heads) + ": the query heads must be divisible by " + n;
+    if (m.n_kv_heads % st.Sp != 0)
+      return flag("--kv-heads", m.n_kv_heads) + ": the key/value heads must be divisible by " + n;
+  }
   if (st.Sp > 1 && o.S % (2 * st.Sp) != 0)
-    return flag("--seq", o.S) + ": S must be divisible by 2·Sp = " + std::to_string(2 * st.Sp) +
+    return flag("--seq", o.S) + ": S must be divisible by " +
+           (st.attention_core() ? "2·n = " : "2·Sp = ") + std::to_string(2 * st.Sp) +
            " for the zigzag layout (" + sflag + ")";
   if (st.scheme == cost::Scheme::megatron_sp && (o.S / st.Sp) % T != 0)
     return flag("--seq", o.S) + ": S must be divisible by T = " + std::to_string(T) +

@@ -43,7 +43,8 @@ void add_strategy_options(CLI::App& app, ProblemOptions& o);
 // --sim-clock NAME: nullopt for "", the preset for "nvlink" or "network", ConfigError otherwise.
 std::optional<SimClockModel> sim_clock_option(const std::string& name);
 
-// "tsp", "tp", "megatron-sp", "sp", "tp-sp" with the degrees of o (ConfigError otherwise).
+// "tsp", "tp", "megatron-sp", "sp", "tp-sp", "ulysses", "ring" with the degrees of o (ConfigError
+// otherwise).
 tsp::cost::Strategy parse_strategy(const ProblemOptions& o);
 const char* strategy_flag(tsp::cost::Scheme s);  // the CLI name of a scheme
 

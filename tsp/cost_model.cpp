@@ -43,6 +43,10 @@ void validate(const ModelShape& m, const Strategy& st, const CostOptions& opt) {
     check_divides(st.T, m.ffn, "T", "ffn");
     check_divides(st.Sp, m.S, "Sp", "S");
     if (st.scheme == Scheme::megatron_sp) check_divides(st.T, m.S, "T", "S");
+    if (st.scheme == Scheme::ulysses) {  // each rank attends whole query and KV heads
+      check_divides(st.Sp, m.n_heads, "n", "n_heads");
+      check_divides(st.Sp, m.n_kv_heads, "n", "n_kv_heads");
+    }
   }
 }
 
@@ -94,6 +98,10 @@ const char* scheme_name(Scheme s) {
       return "SP";
     case Scheme::tp_sp:
       return "TP+SP";
+    case Scheme::ulysses:
+      return "Ulysses";
+    case Scheme::ring:
+      return "Ring attention";
   }
   return "?";
 }
@@ -109,6 +117,9 @@ std::string Strategy::name() const {
       return "SP Sp=" + std::to_string(Sp);
     case Scheme::tp_sp:
       return "TP+SP " + std::to_string(T) + "x" + std::to_string(Sp);
+    case Scheme::ulysses:
+    case Scheme::ring:
+      return std::string(scheme_name(scheme)) + " n=" + std::to_string(Sp);
   }
   return "?";
 }
@@ -156,6 +167,11 @@ double paper_forward_elements(const ModelShape& m, const Strategy& st) {
       return 2 * ring(BS * kvd, st.Sp);  // 2(Sp-1)/Sp·B·S·h/g
     case Scheme::tp_sp:
       return 4 * ring(BS / st.Sp * h, st.T) + 2 * ring(BS * kvd / st.T, st.Sp);
+    case Scheme::ulysses:  // Q and the output, then K and V, each B·(S/n) tokens
+      return 2 * ring(BS / st.Sp * static_cast<double>(m.q_dim()), st.Sp) +
+             2 * ring(BS / st.Sp * kvd, st.Sp);
+    case Scheme::ring:  // n-1 hops of the B·(S/n)-token K/V block
+      return 2 * ring(BS * kvd, st.Sp);
   }
   return 0;
 }
@@ -277,6 +293,54 @@ LayerTraffic baseline_traffic(const ModelShape& m, const Strategy& st, const Ele
   return t;
 }
 
+// Ulysses and ring attention (sequence_sharded_attention.hpp, ulysses_attention.hpp,
+// ring_attention.hpp) then the SP BaselineMlp: n = Sp ranks, M = B·S/n local token rows.
+LayerTraffic attention_core_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                    int rank) {
+  using K = CollectiveKind;
+  const int n = st.Sp;
+  const u64 nm1 = static_cast<u64>(n - 1);
+  const i64 M = m.B * m.S / n;
+  const i64 q_count = M * m.q_dim(), kv_count = M * m.kv_dim();  // Q (or A) and K (or V), local
+  LayerTraffic t;
+  if (st.scheme == Scheme::ulysses) {
+    // An all_to_all of N elements sends and receives the n-1 blocks of N/n bound elsewhere.
+    const u64 q = nm1 * bytes_of(q_count / n, es.activation);
+    const u64 kv = nm1 * bytes_of(kv_count / n, es.activation);
+    t.forward.add(K::all_to_all, 2, q, q);     // Q to heads, A to sequence
+    t.forward.add(K::all_to_all, 2, kv, kv);   // K, V to heads
+    t.backward.add(K::all_to_all, 3, q, q);    // Q, dA to heads, dQ to sequence
+    t.backward.add(K::all_to_all, 4, kv, kv);  // K, V to heads, dK, dV to sequence
+  } else if (n > 1) {
+    const u64 block = bytes_of(2 * kv_count, es.activation);  // [K, V] or [dK, dV]
+    t.forward.add(K::send, nm1, block, 0);
+    t.forward.add(K::recv, nm1, 0, block);
+    t.backward.add(K::send, 2 * nm1 + 1, block, 0);  // n-1 K/V hops, n dK/dV hops
+    t.backward.add(K::recv, 2 * nm1 + 1, 0, block);
+  }
+  const i64 Pa = m.attention_params(), Pm = m.mlp_params();
+  if (n > 1) {
+    // Attention: one all_reduce_buffers of {weights, norm}; MLP (MeshRegion): norm, then weights.
+    for (i64 count : {Pa + m.hidden, m.hidden, Pm}) {
+      const u64 ar = all_reduce_bytes(static_cast<u64>(count), n, rank, es.gradient);
+      t.backward.add(K::all_reduce, 1, ar, ar);
+    }
+  }
+  // Paper convention.
+  const double grads = 2 * ring(static_cast<double>(Pa + Pm + 2 * m.hidden), n) * es.gradient;
+  if (st.scheme == Scheme::ulysses) {
+    const double q = ring(static_cast<double>(q_count), n) * es.activation;
+    const double kv = ring(static_cast<double>(kv_count), n) * es.activation;
+    t.paper_forward = 2 * q + 2 * kv;
+    t.paper_backward = 3 * q + 4 * kv + grads;
+  } else {
+    const double block = 2.0 * static_cast<double>(kv_count) * es.activation;
+    t.paper_forward = (n - 1.0) * block;
+    t.paper_backward = (2.0 * n - 1.0) * (n > 1 ? block : 0.0) + grads;
+  }
+  return t;
+}
+
 }  // namespace
 
 LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
@@ -284,8 +348,9 @@ LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const Elemen
   validate(m, st, opt);
   if (rank < 0 || rank >= st.ranks())
     reject("rank=" + std::to_string(rank) + " outside 0.." + std::to_string(st.ranks() - 1));
-  return st.scheme == Scheme::tsp ? tsp_traffic(m, st.D, es, opt, rank)
-                                  : baseline_traffic(m, st, es, rank);
+  if (st.scheme == Scheme::tsp) return tsp_traffic(m, st.D, es, opt, rank);
+  if (st.attention_core()) return attention_core_traffic(m, st, es, rank);
+  return baseline_traffic(m, st, es, rank);
 }
 
 // ---- TSP layer memory: a replay of the arena ---------------------------------------------------
@@ -498,7 +563,8 @@ LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
   LayerArenaMemory out;
   ArenaReplay a(&out.allocations);
   using C = Category;
-  const bool msp = st.scheme == Scheme::megatron_sp;
+  const bool msp = st.scheme == Scheme::megatron_sp, core = st.attention_core();
+  const bool ulysses = st.scheme == Scheme::ulysses;
   const int T = st.T, Sp = st.Sp;
   const i64 Tl = m.S / Sp, M = m.B * Tl, Cd = m.hidden, hs = m.head_size();
   const i64 rows = msp ? Tl / T : Tl;
@@ -546,13 +612,52 @@ LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
     a.free(mine);
   };
 
+  // Ulysses / ring (T = 1): the core first (the caller builds it and hands it to the block).
+  const i64 qd = m.q_dim(), kvd = m.kv_dim(), lse_count = m.B * m.n_heads * Tl;
+  if (ulysses) {
+    a.alloc("ulysses core: gathered positions [S]", C::other, bytes_of(m.S, es.index), "layer");
+    a.alloc("ulysses core: 0..S-1 [S]", C::other, bytes_of(m.S, es.index), "layer");
+  } else if (core) {
+    a.alloc("ring core: positions [n, Tl]", C::other, bytes_of(m.S, es.index), "layer");
+  }
   a.alloc("attention: positions [Tl]", C::other, bytes_of(Tl, es.index), "layer");
-  a.alloc("attention: k_positions [S]", C::other, bytes_of(m.S, es.index), "layer");
+  if (!core) a.alloc("attention: k_positions [S]", C::other, bytes_of(m.S, es.index), "layer");
   a.alloc("attention: weight shard", C::weights, W(As), "layer");
   a.alloc("attention: norm weight [h]", C::weights, W(Cd), "layer");
   a.alloc("mlp: weight shard", C::weights, W(Ms), "layer");
   a.alloc("mlp: norm weight [h]", C::weights, W(Cd), "layer");
   out.resident = a.current();
+
+  // SequenceShardedAttention::backward with its core (Ulysses / ring; T = 1, no MeshRegion).
+  auto replay_core_backward = [&](const std::string& p, const std::string& l) {
+    Handles tmp, c;
+    const std::size_t da = a.alloc(p + "da [M, qd]", C::workspace, A(M * qd), l);
+    const std::size_t q = a.alloc(p + "q [M, qd]", C::workspace, A(M * qd), l);
+    const std::size_t kv = a.alloc(p + "kv [2, M, kvd]", C::workspace, A(2 * M * kvd), l);
+    tmp.push_back(a.alloc(p + "dq [M, qd]", C::workspace, A(M * qd), l));
+    tmp.push_back(a.alloc(p + "dkv [2, M, kvd]", C::workspace, A(2 * M * kvd), l));
+    if (ulysses) {
+      const std::string u = p + "ulysses core: ";
+      c.push_back(a.alloc(u + "Qh [B, S, NH/n, hs]", C::workspace, A(M * qd), "core"));
+      c.push_back(a.alloc(u + "exchange [B, S, NKV/n, hs]", C::comm, A(M * kvd), "core"));
+      for (const char* n : {"Kh", "Vh"})
+        c.push_back(a.alloc(u + n + " [B, S, NKV/n, hs]", C::kv, A(M * kvd), "core"));
+      for (const char* n : {"dAh", "dQh"})
+        c.push_back(a.alloc(u + n + " [B, S, NH/n, hs]", C::workspace, A(M * qd), "core"));
+      for (const char* n : {"dKh", "dVh"})
+        c.push_back(a.alloc(u + n + " [B, S, NKV/n, hs]", C::kv, A(M * kvd), "core"));
+    } else if (Sp > 1) {
+      const std::string r = p + "ring core: ";
+      c.push_back(a.alloc(r + "delta [B, NH, Tl]", C::workspace, A(lse_count), "core"));
+      for (const char* b : {"K/V block (held)", "K/V block (next)", "dK/dV accumulator (held)",
+                            "dK/dV accumulator (next)"})
+        c.push_back(a.alloc(r + b + " [2, M, kvd]", C::kv, A(2 * M * kvd), "core"));
+    }
+    release(c);
+    for (std::size_t h : {q, kv, da}) a.free(h);  // released before dN
+    tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(full), l));
+    release(tmp);
+  };
 
   Handles attn_kept, mlp_kept;
   for (int step = 0; step < steps; ++step) {
@@ -572,7 +677,24 @@ LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
       Handles tmp;
       tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), "attention"));
       tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * Mk), "attention"));
-      if (Sp > 1) {
+      if (core) {
+        Handles c;
+        if (ulysses) {
+          const std::string u = "attention, ulysses core: ";
+          c.push_back(a.alloc(u + "Qh [B, S, NH/n, hs]", C::workspace, A(M * qd), "core"));
+          c.push_back(a.alloc(u + "exchange [B, S, NKV/n, hs]", C::comm, A(M * kvd), "core"));
+          c.push_back(a.alloc(u + "Kh [B, S, NKV/n, hs]", C::kv, A(M * kvd), "core"));
+          c.push_back(a.alloc(u + "Vh [B, S, NKV/n, hs]", C::kv, A(M * kvd), "core"));
+          c.push_back(a.alloc(u + "Ah [B, S, NH/n, hs]", C::workspace, A(M * qd), "core"));
+        } else if (Sp > 1) {
+          const std::string r = "attention, ring core: ";
+          for (const char* b : {"K/V block [2, M, kvd] (held)", "K/V block [2, M, kvd] (next)"})
+            c.push_back(a.alloc(r + b, C::kv, A(2 * M * kvd), "core"));
+          c.push_back(a.alloc(r + "partial A [M, qd]", C::workspace, A(M * qd), "core"));
+          c.push_back(a.alloc(r + "partial lse [B, NH, Tl]", C::workspace, A(lse_count), "core"));
+        }
+        release(c);
+      } else if (Sp > 1) {
         tmp.push_back(
             a.alloc(p + "kv_gathered [Sp, 2, M, kc]", C::kv, A(2 * Mk * Sp), "attention"));
         tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), "attention"));
@@ -627,21 +749,25 @@ LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
         a.alloc(p + "grad norm [h]", C::gradients, G(Cd), "layer");
       }
       Handles storage, tmp;
-      enter_backward(p, storage);
-      tmp.push_back(a.alloc(p + "da [M, qc]", C::workspace, A(M * qc), l));
-      release(storage);
-      tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), l));
-      tmp.push_back(a.alloc(p + "dq [M, qc]", C::workspace, A(M * qc), l));
-      tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
-      if (Sp > 1) {
-        tmp.push_back(a.alloc(p + "kv_gathered [Sp, 2, M, kc]", C::kv, A(2 * Mk * Sp), l));
-        tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), l));
-        tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, A(full_kv), l));
+      if (core) {
+        replay_core_backward(p, l);
+      } else {
+        enter_backward(p, storage);
+        tmp.push_back(a.alloc(p + "da [M, qc]", C::workspace, A(M * qc), l));
+        release(storage);
+        tmp.push_back(a.alloc(p + "q [M, qc]", C::workspace, A(M * qc), l));
+        tmp.push_back(a.alloc(p + "dq [M, qc]", C::workspace, A(M * qc), l));
+        tmp.push_back(a.alloc(p + "kv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
+        if (Sp > 1) {
+          tmp.push_back(a.alloc(p + "kv_gathered [Sp, 2, M, kc]", C::kv, A(2 * Mk * Sp), l));
+          tmp.push_back(a.alloc(p + "k_all [B, S, kc]", C::kv, A(full_kv), l));
+          tmp.push_back(a.alloc(p + "v_all [B, S, kc]", C::kv, A(full_kv), l));
+        }
+        tmp.push_back(a.alloc(p + "dk_all [B, S, kc]", C::kv, A(full_kv), l));
+        tmp.push_back(a.alloc(p + "dv_all [B, S, kc]", C::kv, A(full_kv), l));
+        if (Sp > 1) tmp.push_back(a.alloc(p + "dkv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
+        tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(full), l));
       }
-      tmp.push_back(a.alloc(p + "dk_all [B, S, kc]", C::kv, A(full_kv), l));
-      tmp.push_back(a.alloc(p + "dv_all [B, S, kc]", C::kv, A(full_kv), l));
-      if (Sp > 1) tmp.push_back(a.alloc(p + "dkv_local [2, M, kc]", C::workspace, A(2 * Mk), l));
-      tmp.push_back(a.alloc(p + "dxn [M, h]", C::workspace, A(full), l));
       exit_backward(p);
       release(tmp);
       a.leave();
@@ -658,6 +784,9 @@ namespace {
 LayerMemoryEstimate layer_memory_parts(const ModelShape& m, const Strategy& st,
                                        const ElementSizes& es, const CostOptions& o) {
   validate(m, st, o);
+  if (st.attention_core())
+    reject(std::string("the per-device estimate does not model ") + scheme_name(st.scheme) +
+           " (its layer is replayed exactly by baseline_layer_memory)");
   LayerMemoryEstimate e;
   const double h = static_cast<double>(m.hidden), F = static_cast<double>(m.ffn),
                nh = static_cast<double>(m.n_heads), kvd = static_cast<double>(m.kv_dim()),

@@ -13,17 +13,6 @@ namespace tspemu::tsp {
 
 namespace {
 
-constexpr const char* kWho = "ring attention";
-
-struct RingState {
-  Rank* rank = nullptr;
-  BaselineShape shape;
-  Buffer<std::int64_t> positions;  // [n·Tl]: rank q's positions at q·Tl (its block's keys)
-  const std::int64_t* of(int q) const {
-    return positions.data() + static_cast<std::size_t>(q) * shape.Tl();
-  }
-};
-
 // One hop of the ring, posted before the step's compute and completed after it.
 class Hop {
  public:
@@ -52,16 +41,12 @@ struct DoubleBuffer {
 }  // namespace
 
 ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& shape) {
-  detail::check_sequence_shape(kWho, rank, shape);
-  auto st = std::make_shared<RingState>();
-  st->rank = &rank;
-  st->shape = shape;
-  st->positions = detail::rank_major_positions(rank, shape);
+  auto st = std::make_shared<detail::CoreState>("ring attention", rank, shape);
 
   ref::AttentionCore<float> core;
   core.forward = [st](float* att, float* lse, const float* q, const float* k, const float* v,
                       const std::int64_t*, const ref::AttentionDims& d) {
-    detail::check_core_dims(kWho, st->shape, d);
+    st->check(d);
     Comm& comm = st->rank->comm();
     const int n = comm.size(), p = comm.rank();
     const std::int64_t* qpos = st->of(p);
@@ -97,7 +82,7 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
   core.backward = [st](float* dq, float* dk, float* dv, const float* datt, const float* q,
                        const float* k, const float* v, const float* att, const float* lse,
                        const std::int64_t*, const ref::AttentionDims& d) {
-    detail::check_core_dims(kWho, st->shape, d);
+    st->check(d);
     Comm& comm = st->rank->comm();
     const int n = comm.size(), p = comm.rank();
     const std::int64_t* qpos = st->of(p);

@@ -16,11 +16,13 @@ namespace {
 
 constexpr const char* kWho = "Ulysses attention";
 
-struct UlyssesState {
-  Rank* rank = nullptr;
-  BaselineShape shape;
-  Buffer<std::int64_t> gathered;  // [S] global positions, rank-major (the exchange's order)
-  Buffer<std::int64_t> ordered;   // [S] 0..S-1: K/V after to_position_order
+// positions: [S] global positions in the exchange's (rank-major) order.
+struct UlyssesState : detail::CoreState {
+  UlyssesState(Rank& r, const BaselineShape& s) : CoreState(kWho, r, s) {
+    ordered = r.arena().allocate<std::int64_t>(static_cast<std::size_t>(s.S), Category::other);
+    std::iota(ordered.begin(), ordered.end(), 0);
+  }
+  Buffer<std::int64_t> ordered;  // [S] 0..S-1: K/V after to_position_order
 };
 
 // [B, S, w] rows between the gathered (rank-major) order and position order.
@@ -64,9 +66,9 @@ HeadsQkv to_heads(UlyssesState& st, const float* q, const float* k, const float*
   h.v = a.allocate<float>(nk, Category::kv);
   all_to_all_sequence_to_heads<float>(comm, {q, nq}, h.q.span(), side(d, d.NH));
   all_to_all_sequence_to_heads<float>(comm, {k, nk}, h.exchange.span(), side(d, d.NKV));
-  to_position_order(h.exchange.data(), h.k.data(), st.gathered.data(), d.B, S, kw);
+  to_position_order(h.exchange.data(), h.k.data(), st.positions.data(), d.B, S, kw);
   all_to_all_sequence_to_heads<float>(comm, {v, nk}, h.exchange.span(), side(d, d.NKV));
-  to_position_order(h.exchange.data(), h.v.data(), st.gathered.data(), d.B, S, kw);
+  to_position_order(h.exchange.data(), h.v.data(), st.positions.data(), d.B, S, kw);
   return h;
 }
 
@@ -90,33 +92,26 @@ void check_ulysses_shape(const BaselineShape& s) {
 }
 
 ref::AttentionCore<float> ulysses_attention_core(Rank& rank, const BaselineShape& shape) {
-  detail::check_sequence_shape(kWho, rank, shape);
   check_ulysses_shape(shape);
-  auto st = std::make_shared<UlyssesState>();
-  st->rank = &rank;
-  st->shape = shape;
-  st->gathered = detail::rank_major_positions(rank, shape);
-  st->ordered =
-      rank.arena().allocate<std::int64_t>(static_cast<std::size_t>(shape.S), Category::other);
-  std::iota(st->ordered.begin(), st->ordered.end(), 0);
+  auto st = std::make_shared<UlyssesState>(rank, shape);
 
   ref::AttentionCore<float> core;
   core.forward = [st](float* att, float* lse, const float* q, const float* k, const float* v,
                       const std::int64_t*, const ref::AttentionDims& d) {
-    detail::check_core_dims(kWho, st->shape, d);
+    st->check(d);
     Comm& comm = st->rank->comm();
     const int n = comm.size();
     HeadsQkv h = to_heads(*st, q, k, v, d);
     auto att_h = st->rank->arena().allocate<float>(h.q.size(), Category::workspace);
     // Whole sequence, this rank's heads: queries in gathered order, keys in position order.
     ref::causal_attention_forward(att_h.data(), lse, h.q.data(), h.k.data(), h.v.data(),
-                                  st->gathered.data(), st->ordered.data(), heads_dims(d, n));
+                                  st->positions.data(), st->ordered.data(), heads_dims(d, n));
     all_to_all_heads_to_sequence<float>(comm, att_h.span(), {att, att_h.size()}, side(d, d.NH));
   };
   core.backward = [st](float* dq, float* dk, float* dv, const float* datt, const float* q,
                        const float* k, const float* v, const float*, const float* lse,
                        const std::int64_t*, const ref::AttentionDims& d) {
-    detail::check_core_dims(kWho, st->shape, d);
+    st->check(d);
     Comm& comm = st->rank->comm();
     Arena& a = st->rank->arena();
     const int n = comm.size(), S = n * d.Tq;
@@ -129,12 +124,12 @@ ref::AttentionCore<float> ulysses_attention_core(Rank& rank, const BaselineShape
     auto dv_h = a.allocate<float>(h.v.size(), Category::kv);
     // Every key of the sequence is here: the one-shot backward, with the forward's lse.
     ref::causal_attention_backward(dq_h.data(), dk_h.data(), dv_h.data(), datt_h.data(), h.q.data(),
-                                   h.k.data(), h.v.data(), lse, st->gathered.data(),
+                                   h.k.data(), h.v.data(), lse, st->positions.data(),
                                    st->ordered.data(), heads_dims(d, n));
     all_to_all_heads_to_sequence<float>(comm, dq_h.span(), {dq, dq_h.size()}, side(d, d.NH));
-    to_gathered_order(dk_h.data(), h.exchange.data(), st->gathered.data(), d.B, S, kw);
+    to_gathered_order(dk_h.data(), h.exchange.data(), st->positions.data(), d.B, S, kw);
     all_to_all_heads_to_sequence<float>(comm, h.exchange.span(), {dk, dk_h.size()}, side(d, d.NKV));
-    to_gathered_order(dv_h.data(), h.exchange.data(), st->gathered.data(), d.B, S, kw);
+    to_gathered_order(dv_h.data(), h.exchange.data(), st->positions.data(), d.B, S, kw);
     all_to_all_heads_to_sequence<float>(comm, h.exchange.span(), {dv, dv_h.size()}, side(d, d.NKV));
   };
   return core;

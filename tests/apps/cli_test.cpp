@@ -134,7 +134,9 @@ TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
       {"--strategy", "tp", "--ranks", "2"},
       {"--strategy", "megatron-sp", "--ranks", "2"},
       {"--strategy", "sp", "--ranks", "2"},
-      {"--strategy", "tp-sp", "--tp", "2", "--sp", "2"}};
+      {"--strategy", "tp-sp", "--tp", "2", "--sp", "2"},
+      {"--strategy", "ulysses", "--ranks", "2"},
+      {"--strategy", "ring", "--ranks", "4"}};
   for (const auto& c : cases) {
     std::vector<std::string> args = {"run"};
     args.insert(args.end(), c.begin(), c.end());
@@ -148,7 +150,8 @@ TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
 
 TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
   const std::string json = temp_path("compare.json");
-  // 2 KV heads: TSP, TP and Megatron-SP at 4 ranks cannot shard them; SP and TP+SP 2x2 can.
+  // 2 KV heads: TSP, TP, Megatron-SP and Ulysses at 4 ranks cannot shard them; SP, ring attention
+  // and TP+SP 2x2 can.
   std::vector<std::string> args = tiny({"compare", "--ranks", "4", "--json", json});
   args.insert(args.end(), {"--kv-heads", "2"});
   const Outcome o = tspemu(args);
@@ -156,7 +159,12 @@ TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
   const nlohmann::json j = read_json(json);
   expect_document(j, "compare");
   const auto& rows = j.at("rows");
-  ASSERT_EQ(rows.size(), 5u);  // TSP, TP, Megatron-SP, SP, TP+SP 2x2
+  ASSERT_EQ(rows.size(), 7u);  // TSP, TP, Megatron-SP, SP, Ulysses, ring, TP+SP 2x2
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.at("strategy"));
+  EXPECT_EQ(names, (std::vector<std::string>{"TSP D=4", "TP T=4", "TP+Megatron-SP T=4", "SP Sp=4",
+                                             "Ulysses n=4", "Ring attention n=4", "TP+SP 2x2"}));
+  EXPECT_EQ(rows[5].at("verdict"), "pass");  // ring attention shards tokens, not heads
   int ran = 0;
   for (const auto& r : rows) {
     EXPECT_TRUE(r.at("strategy").is_string());
@@ -172,7 +180,7 @@ TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
     EXPECT_EQ(r.at("model_match"), true);
     EXPECT_EQ(r.at("verdict"), "pass");
   }
-  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(ran, 3);
   EXPECT_NE(o.out.find("skipped: --kv-heads 2"), std::string::npos) << o.out;
   std::remove(json.c_str());
 }
@@ -251,6 +259,13 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
       {{"run", "--seq", "1004"}, "--seq 1004: S must be divisible by 2·D = 8"},
       {{"run", "--strategy", "tp", "--ranks", "3"}, "--heads 8: the query heads must be divisible"},
       {{"run", "--strategy", "tp-sp", "--tp", "2", "--sp", "3"}, "2·Sp = 6"},
+      {{"run", "--strategy", "ulysses", "--ranks", "8"},
+       "--kv-heads 4: the key/value heads must be divisible by the Ulysses degree n = 8 "
+       "(--ranks 8"},
+      {{"run", "--strategy", "ulysses", "--ranks", "4", "--heads", "6", "--kv-heads", "3",
+        "--hidden", "192"},
+       "--heads 6: the query heads must be divisible by the Ulysses degree n = 4 (--ranks 4"},
+      {{"run", "--strategy", "ring", "--ranks", "3"}, "--seq 2048: S must be divisible by 2·n = 6"},
       {{"run", "--kv-heads", "3"}, "--kv-heads 3: must divide --heads 8"},
       {{"run", "--vocab", "1022"}, "--vocab 1022"},
       {{"run", "--strategy", "fsdp"}, "--strategy"},
@@ -346,7 +361,8 @@ TEST(Cli, HelpExplainsEveryOptionWithItsDefault) {
   }
   const Outcome run = tspemu({"run", "--help"});
   EXPECT_NE(run.out.find("--seq INT=2048"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("--strategy TEXT:{tsp,tp,megatron-sp,sp,tp-sp}=tsp"), std::string::npos);
+  EXPECT_NE(run.out.find("--strategy TEXT:{tsp,tp,megatron-sp,sp,tp-sp,ulysses,ring}=tsp"),
+            std::string::npos);
   EXPECT_NE(tspemu({"plan", "--help"}).out.find("--device-mem TEXT=80GB"), std::string::npos);
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,7 +23,10 @@
 #include "tspemu/tsp/baseline_attention.hpp"
 #include "tspemu/tsp/baseline_mlp.hpp"
 #include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/tsp/ring_attention.hpp"
+#include "tspemu/tsp/sequence_sharded_attention.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
+#include "tspemu/tsp/ulysses_attention.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
@@ -64,8 +68,39 @@ struct Measured {
   TrafficCounters fwd, bwd;
 };
 
-// `steps` forward + backward steps on one layer; the last one is measured (peaks restarted at its
-// start, as the model reports it).
+// Builds blocks with build() and records the arena's categories before (m.base) and what the
+// blocks hold after construction (m.resident).
+template <class Build>
+auto build_measured(Arena& a, Measured& m, Build build) {
+  for (std::size_t c = 0; c < kCategoryCount; ++c) m.base[c] = a.stats().category_current[c];
+  auto blocks = build();
+  for (std::size_t c = 0; c < kCategoryCount; ++c)
+    m.resident[c] = a.stats().category_current[c] - m.base[c];
+  return blocks;
+}
+
+// `steps` training steps of rank r (forward(), then backward()); the last one is measured into m:
+// counters and arena per pass, peaks restarted at the start of each pass, as the model reports it.
+template <class Forward, class Backward>
+void measure_steps(Rank& r, Measured& m, int steps, Forward forward, Backward backward) {
+  Arena& a = r.arena();
+  for (int step = 0; step < steps; ++step) {
+    if (step > 0) a.reset_peaks();
+    r.counters().clear();
+    forward();
+    m.fwd = r.counters();
+    m.forward = a.stats();
+    m.forward_phases = a.phase_peaks();
+    a.reset_peaks();
+    r.counters().clear();
+    backward();
+    m.bwd = r.counters();
+    m.backward = a.stats();
+    m.backward_phases = a.phase_peaks();
+  }
+}
+
+// `steps` forward + backward steps on one layer; the last one is measured.
 std::vector<Measured> run_layer(const TspShape& s, int steps) {
   auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, 3));
   const std::size_t local = static_cast<std::size_t>(s.B) * s.Tl() * s.model.hidden;
@@ -74,28 +109,15 @@ std::vector<Measured> run_layer(const TspShape& s, int steps) {
   world.run([&](Rank& r) {
     Measured& m = out[static_cast<std::size_t>(r.id())];
     Arena& a = r.arena();
-    for (std::size_t c = 0; c < kCategoryCount; ++c) m.base[c] = a.stats().category_current[c];
-    TspLayer layer(r, s, w.layers[0]);
-    for (std::size_t c = 0; c < kCategoryCount; ++c)
-      m.resident[c] = a.stats().category_current[c] - m.base[c];
+    const auto layer =
+        build_measured(a, m, [&] { return std::make_unique<TspLayer>(r, s, w.layers[0]); });
     // The harness's own buffers (constant through the step): x, y activations; dx workspace.
     auto x = a.allocate<float>(local, Category::activations, true);
     auto y = a.allocate<float>(local, Category::activations);
     auto dx = a.allocate<float>(local, Category::workspace);
-    for (int step = 0; step < steps; ++step) {
-      if (step > 0) a.reset_peaks();
-      r.counters().clear();
-      layer.forward(x.data(), y.data());
-      m.fwd = r.counters();
-      m.forward = a.stats();
-      m.forward_phases = a.phase_peaks();
-      a.reset_peaks();
-      r.counters().clear();
-      layer.backward(x.data(), y.data(), dx.data());
-      m.bwd = r.counters();
-      m.backward = a.stats();
-      m.backward_phases = a.phase_peaks();
-    }
+    measure_steps(
+        r, m, steps, [&] { layer->forward(x.data(), y.data()); },
+        [&] { layer->backward(x.data(), y.data(), dx.data()); });
   });
   return out;
 }
@@ -170,6 +192,73 @@ TEST(CostModel, TspLayerTrafficAndMemoryEqualTheMeasurementExactly) {
   }
 }
 
+// `steps` forward + backward steps of one mesh layer — the attention block `make` builds (after the
+// baseline measured), then BaselineMlp — on every rank; the last step is measured.
+template <class MakeAttention>
+std::vector<Measured> run_mesh_layer(const BaselineShape& s, int steps, MakeAttention make) {
+  auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, 3));
+  const std::size_t local = static_cast<std::size_t>(s.B) * s.rows() * s.model.hidden;
+  World world({.ranks = s.ranks()});
+  std::vector<Measured> got(static_cast<std::size_t>(s.ranks()));
+  world.run([&](Rank& r) {
+    Measured& m = got[static_cast<std::size_t>(r.id())];
+    Arena& a = r.arena();
+    auto [att, mlp] = build_measured(a, m, [&] {
+      auto attention = make(r, s, w.layers[0]);  // first: a core allocates before its block
+      return std::pair{std::move(attention), std::make_unique<BaselineMlp>(r, s, w.layers[0])};
+    });
+    auto x = a.allocate<float>(local, Category::activations, true);
+    auto mid = a.allocate<float>(local, Category::activations);
+    auto y = a.allocate<float>(local, Category::activations);
+    auto dmid = a.allocate<float>(local, Category::workspace);
+    auto dx = a.allocate<float>(local, Category::workspace);
+    measure_steps(
+        r, m, steps,
+        [&] {
+          att->forward(x.data(), mid.data());
+          mlp->forward(mid.data(), y.data());
+        },
+        [&] {
+          mlp->backward(mid.data(), y.data(), dmid.data());
+          att->backward(x.data(), dmid.data(), dx.data());
+        });
+  });
+  return got;
+}
+
+// Every rank's counters and arena against layer_traffic and baseline_layer_memory for st.
+void expect_mesh_layer(const BaselineShape& s, const cost::Strategy& st, int steps,
+                       const std::vector<Measured>& got) {
+  const cost::ModelShape m = cost::ModelShape::from(s.model, s.B, s.S);
+  const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
+  const cost::LayerArenaMemory mem = cost::baseline_layer_memory(m, st, es, steps);
+  const std::size_t local = static_cast<std::size_t>(s.B) * s.rows() * s.model.hidden;
+  for (int r = 0; r < s.ranks(); ++r) {
+    const Measured& g = got[static_cast<std::size_t>(r)];
+    const std::string what = "rank " + std::to_string(r);
+    const auto t = cost::layer_traffic(m, st, es, {}, r);
+    expect_traffic(g.fwd, t.forward, what + " forward");
+    expect_traffic(g.bwd, t.backward, what + " backward");
+    EXPECT_EQ(g.resident, mem.resident) << what << " resident after construction";
+    CategoryBytes extra = g.base;  // the harness's x, mid, y and dmid, dx
+    extra[static_cast<std::size_t>(Category::activations)] += 3 * charged_floats(local);
+    extra[static_cast<std::size_t>(Category::workspace)] += 2 * charged_floats(local);
+    expect_pass(g.forward, g.forward_phases, mem.forward, extra, what + " forward");
+    expect_pass(g.backward, g.backward_phases, mem.backward, extra, what + " backward");
+  }
+}
+
+ref::ModelConfig mesh_model(int n_kv_heads, int g) {
+  ref::ModelConfig model;
+  model.vocab = 16;
+  model.n_kv_heads = n_kv_heads;
+  model.n_heads = n_kv_heads * g;
+  model.hidden = model.n_heads * 8;
+  model.n_layers = 1;
+  model.ffn = 3 * model.hidden;
+  return model;
+}
+
 // The baselines' layer (BaselineAttention then BaselineMlp) on the T × Sp mesh: counters by kind
 // (calls, sent, received) and the arena (category peaks, overall and phase peaks, end state),
 // forward and backward, equal the model on every rank; B = 2 runs two steps and measures the
@@ -186,12 +275,7 @@ TEST(CostModel, BaselineLayerTrafficAndMemoryEqualTheMeasurementExactly) {
     for (int g : {1, 2})
       for (int B : {1, 2}) {
         BaselineShape s;
-        s.model.vocab = 16;
-        s.model.n_kv_heads = 2 * mesh.T;
-        s.model.n_heads = s.model.n_kv_heads * g;
-        s.model.hidden = s.model.n_heads * 8;
-        s.model.n_layers = 1;
-        s.model.ffn = 3 * s.model.hidden;
+        s.model = mesh_model(2 * mesh.T, g);
         s.T = mesh.T;
         s.Sp = mesh.Sp;
         s.B = B;
@@ -204,58 +288,36 @@ TEST(CostModel, BaselineLayerTrafficAndMemoryEqualTheMeasurementExactly) {
                                                  : cost::Strategy::tp_sp(mesh.T, mesh.Sp);
         SCOPED_TRACE(st.name() + " g=" + std::to_string(g) + " B=" + std::to_string(B) +
                      " steps=" + std::to_string(steps));
-        auto w = ref::convert_weights<float>(ref::init_weights<double>(s.model, 3));
-        const std::size_t local = static_cast<std::size_t>(s.B) * s.rows() * s.model.hidden;
-        World world({.ranks = s.ranks()});
-        std::vector<Measured> got(static_cast<std::size_t>(s.ranks()));
-        world.run([&](Rank& r) {
-          Measured& m = got[static_cast<std::size_t>(r.id())];
-          Arena& a = r.arena();
-          for (std::size_t c = 0; c < kCategoryCount; ++c)
-            m.base[c] = a.stats().category_current[c];
-          BaselineAttention att(r, s, w.layers[0]);
-          BaselineMlp mlp(r, s, w.layers[0]);
-          for (std::size_t c = 0; c < kCategoryCount; ++c)
-            m.resident[c] = a.stats().category_current[c] - m.base[c];
-          auto x = a.allocate<float>(local, Category::activations, true);
-          auto mid = a.allocate<float>(local, Category::activations);
-          auto y = a.allocate<float>(local, Category::activations);
-          auto dmid = a.allocate<float>(local, Category::workspace);
-          auto dx = a.allocate<float>(local, Category::workspace);
-          for (int step = 0; step < steps; ++step) {
-            if (step > 0) a.reset_peaks();
-            r.counters().clear();
-            att.forward(x.data(), mid.data());
-            mlp.forward(mid.data(), y.data());
-            m.fwd = r.counters();
-            m.forward = a.stats();
-            m.forward_phases = a.phase_peaks();
-            a.reset_peaks();
-            r.counters().clear();
-            mlp.backward(mid.data(), y.data(), dmid.data());
-            att.backward(x.data(), dmid.data(), dx.data());
-            m.bwd = r.counters();
-            m.backward = a.stats();
-            m.backward_phases = a.phase_peaks();
-          }
-        });
-        const cost::ModelShape m = cost::ModelShape::from(s.model, s.B, s.S);
-        const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
-        const cost::LayerArenaMemory mem = cost::baseline_layer_memory(m, st, es, steps);
-        for (int r = 0; r < s.ranks(); ++r) {
-          const Measured& g = got[static_cast<std::size_t>(r)];
-          const std::string what = "rank " + std::to_string(r);
-          const auto t = cost::layer_traffic(m, st, es, {}, r);
-          expect_traffic(g.fwd, t.forward, what + " forward");
-          expect_traffic(g.bwd, t.backward, what + " backward");
-          EXPECT_EQ(g.resident, mem.resident) << what << " resident after construction";
-          CategoryBytes extra = g.base;
-          extra[static_cast<std::size_t>(Category::activations)] += 3 * charged_floats(local);
-          extra[static_cast<std::size_t>(Category::workspace)] += 2 * charged_floats(local);
-          expect_pass(g.forward, g.forward_phases, mem.forward, extra, what + " forward");
-          expect_pass(g.backward, g.backward_phases, mem.backward, extra, what + " backward");
-        }
+        expect_mesh_layer(
+            s, st, steps,
+            run_mesh_layer(s, steps,
+                           [](Rank& r, const BaselineShape& sh, const ref::LayerWeights<float>& w) {
+                             return std::make_unique<BaselineAttention>(r, sh, w);
+                           }));
       }
+}
+
+// Ulysses and ring attention (SequenceShardedAttention with its core, then the SP BaselineMlp):
+// the same exactness at n = 1..4 (Ulysses where n divides the KV heads), MHA and GQA, B 1/2 (two
+// steps at B = 2).
+TEST(CostModel, UlyssesAndRingLayerTrafficAndMemoryEqualTheMeasurementExactly) {
+  for (bool ulysses : {true, false})
+    for (int n : {1, 2, 3, 4})
+      for (int g : {1, 2})
+        for (int B : {1, 2}) {
+          BaselineShape s = BaselineShape::sp(mesh_model(n == 3 ? 3 : 4, g), n, B, 4 * n);
+          const cost::Strategy st = ulysses ? cost::Strategy::ulysses(n) : cost::Strategy::ring(n);
+          SCOPED_TRACE(st.name() + " g=" + std::to_string(g) + " B=" + std::to_string(B));
+          expect_mesh_layer(
+              s, st, B,
+              run_mesh_layer(
+                  s, B,
+                  [ulysses](Rank& r, const BaselineShape& sh, const ref::LayerWeights<float>& w) {
+                    auto core =
+                        ulysses ? ulysses_attention_core(r, sh) : ring_attention_core(r, sh);
+                    return std::make_unique<SequenceShardedAttention>(r, sh, w, std::move(core));
+                  }));
+        }
 }
 
 TEST(CostModel, LaterStepsHoldThePreviousMlpActivationsThroughTheAttentionForward) {
@@ -306,6 +368,40 @@ TEST(CostModel, TspTrafficMatchesThePaperConventionWhereTheyAgree) {
   EXPECT_EQ(cost::all_reduce_bytes(20, 3, 0, 4) + cost::all_reduce_bytes(20, 3, 1, 4) +
                 cost::all_reduce_bytes(20, 3, 2, 4),
             3 * 2 * 2 * 20 * 4u / 3);
+}
+
+// TSP-NOTES: Ulysses moves 4 all-to-alls of B·(S/n)-token tensors ((n-1)/n of each; K and V at
+// the KV width), ring attention the SP volume 2(n-1)/n·B·S·h/g by n-1 hops. The runtime's bytes
+// equal the paper convention forward and backward when n divides every count.
+TEST(CostModel, UlyssesAndRingForwardVolumesAreTheNotesFormulasAndTheRuntimeAgrees) {
+  const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
+  for (int n : {2, 4, 8}) {
+    // g = 2, hs = 8, F = 3h
+    cost::ModelShape m{
+        .B = 2, .S = 16 * n, .hidden = 16 * n, .n_heads = 2 * n, .n_kv_heads = n, .ffn = 48 * n};
+    const double BS = static_cast<double>(m.B * m.S), h = static_cast<double>(m.hidden);
+    const double frac = (n - 1.0) / n;
+    const auto u = cost::Strategy::ulysses(n), r = cost::Strategy::ring(n);
+    EXPECT_DOUBLE_EQ(cost::paper_forward_elements(m, u), frac * BS / n * (2 * h + 2 * h / 2));
+    EXPECT_DOUBLE_EQ(cost::paper_forward_elements(m, r), 2 * frac * BS * h / 2);
+    EXPECT_DOUBLE_EQ(cost::paper_forward_elements(m, r),
+                     cost::paper_forward_elements(m, cost::Strategy::sp(n)));
+    for (const cost::Strategy& st : {u, r})
+      for (int rank = 0; rank < n; ++rank) {
+        const auto t = cost::layer_traffic(m, st, es, {}, rank);
+        EXPECT_DOUBLE_EQ(t.paper_forward, cost::paper_forward_elements(m, st) * 4) << st.name();
+        EXPECT_DOUBLE_EQ(static_cast<double>(t.forward.total_received()), t.paper_forward)
+            << st.name();
+        EXPECT_DOUBLE_EQ(static_cast<double>(t.backward.total_received()), t.paper_backward)
+            << st.name();
+      }
+    // Ulysses needs n | the KV heads.
+    m.n_kv_heads = n / 2;
+    m.n_heads = n;
+    m.hidden = 8 * n;
+    EXPECT_THROW(cost::layer_traffic(m, u, es), std::invalid_argument);
+    EXPECT_NO_THROW(cost::layer_traffic(m, r, es));
+  }
 }
 
 TEST(CostModel, PaperSevenBTspOverTpForwardVolumeIsHalfPlusFourHOverBSAndCrossesOneAt8h) {

@@ -43,15 +43,13 @@ struct SeqCase {
   int n = 2, NH = 4, NKV = 4, hs = 8, B = 1, S = 16;
   std::uint64_t seed = 11;
 
-  ref::ModelConfig model() const {
-    ref::ModelConfig m;
-    m.vocab = 16;
-    m.hidden = NH * hs;
-    m.n_layers = 1;
-    m.n_heads = NH;
-    m.n_kv_heads = NKV;
-    m.ffn = 3 * m.hidden;
-    return m;
+  ref::ModelConfig model() const {  // C = NH·hs, F = 3·C, one layer
+    return {.vocab = 16,
+            .hidden = NH * hs,
+            .n_layers = 1,
+            .n_heads = NH,
+            .n_kv_heads = NKV,
+            .ffn = 3 * NH * hs};
   }
   BaselineShape shape() const { return BaselineShape::sp(model(), n, B, S); }
   std::string name() const {

@@ -8,7 +8,8 @@
 //   ModelShape    B, S, hidden h, n_heads, n_kv_heads, ffn (the gated-MLP width F·h, absolute, as
 //                 ref::ModelConfig::ffn), layers L, vocab V.
 //   Strategy      TSP degree D; TP degree T; TP + Megatron-SP degree T; SP (context parallel)
-//                 degree Sp; TP+SP mesh T × Sp (Strategy::tsp/tp/megatron_sp/sp/tp_sp).
+//                 degree Sp; TP+SP mesh T × Sp; DeepSpeed-Ulysses and ring attention degree n
+//                 (Strategy::tsp/tp/megatron_sp/sp/tp_sp/ulysses/ring; n is stored as Sp).
 //   ElementSizes  bytes per activation / weight / gradient element, optimizer bytes per parameter
 //                 (default bf16: 2 / 2 / 2 / 12 = fp32 Adam m, v and master copy, TSP-NOTES.md),
 //                 bytes per index (int64 positions). ElementSizes::fp32_emulator() is what the
@@ -40,6 +41,9 @@
 //     TP+SP        4(T-1)/T · B·(S/Sp)·h + 2(Sp-1)/Sp · B·S·h/(g·T)
 //     Megatron-SP  the same bytes as TP, as all_gather + reduce_scatter
 //     TSP          (D-1)/D · (2 + 2/g + 3F)·h² + 2(D-1)/D · B·S·h/g
+//     Ulysses      4 all-to-alls of B·(S/n)-token tensors, (n-1)/n of each crossing:
+//                  (n-1)/n · B·(S/n)·(2h + 2h/g)       (Q and the output h wide, K and V h/g)
+//     Ring         n-1 hops of the K/V block: 2(n-1)/n · B·S·h/g (the SP volume, by sendrecv)
 //   so with g = 1, F = 4, D = T: TSP/TP = 1/2 + 4h/(B·S), below 1 exactly when B·S > 8h.
 //   Backward (derived, the adjoint; see tsp_attention.hpp, tsp_mlp.hpp, baseline_*.hpp):
 //     TSP          re-broadcast (unless keep_attention_shards) + K/V re-gather (unless keep_kv)
@@ -51,10 +55,18 @@
 //     SP / TP+SP   K/V re-gather + dK/dV reduce_scatter over sp; weight gradients all-reduced
 //                  over sp (the shard, 1/T of the layer); norm gradients all-reduced over sp;
 //                  TP+SP adds the 2 tp all-reduces of dN.
+//     Ulysses      7 all-to-alls (Q, K, V exchanged again for the recomputed projections, dA,
+//                  dQ, dK, dV); the exchanges run even when n = 1 (0 bytes).
+//     Ring         n-1 K/V hops and n dK/dV hops (the accumulators travel with the blocks and
+//                  return to their owner), n > 1 only.
+//     Both         one all_reduce of the attention weights' and norm's gradients together
+//                  (all_reduce_buffers: one call, the bytes of their concatenation), and the SP
+//                  MLP block's two (norm, weights), n > 1 only.
 //   Mesh ranks (baselines) as baseline_shape.hpp: rank = row·T + col, the tp group is the row
 //   (rank col in it), the sp group the column (rank row).
-//   The runtime counts of both the TSP layer and the baseline layer (BaselineAttention then
-//   BaselineMlp) are checked against the measurement in tests/tsp/cost_model_test.cpp.
+//   The runtime counts of the TSP layer, the baseline layer (BaselineAttention then BaselineMlp)
+//   and the Ulysses / ring layer (SequenceShardedAttention with its core, then the SP BaselineMlp)
+//   are checked against the measurement in tests/tsp/cost_model_test.cpp.
 //   All results are bytes.
 //
 // Memory of the TSP layer (tsp_layer_memory): an exact replay of every arena allocation that
@@ -67,8 +79,10 @@
 // phase peaks "attention", "mlp" / "mlp.backward", "attention.backward", for the first or any
 // later training step (see tsp_layer_memory). baseline_layer_memory does the same for one rank of
 // the baselines' BaselineAttention + BaselineMlp (baseline_attention.cpp, baseline_mlp.cpp,
-// baseline_region.hpp). Both are replays of the code as written: a change of an allocation in
-// those files must be mirrored here (tests/tsp/cost_model_test.cpp fails until it is).
+// baseline_region.hpp), and for Ulysses and ring attention of SequenceShardedAttention with its
+// core (sequence_sharded_attention.cpp, ulysses_attention.cpp, ring_attention.cpp) + the SP
+// BaselineMlp. These are replays of the code as written: a change of an allocation in those files
+// must be mirrored here (tests/tsp/cost_model_test.cpp fails until it is).
 //
 // Whole-model per-device memory (device_memory, for `tspemu plan`): Korthikanti et al. 2022,
 // "Reducing Activation Recomputation in Large Transformer Models", adapted to the gated MLP and to
@@ -80,14 +94,16 @@
 // Megatron-SP divides everything by T (Korthikanti's sequence-parallel case; the emulator's
 // baseline keeps N gathered instead); SP replicates parameters and divides tokens by Sp; TP+SP
 // is TP over T on S/Sp tokens. Model states: parameters per device × (weight + gradient +
-// optimizer) bytes, no ZeRO. Recompute::full (default; what makes 128K tokens fit, and what
-// reproduces the paper's ordering TSP < TP < TP+SP at 128K): only the layer input is kept per
-// layer, plus one layer's kept set while it is recomputed. Transient: the peak of one layer's
-// buffers in flight (shards, gathered K/V, their gradients, the MLP intermediates), following the
-// implementations' backward buffers. Logits and the loss are not included. Estimates, not
-// measurements: the paper's absolute numbers (TSP-NOTES) are not reproduced, only the ordering
-// (the 7B-class model at 128K: TSP ≈ 25 GB, TP ≈ 62 GB, TP+SP 2×4 ≈ 86 GB, 1×8 ≈ 155 GB; paper
-// 38.8, 70.0, 85.0, 140.0; TP+SP 4×2 ≈ 60 GB lands just below TP here).
+// optimizer) bytes, no ZeRO. Ulysses and ring attention are not in this estimate
+// (std::invalid_argument): their layers are replayed exactly by baseline_layer_memory.
+// Recompute::full (default; what makes 128K tokens fit, and what reproduces the paper's ordering
+// TSP < TP < TP+SP at 128K): only the layer input is kept per layer, plus one layer's kept set
+// while it is recomputed. Transient: the peak of one layer's buffers in flight (shards, gathered
+// K/V, their gradients, the MLP intermediates), following the implementations' backward buffers.
+// Logits and the loss are not included. Estimates, not measurements: the paper's absolute numbers
+// (TSP-NOTES) are not reproduced, only the ordering (the 7B-class model at 128K: TSP ≈ 25 GB, TP ≈
+// 62 GB, TP+SP 2×4 ≈ 86 GB, 1×8 ≈ 155 GB; paper 38.8, 70.0, 85.0, 140.0; TP+SP 4×2 ≈ 60 GB lands
+// just below TP here).
 #pragma once
 
 #include <array>
@@ -128,22 +144,27 @@ struct ModelShape {
   std::int64_t total_params() const { return layers * layer_params() + vocab_params(); }
 };
 
-enum class Scheme { tsp, tp, megatron_sp, sp, tp_sp };
-const char* scheme_name(Scheme s);  // "TSP", "TP", "TP+Megatron-SP", "SP", "TP+SP"
+enum class Scheme { tsp, tp, megatron_sp, sp, tp_sp, ulysses, ring };
+// "TSP", "TP", "TP+Megatron-SP", "SP", "TP+SP", "Ulysses", "Ring attention"
+const char* scheme_name(Scheme s);
 
 struct Strategy {
   Scheme scheme = Scheme::tsp;
   int D = 1;   // TSP degree (tsp only)
   int T = 1;   // tensor-parallel degree (tp, megatron_sp, tp_sp)
-  int Sp = 1;  // sequence-parallel degree (sp, tp_sp)
+  int Sp = 1;  // sequence-parallel degree (sp, tp_sp; the degree n of ulysses, ring)
 
   static Strategy tsp(int D) { return {Scheme::tsp, D, 1, 1}; }
   static Strategy tp(int T) { return {Scheme::tp, 1, T, 1}; }
   static Strategy megatron_sp(int T) { return {Scheme::megatron_sp, 1, T, 1}; }
   static Strategy sp(int Sp) { return {Scheme::sp, 1, 1, Sp}; }
   static Strategy tp_sp(int T, int Sp) { return {Scheme::tp_sp, 1, T, Sp}; }
+  static Strategy ulysses(int n) { return {Scheme::ulysses, 1, 1, n}; }
+  static Strategy ring(int n) { return {Scheme::ring, 1, 1, n}; }
+  // Ulysses or ring attention: tokens sequence-sharded, weights replicated, the SP MLP block.
+  bool attention_core() const { return scheme == Scheme::ulysses || scheme == Scheme::ring; }
   int ranks() const { return scheme == Scheme::tsp ? D : T * Sp; }
-  std::string name() const;  // e.g. "TSP D=8", "TP+SP 2x4"
+  std::string name() const;  // e.g. "TSP D=8", "TP+SP 2x4", "Ulysses n=4"
 };
 
 struct ElementSizes {
@@ -192,8 +213,9 @@ struct LayerTraffic {
 // Bytes of one layer (attention block then MLP block) for `rank` (0 <= rank < ranks()), in the
 // runtime's elements of size `activation` for activations and `weight` for weights/gradients
 // (the emulator moves floats: ElementSizes::fp32_emulator()). Requirements as the
-// implementations: D (T) | n_heads, n_kv_heads, ffn; D | S, Sp | S; head_buckets | n_kv_heads/D
-// (std::invalid_argument otherwise; the zigzag layout's 2D | S is not required here).
+// implementations: D (T) | n_heads, n_kv_heads, ffn; D | S, Sp | S; head_buckets | n_kv_heads/D;
+// Ulysses: n | n_heads, n_kv_heads (std::invalid_argument otherwise; the zigzag layout's 2D | S is
+// not required here).
 LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
                            const CostOptions& opt = {}, int rank = 0);
 
@@ -251,7 +273,9 @@ TspLayerMemory tsp_layer_memory(const ModelShape& m, int D, const CostOptions& o
 // forward attention then MLP, backward MLP then attention (baseline_attention.cpp,
 // baseline_mlp.cpp, baseline_region.hpp: the Megatron-SP pieces in flight, the partial row-parallel
 // output, the gathered dY). There is no layer object: the MLP input and dX buffers belong to the
-// caller. Every rank of the mesh allocates the same. `st` is tp, megatron_sp, sp or tp_sp.
+// caller. Every rank of the mesh allocates the same. `st` is tp, megatron_sp, sp or tp_sp; or
+// ulysses or ring: the attention core is constructed first (its position arrays), then the
+// SequenceShardedAttention block and the SP BaselineMlp.
 LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
                                        const ElementSizes& es = ElementSizes::fp32_emulator(),
                                        int steps = 1);
