@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/world.hpp"
 
@@ -115,7 +116,7 @@ int selfcheck(const SelfcheckOptions& opts, std::ostream& out) {
   std::snprintf(line, sizeof line,
                 "tspemu runtime self-check: %d ranks, %zu float elements per rank, %d iterations\n",
                 opts.ranks, opts.count, opts.iterations);
-  out << line;
+  out << line << "blas: " << ref::describe_blas() << "\n";
   std::snprintf(line, sizeof line, "%-16s %6s %12s %14s %14s %12s\n", "collective", "result",
                 "check us", "sent B/rank", "recv B/rank", "arena peak");
   out << line;

@@ -5,8 +5,11 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 
 int main(int argc, char** argv) {
+  // Before anything else: may re-execute this process so OpenBLAS loads its best kernels.
+  tspemu::ref::select_best_blas_kernel(argc, argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   return tspemu::app::tspemu_main(args, std::cout, std::cerr);
 }
