@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "blas_main.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
@@ -114,4 +115,6 @@ BENCHMARK(BM_LayerForwardBackward)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return tspemu::bench::blas_benchmark_main(argc, argv);
+}

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <vector>
 
+#include "blas_main.hpp"
 #include "layer_fixture.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
@@ -95,4 +96,6 @@ BENCHMARK(BM_TraceOverhead)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return tspemu::bench::blas_benchmark_main(argc, argv);
+}

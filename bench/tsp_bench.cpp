@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "blas_main.hpp"
 #include "layer_fixture.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
@@ -134,4 +135,6 @@ BENCHMARK(BM_TspLayer)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return tspemu::bench::blas_benchmark_main(argc, argv);
+}

@@ -45,8 +45,9 @@ BlasKernel blas_kernel();
 std::string best_supported_core();
 
 // True when `core` is far below `best`: a pre-AVX2 core (Prescott, Core2, Nehalem, Sandybridge
-// class, old AMD) while the processor supports at least Haswell. A Haswell/Zen core on an
-// AVX-512 processor is not a fallback (measured within ~20% of SkylakeX). Unknown names: false.
+// class, old AMD) while the processor supports at least Haswell. A Haswell/Zen (AVX2+FMA) core on
+// an AVX-512 processor is not a fallback: on an AMD EPYC (Zen 4) its 1024^3 sgemm measured 103
+// GFLOP/s against Cooperlake's 95 and Prescott's 35. Unknown names: false.
 bool is_fallback(std::string_view core, std::string_view best);
 bool is_fallback();  // the core in use against best_supported_core()
 
