@@ -25,8 +25,9 @@
 //   accumulators (kv), delta [B, NH, Tl] (workspace); for the life of the core: every rank's
 //   positions (other, S int64).
 // n = 1: no message; the calls are the reference core's (bitwise equal to it).
-// Cost: the reference attention's FLOPs for S·Tl visible-or-masked pairs per rank; forward sends
-//   and receives (n-1)·2·B·Tl·NKV·hs elements, backward 2n-1 such blocks.
+// Cost: the reference attention of the Tl local queries against all S keys, one key block per call
+//   (masked suffixes skipped), plus one merge per block forward; forward sends and receives n-1
+//   blocks of 2·B·Tl·NKV·hs elements, backward 2n-1.
 #pragma once
 
 #include "tspemu/reference/model.hpp"
