@@ -33,16 +33,7 @@ constexpr WeightInfo kWeights[] = {
 // The LayerWeights field of a weight name (one of kWeights).
 template <class T>
 const std::vector<T>& field(const ref::LayerWeights<T>& w, std::string_view name) {
-  const std::pair<const char*, const std::vector<T>*> fields[] = {{"input_norm", &w.input_norm},
-                                                                  {"wq", &w.wq},
-                                                                  {"wk", &w.wk},
-                                                                  {"wv", &w.wv},
-                                                                  {"wo", &w.wo},
-                                                                  {"post_norm", &w.post_norm},
-                                                                  {"w_gate", &w.w_gate},
-                                                                  {"w_up", &w.w_up},
-                                                                  {"w_down", &w.w_down}};
-  for (const auto& [n, v] : fields)
+  for (const auto& [n, v] : w.named())
     if (name == n) return *v;
   throw std::invalid_argument("check: no weight named '" + std::string(name) + "'");
 }

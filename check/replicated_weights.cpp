@@ -18,11 +18,9 @@ void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<f
   ref::attention_block_backward(m, rb.master(), rb.x().data(), rb.dy().data(), rb.dx().data(),
                                 rb.positions().data(), rb.batches(), rb.tokens(), cache, grads,
                                 core);
-  const std::pair<const char*, std::vector<float>*> named[] = {{"input_norm", &grads.input_norm},
-                                                               {"wq", &grads.wq},
-                                                               {"wk", &grads.wk},
-                                                               {"wv", &grads.wv},
-                                                               {"wo", &grads.wo}};
+  // The attention block's five tensors come first in LayerWeights::named().
+  const auto all = grads.named();
+  const std::span<const std::pair<const char*, std::vector<float>*>> named(all.data(), 5);
   std::vector<std::span<float>> buffers;
   for (const auto& [name, g] : named) buffers.emplace_back(*g);
   if (reduce_gradients) all_reduce_buffers<float>(rb.comm(), buffers);

@@ -30,19 +30,6 @@ using testing::random_vector;
 // error against the oracle is of the reference's order; 3 is the parallel blocks' factor.
 constexpr double kOracleFactor = 3.0;
 
-template <class T>
-std::vector<std::pair<std::string, std::vector<T>*>> layer_tensors(LayerWeights<T>& w) {
-  return {{"input_norm", &w.input_norm},
-          {"wq", &w.wq},
-          {"wk", &w.wk},
-          {"wv", &w.wv},
-          {"wo", &w.wo},
-          {"post_norm", &w.post_norm},
-          {"w_gate", &w.w_gate},
-          {"w_up", &w.w_up},
-          {"w_down", &w.w_down}};
-}
-
 // B = 2, T = 144 (crosses the attention kernels' 128-query block) at zigzag positions (D = 2).
 struct BlockProblem {
   ModelConfig cfg = testing::tiny_gqa_config();
@@ -123,7 +110,7 @@ template <class T>
 void expect_bitwise_equal(BlockRun<T> a, BlockRun<T> b) {
   EXPECT_EQ(a.y, b.y) << "y";
   EXPECT_EQ(a.dx, b.dx) << "dx";
-  const auto ga = layer_tensors(a.grads), gb = layer_tensors(b.grads);
+  const auto ga = a.grads.named(), gb = b.grads.named();
   for (std::size_t i = 0; i < ga.size(); ++i)
     EXPECT_EQ(*ga[i].second, *gb[i].second) << ga[i].first;
 }
@@ -174,15 +161,15 @@ void expect_oracle_rule(BlockRun<float> cand, BlockRun<float> ref32, BlockRun<do
     const Verdict v = check_close(name, *c, *r, *o, kOracleFactor);
     EXPECT_TRUE(v) << v.report;
   }
-  const auto gc = layer_tensors(cand.grads), gr = layer_tensors(ref32.grads);
-  const auto go = layer_tensors(oracle.grads);
+  const auto gc = cand.grads.named(), gr = ref32.grads.named();
+  const auto go = oracle.grads.named();
   for (std::size_t i = 0; i < gc.size(); ++i) {
     const bool checked = std::find(grads.begin(), grads.end(), gc[i].first) != grads.end();
     if (!checked) {  // a tensor the block does not touch stays zero
       EXPECT_EQ(*gc[i].second, std::vector<float>(gc[i].second->size(), 0.0f)) << gc[i].first;
       continue;
     }
-    const Verdict v = check_close(gc[i].first + ".grad", *gc[i].second, *gr[i].second,
+    const Verdict v = check_close(std::string(gc[i].first) + ".grad", *gc[i].second, *gr[i].second,
                                   *go[i].second, kOracleFactor);
     EXPECT_TRUE(v) << v.report;
   }

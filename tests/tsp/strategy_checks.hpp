@@ -260,19 +260,11 @@ inline std::vector<std::string> bitwise_differences_from_reference(const RankBlo
   };
   same("y", rb.y(), y);
   same("dx", rb.dx(), dx);
-  if (b == Block::attention) {
-    for (auto [name, g, e] :
-         {std::tuple{"input_norm", &got.input_norm, &grads.input_norm},
-          std::tuple{"wq", &got.wq, &grads.wq}, std::tuple{"wk", &got.wk, &grads.wk},
-          std::tuple{"wv", &got.wv, &grads.wv}, std::tuple{"wo", &got.wo, &grads.wo}})
-      same(name, *g, *e);
-  } else {
-    for (auto [name, g, e] : {std::tuple{"post_norm", &got.post_norm, &grads.post_norm},
-                              std::tuple{"w_gate", &got.w_gate, &grads.w_gate},
-                              std::tuple{"w_up", &got.w_up, &grads.w_up},
-                              std::tuple{"w_down", &got.w_down, &grads.w_down}})
-      same(name, *g, *e);
-  }
+  // LayerWeights::named() lists the attention block's five tensors, then the MLP block's four.
+  const auto got_named = got.named(), want_named = grads.named();
+  const std::size_t first = b == Block::attention ? 0 : 5, last = b == Block::attention ? 5 : 9;
+  for (std::size_t i = first; i < last; ++i)
+    same(got_named[i].first, *got_named[i].second, *want_named[i].second);
   return differ;
 }
 

@@ -22,10 +22,13 @@
 //     concurrently on their own buffers (OpenBLAS concurrency is covered by blas_threads_test).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tspemu/reference/attention.hpp"
@@ -46,6 +49,24 @@ struct LayerWeights {
   std::vector<T> w_down;      // [C, F]   model.layers.N.mlp.down_proj.weight
 
   static LayerWeights zeros(const ModelConfig& cfg);
+
+  // The nine tensors under their field names, in declaration order: the attention block's five
+  // (input_norm, wq, wk, wv, wo), then the MLP block's four (post_norm, w_gate, w_up, w_down).
+  template <class Self>
+  static auto named(Self& w) {
+    using Vec = std::conditional_t<std::is_const_v<Self>, const std::vector<T>, std::vector<T>>;
+    return std::array<std::pair<const char*, Vec*>, 9>{{{"input_norm", &w.input_norm},
+                                                        {"wq", &w.wq},
+                                                        {"wk", &w.wk},
+                                                        {"wv", &w.wv},
+                                                        {"wo", &w.wo},
+                                                        {"post_norm", &w.post_norm},
+                                                        {"w_gate", &w.w_gate},
+                                                        {"w_up", &w.w_up},
+                                                        {"w_down", &w.w_down}}};
+  }
+  auto named() { return named(*this); }
+  auto named() const { return named(*this); }
 };
 
 template <class T>
