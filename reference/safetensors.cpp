@@ -1,13 +1,22 @@
 #include "tspemu/reference/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <set>
 #include <sstream>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -22,8 +31,61 @@ namespace {
 
 constexpr std::uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
 
+// Containers the format nests: the header object, a tensor's entry object, its shape or
+// data_offsets array. Anything deeper is malformed; refusing it while parsing keeps both the
+// parse and every later walk of the JSON (dump, destruction) shallow.
+constexpr int kMaxHeaderDepth = 3;
+
+// Longest excerpt of a name, key or value quoted in a message: enough to recognise it, short
+// enough that a hostile 100 KB string does not become a 100 KB message.
+constexpr std::size_t kQuoteLimit = 64;
+
 [[noreturn]] void fail(const std::string& what) {
   throw SafetensorsError("safetensors: " + what);
+}
+
+// At most `limit` bytes of s, printable ASCII kept, anything else (control characters, bytes of
+// multi-byte UTF-8, the quote and the backslash) as \xNN, and the full length when cut short.
+std::string sanitized(std::string_view s, std::size_t limit = kQuoteLimit) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out += char(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (s.size() > limit) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+std::string quote(std::string_view s) {
+  return "'" + sanitized(s) + "'";
+}
+
+// A JSON value as it appeared, cut short and sanitized like any other quoted text.
+std::string excerpt(const nlohmann::json& v) {
+  return sanitized(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+// " (file 'path')" for a reader made by from_file; nothing for one made from bytes.
+std::string in_file(const std::string& source) {
+  return source.empty() ? "" : " (file '" + sanitized(source, 256) + "')";
+}
+
+// nlohmann::json rejects invalid UTF-8 only when dumping; check names and metadata up front so
+// the writer fails on add() with the name, not later in to_bytes() with a json exception.
+bool is_utf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
 }
 
 std::size_t dtype_size(const std::string& dtype) {
@@ -39,6 +101,25 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// Bytes of a tensor of this element size and shape, the one rule reader and writer share:
+// every dimension non-negative, the product representable (a zero dimension makes the tensor
+// empty whatever the others are).
+std::size_t byte_count(const std::string& where, std::size_t esize,
+                       const std::vector<std::int64_t>& shape) {
+  for (std::int64_t dim : shape) {
+    if (dim < 0) fail(where + "shape " + shape_str(shape) + " has a negative dimension");
+  }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  std::size_t nbytes = esize;
+  for (std::int64_t dim : shape) {
+    if (std::size_t(dim) > std::numeric_limits<std::size_t>::max() / nbytes) {
+      fail(where + "shape " + shape_str(shape) + " overflows the byte count");
+    }
+    nbytes *= std::size_t(dim);
+  }
+  return nbytes;
 }
 
 template <class U>
@@ -74,13 +155,13 @@ std::size_t TensorInfo::numel() const {
 
 SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '" + path + "'");
+  if (!in) fail("cannot open '" + sanitized(path, 256) + "'");
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
   try {
     return from_bytes(std::move(bytes));
   } catch (const SafetensorsError& e) {
-    throw SafetensorsError(std::string(e.what()) + " (file '" + path + "')");
+    throw SafetensorsError(std::string(e.what()) + in_file(path));
   }
 }
 
@@ -108,9 +189,39 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
   r.data_start_ = 8 + std::size_t(n);
   const std::size_t data_size = size - r.data_start_;
 
+  // The parser callback (rather than a SAX handler) because it keeps nlohmann's own DOM
+  // builder and still sees every container open before its contents are parsed: throwing there
+  // stops a 100,000-deep header at its fourth bracket, so nothing deep is built, dumped or freed.
+  // It also sees each key before nlohmann's std::map would let a duplicate overwrite the first.
+  // depth: containers open around the event (the header object's own keys are at depth 1).
+  std::vector<std::set<std::string>> keys;  // the keys seen so far in each open object
+  bool root_is_object = false;
+  std::string entry;  // the header key whose value is being parsed: a tensor's name
+  const auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    const auto where = [&] {
+      if (!root_is_object || depth < 2) return std::string();
+      return entry == "__metadata__" ? "__metadata__: " : "tensor " + quote(entry) + ": ";
+    };
+    if (event == Event::object_start || event == Event::array_start) {
+      if (depth >= kMaxHeaderDepth) {
+        fail(where() + "header nests deeper than " + std::to_string(kMaxHeaderDepth) +
+             " levels (the header object, an entry object, a flat array)");
+      }
+      if (depth == 0) root_is_object = event == Event::object_start;
+      if (event == Event::object_start) keys.emplace_back();
+    } else if (event == Event::object_end) {
+      keys.pop_back();
+    } else if (event == Event::key) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (depth == 1) entry = key;
+      if (!keys.back().insert(key).second) fail(where() + "duplicate key " + quote(key));
+    }
+    return true;
+  };
   const auto* hb = reinterpret_cast<const char*>(r.bytes_.data() + 8);
   const nlohmann::json header =
-      nlohmann::json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
+      nlohmann::json::parse(hb, hb + n, check, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("header is not valid JSON");
   if (!header.is_object()) fail("header JSON is not an object");
 
@@ -119,12 +230,12 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
     if (name == "__metadata__") {
       if (!entry.is_object()) fail("__metadata__ is not an object");
       for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) fail("__metadata__['" + k + "'] is not a string");
+        if (!v.is_string()) fail("__metadata__[" + quote(k) + "] is not a string");
         r.metadata_[k] = v.get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "': ";
+    const std::string where = "tensor " + quote(name) + ": ";
     if (!entry.is_object()) fail(where + "entry is not an object");
     const auto dt = entry.find("dtype");
     const auto sh = entry.find("shape");
@@ -137,30 +248,21 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
     TensorInfo info;
     info.dtype = dt->get<std::string>();
     const std::size_t esize = dtype_size(info.dtype);
-    if (esize == 0) fail(where + "unknown dtype '" + info.dtype + "'");
+    if (esize == 0) fail(where + "unknown dtype " + quote(info.dtype));
     for (const auto& d : *sh) {
       if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<std::int64_t>() < 0)) {
-        fail(where + "shape entry " + d.dump() + " is not a non-negative integer");
+        fail(where + "shape entry " + excerpt(d) + " is not a non-negative integer");
       }
       const std::uint64_t dim = d.get<std::uint64_t>();
       if (dim > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
-        fail(where + "shape entry " + d.dump() + " is too large");
+        fail(where + "shape entry " + excerpt(d) + " is too large");
       }
       info.shape.push_back(std::int64_t(dim));
     }
-    // Byte count, rejecting overflow (a zero dimension makes the tensor empty whatever the rest).
-    std::size_t nbytes = esize;
-    if (std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end()) nbytes = 0;
-    for (std::int64_t dim : info.shape) {
-      if (nbytes == 0) break;
-      if (std::size_t(dim) > std::numeric_limits<std::size_t>::max() / nbytes) {
-        fail(where + "shape " + shape_str(info.shape) + " overflows the byte count");
-      }
-      nbytes *= std::size_t(dim);
-    }
+    const std::size_t nbytes = byte_count(where, esize, info.shape);
     for (const auto& o : *off) {
       if (!o.is_number_integer() || (!o.is_number_unsigned() && o.get<std::int64_t>() < 0)) {
-        fail(where + "data_offsets entry " + o.dump() + " is not a non-negative integer");
+        fail(where + "data_offsets entry " + excerpt(o) + " is not a non-negative integer");
       }
     }
     const std::uint64_t begin = (*off)[0].get<std::uint64_t>(),
@@ -189,8 +291,8 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
     const TensorInfo& prev = *order[i - 1].second;
     const TensorInfo& cur = *order[i].second;
     if (cur.begin < prev.end) {
-      fail("tensors '" + order[i - 1].first + "' [" + std::to_string(prev.begin) + ", " +
-           std::to_string(prev.end) + ") and '" + order[i].first + "' [" +
+      fail("tensors " + quote(order[i - 1].first) + " [" + std::to_string(prev.begin) + ", " +
+           std::to_string(prev.end) + ") and " + quote(order[i].first) + " [" +
            std::to_string(cur.begin) + ", " + std::to_string(cur.end) + ") overlap");
     }
   }
@@ -199,7 +301,7 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
 
 const TensorInfo& SafetensorsReader::info(const std::string& name) const {
   const auto it = tensors_.find(name);
-  if (it == tensors_.end()) fail("missing tensor '" + name + "'");
+  if (it == tensors_.end()) fail("missing tensor " + quote(name));
   return it->second;
 }
 
@@ -219,7 +321,7 @@ std::vector<T> SafetensorsReader::read(const std::string& name) const {
   } else if (ti.dtype == "F16") {
     for (std::size_t i = 0; i < n; ++i) out[i] = T(f16_to_float(load_le<std::uint16_t>(p + 2 * i)));
   } else {
-    fail("tensor '" + name + "': wrong dtype " + ti.dtype +
+    fail("tensor " + quote(name) + ": wrong dtype " + ti.dtype +
          " for a float tensor (expected F32, F64, F16 or BF16)");
   }
   return out;
@@ -235,7 +337,7 @@ std::vector<std::int64_t> SafetensorsReader::read_int64(const std::string& name)
   } else if (ti.dtype == "I32") {
     for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i);
   } else {
-    fail("tensor '" + name + "': wrong dtype " + ti.dtype +
+    fail("tensor " + quote(name) + ": wrong dtype " + ti.dtype +
          " for an integer tensor (expected I64 or I32)");
   }
   return out;
@@ -246,15 +348,27 @@ std::vector<std::int64_t> SafetensorsReader::read_int64(const std::string& name)
 void SafetensorsWriter::add_raw(const std::string& name, const char* dtype, const void* data,
                                 std::size_t nbytes, std::size_t numel,
                                 std::vector<std::int64_t> shape) {
-  std::size_t expect = 1;
-  for (std::int64_t d : shape) expect *= std::size_t(d);
+  const std::string where = "writer: tensor " + quote(name) + ": ";
+  if (name == "__metadata__") {
+    fail("writer: tensor name '__metadata__' is reserved for the metadata");
+  }
+  if (!is_utf8(name)) fail("writer: tensor name " + quote(name) + " is not valid UTF-8");
+  if (names_.count(name)) fail("writer: tensor " + quote(name) + " is already in the file");
+  const std::size_t expect = byte_count(where, 1, shape);  // elements, by the reader's rule
   if (expect != numel) {
-    fail("writer: tensor '" + name + "' has " + std::to_string(numel) + " elements but shape " +
-         shape_str(shape));
+    fail(where + std::to_string(numel) + " elements but shape " + shape_str(shape));
   }
   Entry e{name, dtype, std::move(shape), std::vector<unsigned char>(nbytes)};
   if (nbytes) std::memcpy(e.bytes.data(), data, nbytes);
   entries_.push_back(std::move(e));
+  names_.insert(name);
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  if (!is_utf8(key) || !is_utf8(value)) {
+    fail("writer: metadata " + quote(key) + "=" + quote(value) + " is not valid UTF-8");
+  }
+  metadata_[key] = value;
 }
 
 void SafetensorsWriter::add(const std::string& name, std::span<const float> d,
@@ -282,6 +396,9 @@ std::vector<unsigned char> SafetensorsWriter::to_bytes() const {
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // pad so the data buffer starts 8-byte aligned
+  if (h.size() > kMaxHeader) {
+    fail("writer: header of " + std::to_string(h.size()) + " bytes exceeds the readers' 100 MB");
+  }
   const std::uint64_t n = h.size();
   std::vector<unsigned char> out(8 + h.size() + offset);
   std::memcpy(out.data(), &n, 8);
@@ -294,11 +411,81 @@ std::vector<unsigned char> SafetensorsWriter::to_bytes() const {
   return out;
 }
 
+namespace {
+
+[[noreturn]] void fail_io(const std::string& what, const std::string& path, int err) {
+  fail(what + " '" + sanitized(path, 256) + "': " + std::generic_category().message(err));
+}
+
+// Writes all of bytes to fd, retrying short writes and EINTR.
+void write_all(int fd, const std::vector<unsigned char>& bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t k = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) fail_io("cannot write", path, k < 0 ? errno : EIO);
+    done += std::size_t(k);
+  }
+}
+
+// Writes bytes to the file at path, replacing it only once they are all on disk: a temporary
+// file beside it (same directory, so the same filesystem and rename is atomic), written, synced
+// and closed with every result checked, then renamed over it. A reader sees the old file or the
+// new one, never a part; on failure the temporary is removed and the old file is left as it was.
+// A path that exists and is not a regular file (/dev/null, /dev/full, a FIFO) cannot be replaced
+// by a rename, so it is written in place, still checking every write and the close.
+void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // follows symlinks
+  if (fs::is_directory(st)) fail("cannot write '" + sanitized(path, 256) + "': it is a directory");
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail_io("cannot open", path, errno);
+    try {
+      write_all(fd, bytes, path);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) fail_io("cannot write", path, errno);
+    return;
+  }
+  // Through a symlink, replace the file it names, not the link.
+  const std::string target = fs::is_symlink(fs::symlink_status(path, ec)) && fs::exists(st)
+                                 ? fs::canonical(path, ec).string()
+                                 : path;
+  // relaxed: the counter only makes names unique within the process (the pid does across
+  // processes, O_EXCL catches the rest); it publishes no data.
+  static std::atomic<unsigned> counter{0};
+  const std::string temp = target + ".tmp." + std::to_string(::getpid()) + "." +
+                           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_io("cannot create a temporary file beside", path, errno);
+  try {
+    write_all(fd, bytes, path);
+    if (::fsync(fd) != 0) fail_io("cannot write", path, errno);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    fail_io("cannot write", path, err);
+  }
+  if (::rename(temp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    fail_io("cannot replace", path, err);
+  }
+}
+
+}  // namespace
+
 void SafetensorsWriter::save(const std::string& path) const {
-  const std::vector<unsigned char> bytes = to_bytes();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  if (!out) fail("cannot write '" + path + "'");
+  write_file_atomically(path, to_bytes());
 }
 
 // ---------------------------------------------------------------- model checkpoints

@@ -3,10 +3,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -263,6 +270,217 @@ TEST(Safetensors, RejectsUnreadableFileWithItsPath) {
   } catch (const SafetensorsError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/x.safetensors"));
   }
+}
+
+// ---------------------------------------------------------------- hostile headers
+
+// The message of the SafetensorsError that reading `file` throws ("" and a test failure if none).
+std::string reader_error(const Bytes& file) {
+  try {
+    SafetensorsReader::from_bytes(file);
+    ADD_FAILURE() << "accepted a hostile file";
+  } catch (const SafetensorsError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// n opening brackets, a 1, n closing ones.
+std::string nested(std::size_t n) {
+  return std::string(n, '[') + "1" + std::string(n, ']');
+}
+
+TEST(Safetensors, RejectsHeaderNestedDeeperThanTheFormatWithoutOverflowingTheStack) {
+  constexpr std::size_t kDeep = 100000;  // a 200 KB header
+  for (const std::string& header :
+       {R"({"a":{"dtype":"F32","shape":)" + nested(kDeep) + R"(,"data_offsets":[0,4]}})",
+        R"({"a":{"dtype":"F32","shape":[1],"data_offsets":)" + nested(kDeep) + "}}",
+        R"({"__metadata__":{"k":)" + nested(kDeep) + "}}", nested(kDeep)}) {
+    const std::string msg = reader_error(make_file(header, Bytes(4)));
+    EXPECT_THAT(msg, HasSubstr("nests deeper than 3 levels"));
+    EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+  }
+  EXPECT_THAT(reader_error(make_file(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})",
+                                     Bytes(4))),
+              HasSubstr("tensor 'a': header nests deeper than 3 levels"));
+}
+
+bool has_control_character(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return (unsigned char)c < 0x20; });
+}
+
+TEST(Safetensors, ErrorMessagesQuoteAShortSanitizedPrefixOfHostileValues) {
+  const std::string long_string(100000, 'x');
+  const std::string name = "evil\n\x1b[2J" + long_string;
+  for (const std::string& header :
+       {R"({"a":{"dtype":"F32","shape":[")" + long_string + R"("],"data_offsets":[0,4]}})",
+        R"({"a":{"dtype":")" + long_string + R"(","shape":[1],"data_offsets":[0,4]}})",
+        R"({"evil\n\u001b[2J)" + long_string +
+            R"(":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})",
+        R"({"__metadata__":{")" + long_string + R"(":1}})"}) {
+    const std::string msg = reader_error(make_file(header, Bytes(4)));
+    EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+    EXPECT_FALSE(has_control_character(msg)) << msg.substr(0, 400);
+    EXPECT_THAT(msg, HasSubstr("xxxxxxxx"));  // the start of the value is still quoted
+  }
+  EXPECT_THAT(reader_error(make_file(R"({"evil\n\u001b[2J":{"dtype":"F31","shape":[1],)"
+                                     R"("data_offsets":[0,4]}})",
+                                     Bytes(4))),
+              HasSubstr(R"(tensor 'evil\x0a\x1b[2J': unknown dtype 'F31')"));
+}
+
+TEST(Safetensors, RejectsDuplicateKeysInTheHeader) {
+  const std::string a = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  const std::string b = R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})";
+  EXPECT_THAT(reader_error(make_file(R"({"a":)" + a + R"(,"a":)" + b + "}", Bytes(8))),
+              HasSubstr("duplicate key 'a'"));
+  EXPECT_THAT(
+      reader_error(make_file(
+          R"({"a":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}})", Bytes(8))),
+      HasSubstr("tensor 'a': duplicate key 'dtype'"));
+  EXPECT_THAT(reader_error(make_file(R"({"__metadata__":{"k":"1"},"__metadata__":{"k":"2"}})")),
+              HasSubstr("duplicate key '__metadata__'"));
+  EXPECT_THAT(reader_error(make_file(R"({"__metadata__":{"k":"1","k":"2"}})")),
+              HasSubstr("duplicate key 'k'"));
+  // A tensor entry under the reserved name is not metadata.
+  EXPECT_THAT(reader_error(make_file(R"({"__metadata__":)" + a + "}", Bytes(4))),
+              HasSubstr("__metadata__['data_offsets'] is not a string"));
+}
+
+// The SafetensorsError message of f() ("" and a test failure if it does not throw one).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no SafetensorsError";
+  } catch (const SafetensorsError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Safetensors, WriterRejectsDuplicateAndReservedTensorNames) {
+  const std::vector<float> v(2, 1.0f);
+  SafetensorsWriter wr;
+  wr.add("a", std::span<const float>(v), {2});
+  EXPECT_THAT(error_of([&] { wr.add("a", std::span<const float>(v), {2}); }),
+              HasSubstr("tensor 'a' is already in the file"));
+  EXPECT_THAT(error_of([&] { wr.add("__metadata__", std::span<const float>(v), {2}); }),
+              HasSubstr("'__metadata__' is reserved"));
+  // What was accepted still reads back: one tensor, no hole.
+  const auto back = SafetensorsReader::from_bytes(wr.to_bytes());
+  EXPECT_EQ(back.tensors().size(), 1u);
+  EXPECT_EQ(back.read<float>("a"), v);
+}
+
+TEST(Safetensors, WriterAppliesTheReadersShapeRules) {
+  const std::vector<float> one(1, 1.0f), none;
+  SafetensorsWriter wr;
+  // (-1)·(-1) and 2^32·2^32 wrap to the element counts 1 and 0 in size_t arithmetic.
+  EXPECT_THAT(error_of([&] {
+                wr.add("neg", std::span<const float>(one), {-1, -1});
+              }),
+              HasSubstr("tensor 'neg': shape [-1, -1] has a negative dimension"));
+  EXPECT_THAT(error_of([&] {
+                wr.add("big", std::span<const float>(none), {4294967296, 4294967296});
+              }),
+              HasSubstr("tensor 'big': shape [4294967296, 4294967296] overflows the byte count"));
+  EXPECT_THAT(error_of([&] { wr.add("bad\xff", std::span<const float>(one), {1}); }),
+              HasSubstr("is not valid UTF-8"));
+  EXPECT_THAT(error_of([&] { wr.set_metadata("k", "\xc3"); }), HasSubstr("is not valid UTF-8"));
+  wr.add("empty", std::span<const float>(none), {0, 4294967296});
+  wr.add("ok", std::span<const float>(one), {1, 1});
+  const auto back = SafetensorsReader::from_bytes(wr.to_bytes());
+  EXPECT_EQ(back.info("empty").shape, (std::vector<std::int64_t>{0, 4294967296}));
+  EXPECT_EQ(back.read<float>("ok"), one);
+}
+
+// ---------------------------------------------------------------- save
+
+SafetensorsWriter small_writer() {
+  static const std::vector<float> v = {1.0f, 2.0f, 3.0f};
+  SafetensorsWriter wr;
+  wr.add("a", std::span<const float>(v), {3});
+  return wr;
+}
+
+Bytes file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A fresh empty directory under the temporary directory (named per process: other checkouts may
+// run these tests at the same time), removed with its contents at the end.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      out.push_back(e.path().filename());
+    return out;
+  }
+};
+
+TEST(Safetensors, SaveToAFullDeviceThrowsNamingThePath) {
+  const std::string msg = error_of([] { small_writer().save("/dev/full"); });
+  EXPECT_THAT(msg, HasSubstr("'/dev/full'"));
+  EXPECT_THAT(msg, HasSubstr("No space left on device"));
+}
+
+TEST(Safetensors, SaveReplacesTheFileAndLeavesNoTemporary) {
+  const ScratchDir dir("tspemu_save_replaces");
+  const auto path = dir.path / "m.safetensors";
+  std::ofstream(path) << "old contents";
+  small_writer().save(path.string());
+  EXPECT_EQ(file_bytes(path), small_writer().to_bytes());
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.safetensors"});
+  const std::string missing = (dir.path / "no_such_dir" / "m.safetensors").string();
+  EXPECT_THAT(error_of([&] { small_writer().save(missing); }), HasSubstr("'" + missing + "'"));
+  EXPECT_THAT(error_of([&] { small_writer().save(dir.path.string()); }),
+              HasSubstr("is a directory"));
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.safetensors"});
+}
+
+// Lowers the file-size limit so that writes past `bytes` fail (EFBIG, SIGXFSZ ignored), as a
+// full disk would; restores both on destruction.
+struct FileSizeLimit {
+  rlimit old{};
+  void (*old_handler)(int);
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old);
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = old;
+    lim.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+  }
+};
+
+TEST(Safetensors, FailedSaveLeavesTheOldFileIntactAndNoTemporary) {
+  const ScratchDir dir("tspemu_save_fails");
+  const auto path = dir.path / "m.safetensors";
+  const std::vector<float> big(4096, 1.0f);
+  SafetensorsWriter wr;
+  wr.add("big", std::span<const float>(big), {4096});
+  small_writer().save(path.string());
+  const Bytes old = file_bytes(path);
+  std::string msg;
+  {
+    const FileSizeLimit limit(1024);
+    msg = error_of([&] { wr.save(path.string()); });
+  }
+  EXPECT_THAT(msg, HasSubstr("'" + path.string() + "'"));
+  EXPECT_EQ(file_bytes(path), old);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.safetensors"});
 }
 
 // Random truncations and bit flips of a valid checkpoint: each must load or throw

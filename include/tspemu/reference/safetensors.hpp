@@ -6,23 +6,37 @@
 // Requirements: a little-endian host (static_assert in the .cpp). The reader holds the whole file
 //   in memory (fine for test-sized models; not meant for multi-GB checkpoints).
 // Guarantees (reader): the whole file is validated before any tensor is read, and every malformed
-//   input throws SafetensorsError naming the problem and the tensor; it never reads out of
-//   bounds. Rejected: file shorter than 8 bytes; header length past the end of the file (or
-//   > 100 MB); bad or non-object JSON; an entry without a string dtype, an array shape of
-//   non-negative integers, or two data_offsets; an unknown dtype; begin > end; end past the data
-//   buffer; a byte size that disagrees with dtype x shape (including overflow); overlapping
-//   tensors. Holes between tensors are allowed.
+//   input throws SafetensorsError naming the problem, the tensor or key, and the file (from_file);
+//   it never reads out of bounds. Names, keys and values are quoted as at most 64 bytes of
+//   printable ASCII (anything else as \xNN), never as raw JSON. Rejected: file shorter than 8
+//   bytes; header length past the end of the file (or > 100 MB); bad or non-object JSON; JSON
+//   nested deeper than the format's 3 levels (header, entry, shape or data_offsets array), refused
+//   while parsing, so depth costs neither stack nor time; a key twice in one object (a tensor, a
+//   field of an entry, __metadata__ or one of its keys); an entry without a string dtype, an
+//   array shape of non-negative integers, or two data_offsets; an unknown dtype; begin > end; end
+//   past the data buffer; a byte size that disagrees with dtype x shape (including overflow);
+//   overlapping tensors. Holes between tensors are allowed.
 //   read<T>() converts F32, F64, F16 and BF16 (exactly, then rounds to T); any other dtype is
 //   "wrong dtype" for a float tensor. read_int64() takes I64 or I32.
+// Guarantees (writer): it writes only what the reader accepts: add() and set_metadata() throw
+//   SafetensorsError on a name used twice, the name "__metadata__", a negative dimension, a shape
+//   whose byte count overflows or disagrees with the data, or text that is not UTF-8; to_bytes()
+//   on a header over 100 MB. save() replaces the file atomically (a temporary file in the same
+//   directory, written, fsync'ed and closed with every result checked, then renamed over it): on
+//   failure it throws naming the path and the OS error, and the old file is left as it was. A
+//   path that is not a regular file (/dev/null, /dev/full) is written in place, still checked.
 // Guarantees (model): load_model checks that every tensor the config implies is present with
 //   exactly that shape; unknown tensors are rejected (they mean a config mismatch), except
 //   "*.rotary_emb.inv_freq" buffers (old HF checkpoints; RoPE is recomputed) and, for a tied
 //   config, an "lm_head.weight" of the embedding's shape (ignored: the head is the embedding).
+// Cost: the reader holds the file and parses the header once; load_model converts each tensor
+//   once; save() holds the file's bytes once more and pays one fsync.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -71,7 +85,7 @@ class SafetensorsWriter {
   void add(const std::string& name, std::span<const double> data, std::vector<std::int64_t> shape);
   void add(const std::string& name, std::span<const std::int64_t> data,
            std::vector<std::int64_t> shape);
-  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  void set_metadata(const std::string& key, const std::string& value);
   std::vector<unsigned char> to_bytes() const;
   void save(const std::string& path) const;
 
@@ -84,6 +98,7 @@ class SafetensorsWriter {
   void add_raw(const std::string& name, const char* dtype, const void* data, std::size_t nbytes,
                std::size_t numel, std::vector<std::int64_t> shape);
   std::vector<Entry> entries_;
+  std::set<std::string> names_;  // of entries_, to refuse a second tensor of the same name
   std::map<std::string, std::string> metadata_;
 };
 
