@@ -7,6 +7,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -159,7 +160,9 @@ SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
   try {
-    return from_bytes(std::move(bytes));
+    SafetensorsReader r = from_bytes(std::move(bytes));
+    r.source_ = path;
+    return r;
   } catch (const SafetensorsError& e) {
     throw SafetensorsError(std::string(e.what()) + in_file(path));
   }
@@ -301,9 +304,22 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
 
 const TensorInfo& SafetensorsReader::info(const std::string& name) const {
   const auto it = tensors_.find(name);
-  if (it == tensors_.end()) fail("missing tensor " + quote(name));
+  if (it == tensors_.end()) fail("missing tensor " + quote(name) + in_file(source_));
   return it->second;
 }
+
+namespace {
+
+// read<T>() converts these; load_model checks every weight against them before reading any.
+void check_float_dtype(const std::string& name, const std::string& dtype,
+                       const std::string& source) {
+  if (dtype != "F32" && dtype != "F64" && dtype != "BF16" && dtype != "F16") {
+    fail("tensor " + quote(name) + ": wrong dtype " + dtype +
+         " for a float tensor (expected F32, F64, F16 or BF16)" + in_file(source));
+  }
+}
+
+}  // namespace
 
 template <class T>
 std::vector<T> SafetensorsReader::read(const std::string& name) const {
@@ -321,8 +337,7 @@ std::vector<T> SafetensorsReader::read(const std::string& name) const {
   } else if (ti.dtype == "F16") {
     for (std::size_t i = 0; i < n; ++i) out[i] = T(f16_to_float(load_le<std::uint16_t>(p + 2 * i)));
   } else {
-    fail("tensor " + quote(name) + ": wrong dtype " + ti.dtype +
-         " for a float tensor (expected F32, F64, F16 or BF16)");
+    check_float_dtype(name, ti.dtype, source_);
   }
   return out;
 }
@@ -338,7 +353,7 @@ std::vector<std::int64_t> SafetensorsReader::read_int64(const std::string& name)
     for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i);
   } else {
     fail("tensor " + quote(name) + ": wrong dtype " + ti.dtype +
-         " for an integer tensor (expected I64 or I32)");
+         " for an integer tensor (expected I64 or I32)" + in_file(source_));
   }
   return out;
 }
@@ -508,25 +523,39 @@ std::map<std::string, std::string> config_to_metadata(const ModelConfig& cfg) {
           {"tie_embeddings", cfg.tie_embeddings ? "1" : "0"}};
 }
 
-ModelConfig config_from_metadata(const std::map<std::string, std::string>& md) {
-  auto get = [&](const char* key) -> const std::string& {
+namespace {
+
+// The config fields, each parsed whole and strictly: integers in decimal within int's range,
+// rope_base and norm_eps finite and positive, tie_embeddings "0" or "1", the result validated.
+ModelConfig parse_config(const std::map<std::string, std::string>& md, const std::string& source) {
+  const auto get = [&](const char* key) -> const std::string& {
     const auto it = md.find(key);
-    if (it == md.end()) fail(std::string("metadata lacks config field '") + key + "'");
+    if (it == md.end()) {
+      fail(std::string("metadata lacks config field '") + key + "'" + in_file(source));
+    }
     return it->second;
   };
-  auto to_int = [&](const char* key) {
-    try {
-      return std::stoi(get(key));
-    } catch (const std::logic_error&) {
-      fail(std::string("metadata field '") + key + "'='" + get(key) + "' is not an integer");
-    }
+  const auto bad = [&](const char* key, const char* why) {
+    fail(std::string("metadata field '") + key + "'=" + quote(get(key)) + " is not " + why +
+         in_file(source));
   };
-  auto to_double = [&](const char* key) {
-    try {
-      return std::stod(get(key));
-    } catch (const std::logic_error&) {
-      fail(std::string("metadata field '") + key + "'='" + get(key) + "' is not a number");
+  // std::from_chars: no leading space or '+', no hex prefix, range errors reported; the end
+  // pointer shows whether the whole string was used.
+  const auto to_int = [&](const char* key) {
+    const std::string& v = get(key);
+    int x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size()) bad(key, "a decimal integer in int range");
+    return x;
+  };
+  const auto to_positive = [&](const char* key) {
+    const std::string& v = get(key);
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x) || !(x > 0)) {
+      bad(key, "a finite positive number");
     }
+    return x;
   };
   ModelConfig c;
   c.vocab = to_int("vocab");
@@ -535,24 +564,57 @@ ModelConfig config_from_metadata(const std::map<std::string, std::string>& md) {
   c.n_heads = to_int("n_heads");
   c.n_kv_heads = to_int("n_kv_heads");
   c.ffn = to_int("ffn");
-  c.rope_base = to_double("rope_base");
-  c.norm_eps = to_double("norm_eps");
-  c.tie_embeddings = to_int("tie_embeddings") != 0;
+  c.rope_base = to_positive("rope_base");
+  c.norm_eps = to_positive("norm_eps");
+  const std::string& tie = get("tie_embeddings");
+  if (tie != "0" && tie != "1") bad("tie_embeddings", "0 or 1");
+  c.tie_embeddings = tie == "1";
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("metadata describes an invalid model config: ") + e.what() + in_file(source));
+  }
   return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_metadata(const std::map<std::string, std::string>& md) {
+  return parse_config(md, "");
+}
+
+ModelConfig config_from_metadata(const SafetensorsReader& file) {
+  return parse_config(file.metadata(), file.source());
 }
 
 template <class T>
 ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg) {
-  ModelWeights<T> w = ModelWeights<T>::zeros(cfg);
-  std::map<std::string, bool> expected;
-  for (auto& p : parameters(w)) {
-    expected[p.name] = true;
-    const TensorInfo& ti = file.info(p.name);  // throws "missing tensor"
+  cfg.validate();
+  const std::string in = in_file(file.source());
+  // Every check against the file comes before any allocation, so a file claiming a huge config
+  // fails on what it lacks instead of allocating for it; once they pass, every tensor is inside
+  // the file, so the model allocated below is at most 4x its bytes (2-byte F16 or BF16 to 8-byte
+  // F64). Names and shapes come from a skeleton whose layers hold no data, with no more layers than
+  // the file could fill: past tensors/9 + 1 layers some expected name is missing anyway.
+  constexpr std::size_t kPerLayer = std::tuple_size_v<decltype(LayerWeights<T>{}.named())>;
+  ModelWeights<T> skeleton;
+  skeleton.config = cfg;
+  skeleton.layers.resize(
+      std::min(std::size_t(cfg.n_layers), file.tensors().size() / kPerLayer + 1));
+  std::set<std::string> expected;
+  for (const auto& p : parameters(skeleton)) {
+    const TensorInfo& ti = file.info(p.name);  // throws "missing tensor", naming the file
     if (ti.shape != p.shape) {
-      fail("tensor '" + p.name + "': shape " + shape_str(ti.shape) +
-           " disagrees with the config's " + shape_str(p.shape) + " (" + cfg.to_string() + ")");
+      fail("tensor " + quote(p.name) + ": shape " + shape_str(ti.shape) +
+           " disagrees with the config's " + shape_str(p.shape) + " (" + cfg.to_string() + ")" +
+           in);
     }
-    *p.data = file.read<T>(p.name);
+    check_float_dtype(p.name, ti.dtype, file.source());
+    expected.insert(p.name);
+  }
+  if (skeleton.layers.size() != std::size_t(cfg.n_layers)) {  // unreachable, by the count above
+    fail("the file's " + std::to_string(file.tensors().size()) + " tensors cannot hold " +
+         std::to_string(cfg.n_layers) + " layers" + in);
   }
   for (const auto& [name, ti] : file.tensors()) {
     if (expected.count(name)) continue;
@@ -560,10 +622,13 @@ ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg
     const bool tied_head = cfg.tie_embeddings && name == "lm_head.weight" &&
                            ti.shape == std::vector<std::int64_t>{cfg.vocab, cfg.hidden};
     if (!inv_freq && !tied_head) {
-      fail("unexpected tensor '" + name + "' " + shape_str(ti.shape) + " for config " +
-           cfg.to_string());
+      fail("unexpected tensor " + quote(name) + " " + shape_str(ti.shape) + " for config " +
+           cfg.to_string() + in);
     }
   }
+  ModelWeights<T> w = std::move(skeleton);
+  w.layers.resize(std::size_t(cfg.n_layers));
+  for (auto& p : parameters(w)) *p.data = file.read<T>(p.name);
   return w;
 }
 

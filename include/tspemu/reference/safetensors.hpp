@@ -25,10 +25,14 @@
 //   directory, written, fsync'ed and closed with every result checked, then renamed over it): on
 //   failure it throws naming the path and the OS error, and the old file is left as it was. A
 //   path that is not a regular file (/dev/null, /dev/full) is written in place, still checked.
-// Guarantees (model): load_model checks that every tensor the config implies is present with
-//   exactly that shape; unknown tensors are rejected (they mean a config mismatch), except
-//   "*.rotary_emb.inv_freq" buffers (old HF checkpoints; RoPE is recomputed) and, for a tied
-//   config, an "lm_head.weight" of the embedding's shape (ignored: the head is the embedding).
+// Guarantees (model): config_from_metadata parses each field whole (integers in decimal within
+//   int, rope_base and norm_eps finite and positive, tie_embeddings "0" or "1") and validates the
+//   config. load_model checks the whole file against the config before allocating anything:
+//   every tensor the config implies present with exactly that shape and a float dtype; unknown
+//   tensors are rejected (they mean a config mismatch), except "*.rotary_emb.inv_freq" buffers
+//   (old HF checkpoints; RoPE is recomputed) and, for a tied config, an "lm_head.weight" of the
+//   embedding's shape (ignored: the head is the embedding). So a small file claiming a huge
+//   config fails on what it lacks, and the model it allocates is at most 4x the file's data.
 // Cost: the reader holds the file and parses the header once; load_model converts each tensor
 //   once; save() holds the file's bytes once more and pays one fsync.
 #pragma once
@@ -66,6 +70,8 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;  // throws if absent
+  // The path from_file read, named in every later error; empty for from_bytes.
+  const std::string& source() const { return source_; }
 
   template <class T>  // float or double
   std::vector<T> read(const std::string& name) const;
@@ -74,6 +80,7 @@ class SafetensorsReader {
  private:
   static SafetensorsReader parse(std::vector<unsigned char> bytes);
   std::vector<unsigned char> bytes_;
+  std::string source_;
   std::size_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
@@ -103,9 +110,11 @@ class SafetensorsWriter {
 };
 
 // The config as "__metadata__" strings (keys = ModelConfig field names) and back. save_model
-// writes it; config_from_metadata throws SafetensorsError if a field is missing or unparsable.
+// writes it; config_from_metadata throws SafetensorsError if a field is missing or unparsable or
+// the config is invalid, naming the key, the value and (given the reader) the file.
 std::map<std::string, std::string> config_to_metadata(const ModelConfig& cfg);
 ModelConfig config_from_metadata(const std::map<std::string, std::string>& md);
+ModelConfig config_from_metadata(const SafetensorsReader& file);
 
 template <class T>
 ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg);
