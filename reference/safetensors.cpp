@@ -155,10 +155,18 @@ std::size_t TensorInfo::numel() const {
 }
 
 SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    fail("cannot read '" + sanitized(path, 256) + "': it is a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open '" + sanitized(path, 256) + "'");
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
+  std::vector<unsigned char> bytes;
+  try {  // filebuf reports a read error (EIO, EISDIR) by throwing, not through the stream state
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {
+    fail("cannot read '" + sanitized(path, 256) + "': " + e.what());
+  }
   try {
     SafetensorsReader r = from_bytes(std::move(bytes));
     r.source_ = path;

@@ -483,6 +483,12 @@ TEST(Safetensors, FailedSaveLeavesTheOldFileIntactAndNoTemporary) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.safetensors"});
 }
 
+TEST(Safetensors, RejectsADirectoryWithItsPath) {
+  const ScratchDir dir("tspemu_read_dir");
+  const std::string msg = error_of([&] { SafetensorsReader::from_file(dir.path.string()); });
+  EXPECT_THAT(msg, HasSubstr("cannot read '" + dir.path.string() + "': it is a directory"));
+}
+
 // Random truncations and bit flips of a valid checkpoint: each must load or throw
 // SafetensorsError, nothing else (and, under ASan, never read out of bounds).
 TEST(Safetensors, FuzzedTruncationsAndBitFlipsThrowCleanlyOrLoad) {

@@ -8,14 +8,15 @@
 // Guarantees (reader): the whole file is validated before any tensor is read, and every malformed
 //   input throws SafetensorsError naming the problem, the tensor or key, and the file (from_file);
 //   it never reads out of bounds. Names, keys and values are quoted as at most 64 bytes of
-//   printable ASCII (anything else as \xNN), never as raw JSON. Rejected: file shorter than 8
-//   bytes; header length past the end of the file (or > 100 MB); bad or non-object JSON; JSON
-//   nested deeper than the format's 3 levels (header, entry, shape or data_offsets array), refused
-//   while parsing, so depth costs neither stack nor time; a key twice in one object (a tensor, a
-//   field of an entry, __metadata__ or one of its keys); an entry without a string dtype, an
-//   array shape of non-negative integers, or two data_offsets; an unknown dtype; begin > end; end
-//   past the data buffer; a byte size that disagrees with dtype x shape (including overflow);
-//   overlapping tensors. Holes between tensors are allowed.
+//   printable ASCII (anything else as \xNN), never as raw JSON. Rejected: a path that is a
+//   directory or cannot be read; file shorter than 8 bytes; header length past the end of the
+//   file (or > 100 MB); bad or non-object JSON; JSON nested deeper than the format's 3 levels
+//   (header, entry, shape or data_offsets array), refused while parsing, so depth costs neither
+//   stack nor time; a key twice in one object (a tensor, a field of an entry, __metadata__ or one
+//   of its keys); an entry without a string dtype, an array shape of non-negative integers, or two
+//   data_offsets; an unknown dtype; begin > end; end past the data buffer; a byte size that
+//   disagrees with dtype x shape (including overflow); overlapping tensors. Holes between tensors
+//   are allowed.
 //   read<T>() converts F32, F64, F16 and BF16 (exactly, then rounds to T); any other dtype is
 //   "wrong dtype" for a float tensor. read_int64() takes I64 or I32.
 // Guarantees (writer): it writes only what the reader accepts: add() and set_metadata() throw
