@@ -2,11 +2,21 @@
 
 #include <stdexcept>
 
+#include "tspemu/tsp/strategy.hpp"
+
 namespace tspemu::tsp {
 
 namespace {
 std::string s(int v) {
   return std::to_string(v);
+}
+
+// The table's entry whose rules are this mesh's: Megatron-SP (whatever Sp), else by the degrees.
+cost::Strategy mesh_strategy(const BaselineShape& b) {
+  if (b.sequence_parallel) return {cost::Scheme::megatron_sp, 1, b.T, b.Sp};
+  if (b.Sp == 1) return cost::Strategy::tp(b.T);
+  if (b.T == 1) return cost::Strategy::sp(b.Sp);
+  return cost::Strategy::tp_sp(b.T, b.Sp);
 }
 }  // namespace
 
@@ -38,19 +48,8 @@ void BaselineShape::validate() const {
   if (Sp < 1) reject("Sp=" + s(Sp) + " must be >= 1");
   if (B < 1) reject("B=" + s(B) + " must be >= 1");
   if (S < 1) reject("S=" + s(S) + " must be >= 1");
-  if (model.n_heads % T != 0)
-    reject("T=" + s(T) + " does not divide n_heads=" + s(model.n_heads) +
-           " (each rank owns whole query heads)");
-  if (model.n_kv_heads % T != 0)
-    reject("T=" + s(T) + " does not divide n_kv_heads=" + s(model.n_kv_heads) +
-           " (each rank owns whole KV heads)");
-  if (model.ffn % T != 0)
-    reject("T=" + s(T) + " does not divide the MLP width ffn=" + s(model.ffn));
-  if (Sp > 1 && S % (2 * Sp) != 0)
-    reject("zigzag layout needs S=" + s(S) + " divisible by 2·Sp=" + s(2 * Sp));
-  if (sequence_parallel && (S % Sp != 0 || (S / Sp) % T != 0))
-    reject("sequence parallelism needs S/Sp=" + s(S / Sp) +
-           " tokens per row divisible by T=" + s(T));
+  if (const auto v = violation(cost::ModelShape::from(model, B, S), mesh_strategy(*this)))
+    reject(v->message);
 }
 
 SequenceLayout BaselineShape::row_layout() const {

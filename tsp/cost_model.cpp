@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
+
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::tsp::cost {
 
@@ -26,33 +29,27 @@ void check_divides(i64 d, i64 n, const char* what_d, const char* what_n) {
            std::to_string(n));
 }
 
+// The model's own consistency, then the strategy's divisibility rules (strategy.hpp) without the
+// zigzag layout's 2·degree | S, which the byte counts do not need.
 void validate(const ModelShape& m, const Strategy& st, const CostOptions& opt) {
   if (m.B < 1 || m.S < 1 || m.hidden < 1 || m.n_heads < 1 || m.n_kv_heads < 1 || m.ffn < 1)
     reject("B, S, hidden, n_heads, n_kv_heads, ffn must be >= 1");
   check_divides(m.n_heads, m.hidden, "n_heads", "hidden");
   check_divides(m.n_kv_heads, m.n_heads, "n_kv_heads", "n_heads");
-  if (st.scheme == Scheme::tsp) {
-    check_divides(st.D, m.n_heads, "D", "n_heads");
-    check_divides(st.D, m.n_kv_heads, "D", "n_kv_heads");
-    check_divides(st.D, m.ffn, "D", "ffn");
-    check_divides(st.D, m.S, "D", "S");
-    check_divides(opt.head_buckets, m.n_kv_heads / st.D, "head_buckets", "n_kv_heads/D");
-  } else {
-    check_divides(st.T, m.n_heads, "T", "n_heads");
-    check_divides(st.T, m.n_kv_heads, "T", "n_kv_heads");
-    check_divides(st.T, m.ffn, "T", "ffn");
-    check_divides(st.Sp, m.S, "Sp", "S");
-    if (st.scheme == Scheme::megatron_sp) check_divides(st.T, m.S, "T", "S");
-    if (st.scheme == Scheme::ulysses) {  // each rank attends whole query and KV heads
-      check_divides(st.Sp, m.n_heads, "n", "n_heads");
-      check_divides(st.Sp, m.n_kv_heads, "n", "n_kv_heads");
-    }
-  }
+  const tsp::RuleOptions rules{.layout_rules = false, .head_buckets = opt.head_buckets};
+  if (const auto v = tsp::violation(m, st, rules)) reject(v->message);
 }
 
-// The per-kind ring-model volume of a collective of N elements over n ranks (per rank).
 double ring(double N, int n) {
-  return n <= 1 ? 0.0 : (n - 1.0) / n * N;
+  return ring_volume(N, n);
+}
+
+// A closed form of one family of blocks, called for a strategy of another family: a table entry
+// pointing at the wrong function.
+void expect_family(const Strategy& st, std::initializer_list<Scheme> family, const char* fn) {
+  for (Scheme s : family)
+    if (st.scheme == s) return;
+  reject(std::string(fn) + " does not describe " + st.name());
 }
 
 }  // namespace
@@ -87,41 +84,14 @@ ModelShape paper_7b(i64 B, i64 S) {
 }
 
 const char* scheme_name(Scheme s) {
-  switch (s) {
-    case Scheme::tsp:
-      return "TSP";
-    case Scheme::tp:
-      return "TP";
-    case Scheme::megatron_sp:
-      return "TP+Megatron-SP";
-    case Scheme::sp:
-      return "SP";
-    case Scheme::tp_sp:
-      return "TP+SP";
-    case Scheme::ulysses:
-      return "Ulysses";
-    case Scheme::ring:
-      return "Ring attention";
-  }
-  return "?";
+  return tsp::strategy_info(s).title;
 }
 
 std::string Strategy::name() const {
-  switch (scheme) {
-    case Scheme::tsp:
-      return "TSP D=" + std::to_string(D);
-    case Scheme::tp:
-    case Scheme::megatron_sp:
-      return std::string(scheme_name(scheme)) + " T=" + std::to_string(T);
-    case Scheme::sp:
-      return "SP Sp=" + std::to_string(Sp);
-    case Scheme::tp_sp:
-      return "TP+SP " + std::to_string(T) + "x" + std::to_string(Sp);
-    case Scheme::ulysses:
-    case Scheme::ring:
-      return std::string(scheme_name(scheme)) + " n=" + std::to_string(Sp);
-  }
-  return "?";
+  const tsp::StrategyInfo& e = tsp::strategy_info(scheme);
+  if (e.mesh == tsp::MeshKind::grid)
+    return std::string(e.title) + " " + std::to_string(T) + "x" + std::to_string(Sp);
+  return std::string(e.title) + " " + e.degree_letter + "=" + std::to_string(ranks());
 }
 
 // ---- Traffic ----------------------------------------------------------------------------------
@@ -153,34 +123,18 @@ u64 all_reduce_bytes(u64 count, int n, int r, double element_bytes) {
 }
 
 double paper_forward_elements(const ModelShape& m, const Strategy& st) {
-  const double BS = static_cast<double>(m.B * m.S), h = static_cast<double>(m.hidden),
-               kvd = static_cast<double>(m.kv_dim());
-  switch (st.scheme) {
-    case Scheme::tsp:
-      // (D-1)/D·(2 + 2/g + 3F)·h² + 2(D-1)/D·B·S·h/g
-      return ring(static_cast<double>(m.attention_params() + m.mlp_params()), st.D) +
-             2 * ring(BS * kvd, st.D);
-    case Scheme::tp:
-    case Scheme::megatron_sp:
-      return 4 * ring(BS * h, st.T);  // 4(T-1)/T·B·S·h
-    case Scheme::sp:
-      return 2 * ring(BS * kvd, st.Sp);  // 2(Sp-1)/Sp·B·S·h/g
-    case Scheme::tp_sp:
-      return 4 * ring(BS / st.Sp * h, st.T) + 2 * ring(BS * kvd / st.T, st.Sp);
-    case Scheme::ulysses:  // Q and the output, then K and V, each B·(S/n) tokens
-      return 2 * ring(BS / st.Sp * static_cast<double>(m.q_dim()), st.Sp) +
-             2 * ring(BS / st.Sp * kvd, st.Sp);
-    case Scheme::ring:  // n-1 hops of the B·(S/n)-token K/V block
-      return 2 * ring(BS * kvd, st.Sp);
-  }
-  return 0;
+  return tsp::strategy_info(st.scheme).paper_forward_elements(m, st);
 }
 
-namespace {
+double ring_volume(double N, int n) {
+  return n <= 1 ? 0.0 : (n - 1.0) / n * N;
+}
 
-LayerTraffic tsp_traffic(const ModelShape& m, int D, const ElementSizes& es, const CostOptions& o,
-                         int p) {
+LayerTraffic tsp_layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                               const CostOptions& o, int p) {
+  expect_family(st, {Scheme::tsp}, "tsp_layer_traffic");
   using K = CollectiveKind;
+  const int D = st.D;
   const i64 As = m.attention_params() / D, Ms = m.mlp_params() / D;
   const int nb = o.head_buckets;
   const i64 M = m.B * m.S / D;                           // local token rows
@@ -237,8 +191,10 @@ LayerTraffic tsp_traffic(const ModelShape& m, int D, const ElementSizes& es, con
 
 // The baselines (baseline_attention.hpp, baseline_mlp.hpp, baseline_region.hpp): rank =
 // row·T + col; tp group = the row (rank col), sp group = the column (rank row).
-LayerTraffic baseline_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
-                              int rank) {
+LayerTraffic mesh_layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                const CostOptions&, int rank) {
+  expect_family(st, {Scheme::tp, Scheme::megatron_sp, Scheme::sp, Scheme::tp_sp},
+                "mesh_layer_traffic");
   using K = CollectiveKind;
   const bool msp = st.scheme == Scheme::megatron_sp;
   const int T = st.T, Sp = st.Sp, col = rank % T, row = rank / T;
@@ -295,8 +251,9 @@ LayerTraffic baseline_traffic(const ModelShape& m, const Strategy& st, const Ele
 
 // Ulysses and ring attention (sequence_sharded_attention.hpp, ulysses_attention.hpp,
 // ring_attention.hpp) then the SP BaselineMlp: n = Sp ranks, M = B·S/n local token rows.
-LayerTraffic attention_core_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
-                                    int rank) {
+LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy& st,
+                                            const ElementSizes& es, const CostOptions&, int rank) {
+  expect_family(st, {Scheme::ulysses, Scheme::ring}, "sequence_sharded_layer_traffic");
   using K = CollectiveKind;
   const int n = st.Sp;
   const u64 nm1 = static_cast<u64>(n - 1);
@@ -341,16 +298,12 @@ LayerTraffic attention_core_traffic(const ModelShape& m, const Strategy& st, con
   return t;
 }
 
-}  // namespace
-
 LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
                            const CostOptions& opt, int rank) {
   validate(m, st, opt);
   if (rank < 0 || rank >= st.ranks())
     reject("rank=" + std::to_string(rank) + " outside 0.." + std::to_string(st.ranks() - 1));
-  if (st.scheme == Scheme::tsp) return tsp_traffic(m, st.D, es, opt, rank);
-  if (st.attention_core()) return attention_core_traffic(m, st, es, rank);
-  return baseline_traffic(m, st, es, rank);
+  return tsp::strategy_info(st.scheme).layer_traffic(m, st, es, opt, rank);
 }
 
 // ---- TSP layer memory: a replay of the arena ---------------------------------------------------
@@ -784,7 +737,7 @@ namespace {
 LayerMemoryEstimate layer_memory_parts(const ModelShape& m, const Strategy& st,
                                        const ElementSizes& es, const CostOptions& o) {
   validate(m, st, o);
-  if (st.attention_core())
+  if (!tsp::strategy_info(st.scheme).device_estimate)
     reject(std::string("the per-device estimate does not model ") + scheme_name(st.scheme) +
            " (its layer is replayed exactly by baseline_layer_memory)");
   LayerMemoryEstimate e;

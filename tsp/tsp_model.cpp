@@ -13,11 +13,8 @@ namespace tspemu::tsp {
 
 TspModel::TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<float>& master)
     : rank_(rank), s_(shape) {
-  s_.validate();
+  s_.validate_whole_model();
   const int V = s_.model.vocab, C = s_.model.hidden, D = s_.D;
-  if (V % D != 0)
-    throw std::invalid_argument("TSP config: D=" + std::to_string(D) + " does not divide vocab=" +
-                                std::to_string(V) + " (each rank owns V/D embedding rows)");
   vocab_rows_ = V / D;
   Arena& a = rank.arena();
   const std::size_t shard = static_cast<std::size_t>(vocab_rows_) * C;

@@ -9,6 +9,7 @@
 #include "sequence_core.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/sequence_heads_exchange.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::tsp {
 
@@ -80,15 +81,12 @@ ref::AttentionDims heads_dims(const ref::AttentionDims& d, int n) {
 
 void check_ulysses_shape(const BaselineShape& s) {
   s.validate();
-  const int n = s.Sp;
   if (s.T != 1 || s.sequence_parallel)
     throw std::invalid_argument(
         std::string(kWho) + ": needs T=1 and no Megatron-SP (got T=" + std::to_string(s.T) + ")");
-  if (s.model.n_heads % n != 0 || s.model.n_kv_heads % n != 0)
-    throw std::invalid_argument(std::string(kWho) + ": n=" + std::to_string(n) +
-                                " ranks must divide n_heads=" + std::to_string(s.model.n_heads) +
-                                " and n_kv_heads=" + std::to_string(s.model.n_kv_heads) +
-                                " (each rank attends whole query and KV heads)");
+  if (const auto v =
+          violation(cost::ModelShape::from(s.model, s.B, s.S), cost::Strategy::ulysses(s.Sp)))
+    throw std::invalid_argument(std::string(kWho) + ": " + v->message);
 }
 
 ref::AttentionCore<float> ulysses_attention_core(Rank& rank, const BaselineShape& shape) {

@@ -37,7 +37,7 @@ TEST(TspConfig, AcceptsAValidShape) {
 TEST(TspConfig, RejectsSequenceNotDivisibleByTwoDForZigzag) {
   auto s = valid_shape();
   s.S = 36;  // divisible by D=4 but not by 2D=8
-  expect_rejected(s, "zigzag layout needs S=36 divisible by 2D=8");
+  expect_rejected(s, "zigzag layout needs S=36 divisible by 2·D=8");
 }
 
 TEST(TspConfig, RejectsSequenceNotDivisibleByDForContiguous) {

@@ -20,7 +20,8 @@
 // tokens per row, rows() = Tl (or Tl/T with sequence_parallel) token rows of the block input.
 // Requirements checked by validate() (std::invalid_argument naming the strategy and the values):
 // a valid model config; T, Sp, B, S >= 1; T | NH, T | NKV (GQA: each shard owns whole KV heads),
-// T | F; Sp > 1: 2·Sp | S (zigzag); sequence_parallel: T | S/Sp.
+// T | F; Sp > 1: 2·Sp | S (zigzag); sequence_parallel: T | S/Sp — the rules of the strategy
+// table's mesh entries (strategy.hpp).
 #pragma once
 
 #include <cstdint>

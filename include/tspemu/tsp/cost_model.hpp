@@ -144,8 +144,10 @@ struct ModelShape {
   std::int64_t total_params() const { return layers * layer_params() + vocab_params(); }
 };
 
-enum class Scheme { tsp, tp, megatron_sp, sp, tp_sp, ulysses, ring };
-// "TSP", "TP", "TP+Megatron-SP", "SP", "TP+SP", "Ulysses", "Ring attention"
+// The strategies; everything about each (names, mesh, rules, formulas, blocks) is its entry in the
+// strategy table (strategy.hpp), indexed by this enum in this order.
+enum class Scheme { tsp, tp, megatron_sp, sp, ulysses, ring, tp_sp };
+// The table's title: "TSP", "TP", "TP+Megatron-SP", "SP", "Ulysses", "Ring attention", "TP+SP"
 const char* scheme_name(Scheme s);
 
 struct Strategy {
@@ -221,6 +223,24 @@ LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const Elemen
 
 // The TSP-NOTES forward-volume formula, elements (not bytes), per layer per rank.
 double paper_forward_elements(const ModelShape& m, const Strategy& st);
+
+// The ring cost model's share of one rank in a collective of N elements over n ranks:
+// (n-1)/n·N (0 for n <= 1).
+double ring_volume(double N, int n);
+
+// The closed forms of layer_traffic by family of blocks, which the strategy table's entries
+// point at; layer_traffic checks the shape and the rank first, these do not.
+//   tsp_layer_traffic               TspLayer (tsp)
+//   mesh_layer_traffic              BaselineAttention + BaselineMlp (tp, megatron_sp, sp, tp_sp)
+//   sequence_sharded_layer_traffic  SequenceShardedAttention with its core + the SP BaselineMlp
+//                                   (ulysses, ring)
+LayerTraffic tsp_layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                               const CostOptions& opt, int rank);
+LayerTraffic mesh_layer_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                const CostOptions& opt, int rank);
+LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy& st,
+                                            const ElementSizes& es, const CostOptions& opt,
+                                            int rank);
 
 // Bytes rank r receives (= sends) in an all_reduce of `count` elements over n ranks, as the
 // runtime counts it (balanced chunks).

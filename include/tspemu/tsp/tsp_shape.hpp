@@ -5,7 +5,8 @@
 // F MLP width. Per rank: NHl = NH/D, NKVl = NKV/D heads, Fl = F/D MLP columns.
 // Requirements checked by validate() (std::invalid_argument naming the values): a valid model
 // config; D >= 1; D | NH, D | NKV (GQA: every shard owns whole KV heads), D | F; S divisible by D
-// (2D for zigzag); B >= 1; head_buckets >= 1 dividing NKVl.
+// (2D for zigzag); B >= 1; head_buckets >= 1 dividing NKVl; the whole model (TspModel) also
+// D | vocab. The divisibility rules are the strategy table's (strategy.hpp).
 #pragma once
 
 #include "tspemu/reference/model_config.hpp"
@@ -35,12 +36,16 @@ struct TspShape {
   TspOptions options;
 
   void validate() const;
+  void validate_whole_model() const;  // validate() and the embedding's D | vocab
   int Tl() const { return S / D; }
   int hs() const { return model.head_size(); }
   int NHl() const { return model.n_heads / D; }
   int NKVl() const { return model.n_kv_heads / D; }
   int Fl() const { return model.ffn / D; }
   SequenceLayout layout() const { return SequenceLayout(options.layout, D, S); }
+
+ private:
+  void check(bool whole_model) const;
 };
 
 }  // namespace tspemu::tsp

@@ -38,7 +38,8 @@
 namespace tspemu::tsp {
 
 // Throws std::invalid_argument unless shape.Sp (the Ulysses degree n) divides the query and the
-// key/value heads, and the rest of the shape is valid for SequenceShardedAttention.
+// key/value heads (the strategy table's Ulysses rules, strategy.hpp), and the rest of the shape is
+// valid for SequenceShardedAttention.
 void check_ulysses_shape(const BaselineShape& shape);
 
 // The core of rank.id() for `shape` (T = 1, Sp = rank.size(), layout row_layout()).
