@@ -6,19 +6,11 @@
 
 #include "progress_bar.hpp"
 #include "stack_report.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
 namespace cost = tsp::cost;
-
-std::vector<cost::Strategy> strategies_at(int n, bool attention_cores) {
-  std::vector<cost::Strategy> v = {cost::Strategy::tsp(n), cost::Strategy::tp(n),
-                                   cost::Strategy::megatron_sp(n), cost::Strategy::sp(n)};
-  if (attention_cores) v.insert(v.end(), {cost::Strategy::ulysses(n), cost::Strategy::ring(n)});
-  for (int T = 2; T < n; ++T)
-    if (n % T == 0) v.push_back(cost::Strategy::tp_sp(T, n / T));
-  return v;
-}
 
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   auto* cmd = app.add_subcommand(
@@ -44,7 +36,7 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   if (const std::string why = why_invalid(p, cost::Strategy::tsp(1)); !why.empty())
     throw ConfigError(why);
   const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock);
-  const auto strategies = strategies_at(p.ranks);
+  const auto strategies = tsp::strategies_at(p.ranks);
   char line[512];
   std::snprintf(line, sizeof line,
                 "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy the layer "

@@ -1,8 +1,8 @@
-// `tspemu compare`: every strategy on one configuration and N ranks, side by side — TSP D=N, TP
-// T=N, Megatron-SP T=N, SP Sp=N, Ulysses n=N, ring attention n=N and every TP+SP factorization
-// T×Sp=N with T, Sp > 1 — each the
-// layer stack (layer_stack.hpp) checked like `run`; a strategy the shape does not allow is a row
-// with the reason.
+// `tspemu compare`: every strategy on one configuration and N ranks, side by side — the strategy
+// table's strategies_at(N) (strategy.hpp): TSP D=N, TP T=N, Megatron-SP T=N, SP Sp=N, Ulysses
+// n=N, ring attention n=N and every TP+SP factorization T×Sp=N with T, Sp > 1 — each the layer
+// stack (layer_stack.hpp) checked like `run`; a strategy the shape does not allow is a row with
+// the reason.
 #pragma once
 
 #include <iosfwd>
@@ -24,9 +24,5 @@ struct CompareArgs {
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& a);
 // 0: every strategy that ran passed; 1 otherwise.
 int compare_command(const CompareArgs& a, std::ostream& out);
-
-// The strategies compared at n ranks, in table order; without attention_cores, no Ulysses and ring
-// rows (what `plan` estimates: its per-device model has no Ulysses / ring).
-std::vector<tsp::cost::Strategy> strategies_at(int n, bool attention_cores = true);
 
 }  // namespace tspemu::app

@@ -13,35 +13,14 @@
 #include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/baseline_attention.hpp"
-#include "tspemu/tsp/baseline_mlp.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
-#include "tspemu/tsp/ring_attention.hpp"
-#include "tspemu/tsp/sequence_sharded_attention.hpp"
-#include "tspemu/tsp/tsp_layer.hpp"
-#include "tspemu/tsp/ulysses_attention.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
 namespace cost = tsp::cost;
 
 namespace {
-
-tsp::BaselineShape baseline_shape(const StackConfig& c) {
-  const auto& st = c.strategy;
-  switch (st.scheme) {
-    case cost::Scheme::tp:
-      return tsp::BaselineShape::tp(c.model, st.T, c.B, c.S);
-    case cost::Scheme::megatron_sp:
-      return tsp::BaselineShape::megatron_sp(c.model, st.T, c.B, c.S);
-    case cost::Scheme::sp:
-    case cost::Scheme::ulysses:  // the SP shape: zigzag tokens, replicated weights
-    case cost::Scheme::ring:
-      return tsp::BaselineShape::sp(c.model, st.Sp, c.B, c.S);
-    default:
-      return tsp::BaselineShape::tp_sp(c.model, st.T, st.Sp, c.B, c.S);
-  }
-}
 
 // The reference's seeded normal stream (init.hpp), rounded to float.
 std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, std::string_view name) {
@@ -112,24 +91,48 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-void run_tsp(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
-             const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
-             StackTensors<float>& got) {
-  const tsp::TspShape s = tsp_shape(c);
-  const tsp::SequenceLayout layout = s.layout();
+tsp::LayerProblem layer_problem(const StackConfig& c) {
+  tsp::LayerProblem p;
+  p.model = c.model;
+  p.B = c.B;
+  p.S = c.S;
+  p.tsp.layout = c.layout;
+  p.tsp.head_buckets = c.head_buckets;
+  return p;
+}
+
+// The layer stack of any strategy: per rank, its placement and L layers from the strategy
+// table's block factory (strategy.hpp), the seeded input and upstream gradient scattered to its
+// token rows, forward then backward, and (checked) its share of the full outputs and gradients.
+void run_layers(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
+                const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
+                StackTensors<float>& got) {
+  const tsp::StrategyInfo& strategy = tsp::strategy_info(c.strategy.scheme);
+  const tsp::LayerProblem problem = layer_problem(c);
   const int L = c.model.n_layers, C = c.model.hidden;
-  const std::size_t local = static_cast<std::size_t>(c.B) * s.Tl() * C;
   world.run([&](Rank& rank) {
     const int p = rank.id();
     Arena& a = rank.arena();
-    std::vector<std::unique_ptr<tsp::TspLayer>> layers;
-    for (const auto& lw : w) layers.push_back(std::make_unique<tsp::TspLayer>(rank, s, lw));
+    const tsp::RankPlacement place = strategy.place(problem, c.strategy, p);
+    const std::size_t rows = place.positions.size();
+    const std::size_t local = static_cast<std::size_t>(c.B) * rows * C;
+    auto each_row = [&](auto fn) {  // fn(local offset, global offset) of each token row
+      for (int b = 0; b < c.B; ++b)
+        for (std::size_t i = 0; i < rows; ++i)
+          fn((static_cast<std::size_t>(b) * rows + i) * C,
+             (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(place.positions[i])) *
+                 C);
+    };
+    std::vector<std::unique_ptr<tsp::RankLayer>> layers;
+    for (const auto& lw : w) layers.push_back(strategy.make_layer(rank, problem, c.strategy, lw));
     std::vector<Buffer<float>> act;
     for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
     auto g = a.allocate<float>(local, Category::workspace);
     auto g_next = a.allocate<float>(local, Category::workspace);
-    layout.scatter(x.data(), act[0].data(), p, c.B, C);
-    layout.scatter(dy.data(), g.data(), p, c.B, C);
+    each_row([&](std::size_t lo, std::size_t gl) {
+      std::memcpy(act[0].data() + lo, x.data() + gl, C * sizeof(float));
+      std::memcpy(g.data() + lo, dy.data() + gl, C * sizeof(float));
+    });
     a.reset_peaks();
     StepClock clock(rank, out);
     clock.start();
@@ -145,93 +148,24 @@ void run_tsp(const StackConfig& c, World& world, const std::vector<ref::LayerWei
     }
     clock.backward_done();
     if (!c.check) return;
-    // Ranks own disjoint tokens and shards: they fill the full tensors concurrently.
-    layout.gather(act.back().data(), got.y.data(), p, c.B, C);
-    layout.gather(g.data(), got.dx.data(), p, c.B, C);
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      const auto& att = layers[l]->attention();
-      const auto& mlp = layers[l]->mlp();
-      tsp::unpack_attention_shard(att.grad_shard().data(), s, p, got.grads[l]);
-      tsp::unpack_mlp_shard(mlp.grad_shard().data(), s, p, got.grads[l]);
-      if (p == 0) {
-        std::copy(att.grad_norm().begin(), att.grad_norm().end(), got.grads[l].input_norm.begin());
-        std::copy(mlp.grad_norm().begin(), mlp.grad_norm().end(), got.grads[l].post_norm.begin());
-      }
-    }
-  });
-}
-
-// The layer stack of a mesh strategy: per layer the attention block make(rank, shape, weights)
-// returns (BaselineAttention, or SequenceShardedAttention with a Ulysses / ring core), then
-// BaselineMlp.
-template <class MakeAttention>
-void run_mesh(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
-              const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
-              StackTensors<float>& got, MakeAttention make) {
-  const tsp::BaselineShape s = baseline_shape(c);
-  const tsp::TspShape shard = s.shard_shape();
-  const int L = c.model.n_layers, C = c.model.hidden;
-  const std::size_t local = static_cast<std::size_t>(c.B) * s.rows() * C;
-  world.run([&](Rank& rank) {
-    const int p = rank.id();
-    Arena& a = rank.arena();
-    const auto pos = s.positions(p);
-    auto rows = [&](auto fn) {  // fn(local offset, global offset) of each token row
-      for (int b = 0; b < c.B; ++b)
-        for (int i = 0; i < s.rows(); ++i)
-          fn((static_cast<std::size_t>(b) * s.rows() + i) * C,
-             (static_cast<std::size_t>(b) * c.S + pos[static_cast<std::size_t>(i)]) * C);
-    };
-    std::vector<decltype(make(rank, s, w[0]))> att;
-    std::vector<std::unique_ptr<tsp::BaselineMlp>> mlp;
-    for (const auto& lw : w) {
-      att.push_back(make(rank, s, lw));
-      mlp.push_back(std::make_unique<tsp::BaselineMlp>(rank, s, lw));
-    }
-    std::vector<Buffer<float>> act, mid;
-    for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
-    for (int l = 0; l < L; ++l) mid.push_back(a.allocate<float>(local, Category::activations));
-    auto g = a.allocate<float>(local, Category::workspace);
-    auto g_mid = a.allocate<float>(local, Category::workspace);
-    auto g_next = a.allocate<float>(local, Category::workspace);
-    rows([&](std::size_t lo, std::size_t gl) {
-      std::memcpy(act[0].data() + lo, x.data() + gl, C * sizeof(float));
-      std::memcpy(g.data() + lo, dy.data() + gl, C * sizeof(float));
-    });
-    a.reset_peaks();
-    StepClock clock(rank, out);
-    clock.start();
-    for (std::size_t l = 0; l < att.size(); ++l) {
-      att[l]->forward(act[l].data(), mid[l].data());
-      mlp[l]->forward(mid[l].data(), act[l + 1].data());
-      if (p == 0 && c.on_step) c.on_step();
-    }
-    clock.forward_done();
-    for (std::size_t l = att.size(); l-- > 0;) {
-      mlp[l]->backward(mid[l].data(), g.data(), g_mid.data());
-      att[l]->backward(act[l].data(), g_mid.data(), g_next.data());
-      std::swap(g, g_next);
-      if (p == 0 && c.on_step) c.on_step();
-    }
-    clock.backward_done();
-    if (!c.check) return;
-    // One replica writes each element: column 0 of a row its tokens (every rank under
-    // Megatron-SP, whose ranks hold different pieces), row 0 its column's shard, rank 0 the norms.
-    if (s.sequence_parallel || s.col(p) == 0)
-      rows([&](std::size_t lo, std::size_t gl) {
+    // One replica writes each element (placement.reports_*), rank 0 the norms: the ranks fill
+    // disjoint parts of the full tensors concurrently.
+    if (place.reports_tokens)
+      each_row([&](std::size_t lo, std::size_t gl) {
         std::memcpy(got.y.data() + gl, act.back().data() + lo, C * sizeof(float));
         std::memcpy(got.dx.data() + gl, g.data() + lo, C * sizeof(float));
       });
-    for (std::size_t l = 0; l < att.size(); ++l) {
-      if (s.row(p) == 0) {
-        tsp::unpack_attention_shard(att[l]->grad_shard().data(), shard, s.col(p), got.grads[l]);
-        tsp::unpack_mlp_shard(mlp[l]->grad_shard().data(), shard, s.col(p), got.grads[l]);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const tsp::RankLayer& layer = *layers[l];
+      if (place.reports_shard) {
+        tsp::unpack_attention_shard(layer.attention_grad_shard().data(), place.shard_shape,
+                                    place.shard, got.grads[l]);
+        tsp::unpack_mlp_shard(layer.mlp_grad_shard().data(), place.shard_shape, place.shard,
+                              got.grads[l]);
       }
       if (p == 0) {
-        std::copy(att[l]->grad_norm().begin(), att[l]->grad_norm().end(),
-                  got.grads[l].input_norm.begin());
-        std::copy(mlp[l]->grad_norm().begin(), mlp[l]->grad_norm().end(),
-                  got.grads[l].post_norm.begin());
+        std::ranges::copy(layer.attention_grad_norm(), got.grads[l].input_norm.begin());
+        std::ranges::copy(layer.mlp_grad_norm(), got.grads[l].post_norm.begin());
       }
     }
   });
@@ -251,12 +185,13 @@ tsp::TspShape tsp_shape(const StackConfig& c) {
 }
 
 void validate_stack(const StackConfig& c) {
-  if (c.strategy.scheme == cost::Scheme::tsp)
-    tsp_shape(c).validate();
-  else if (c.strategy.scheme == cost::Scheme::ulysses)
-    tsp::check_ulysses_shape(baseline_shape(c));
-  else
-    baseline_shape(c).validate();
+  c.model.validate();
+  if (c.B < 1 || c.S < 1)
+    throw std::invalid_argument(c.strategy.name() + ": B=" + std::to_string(c.B) +
+                                " and S=" + std::to_string(c.S) + " must be >= 1");
+  const tsp::RuleOptions rules{.tsp_layout = c.layout, .head_buckets = c.head_buckets};
+  if (const auto v = tsp::violation(cost::ModelShape::from(c.model, c.B, c.S), c.strategy, rules))
+    throw std::invalid_argument(c.strategy.name() + ": " + v->message);
 }
 
 void StepClock::start() {
@@ -371,23 +306,7 @@ StackResult run_stack(const StackConfig& c) {
     got.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<float>::zeros(c.model));
   }
   World world(stack_world_options(c, n));
-  using LayerW = ref::LayerWeights<float>;
-  if (c.strategy.scheme == cost::Scheme::tsp) {
-    run_tsp(c, world, w32.layers, x, dy, out, got);
-  } else if (c.strategy.attention_core()) {
-    const bool ulysses = c.strategy.scheme == cost::Scheme::ulysses;
-    run_mesh(c, world, w32.layers, x, dy, out, got,
-             [ulysses](Rank& r, const tsp::BaselineShape& s, const LayerW& lw) {
-               auto core =
-                   ulysses ? tsp::ulysses_attention_core(r, s) : tsp::ring_attention_core(r, s);
-               return std::make_unique<tsp::SequenceShardedAttention>(r, s, lw, std::move(core));
-             });
-  } else {
-    run_mesh(c, world, w32.layers, x, dy, out, got,
-             [](Rank& r, const tsp::BaselineShape& s, const LayerW& lw) {
-               return std::make_unique<tsp::BaselineAttention>(r, s, lw);
-             });
-  }
+  run_layers(c, world, w32.layers, x, dy, out, got);
   finish_debugging(c, world, out);
   out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
 

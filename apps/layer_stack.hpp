@@ -1,7 +1,7 @@
 // A training step (forward + backward) of L stacked layers — attention block then MLP block per
-// layer, no embedding and no LM head — under any strategy (TSP, a baseline of the T × Sp mesh, or
-// Ulysses / ring attention: SequenceShardedAttention with its core, then the SP MLP block),
-// measured (time, arena peaks, bytes per collective kind) and checked:
+// layer, no embedding and no LM head — under any strategy of the strategy table (strategy.hpp:
+// each rank's placement and layers come from its entry's block factory), measured (time, arena
+// peaks, bytes per collective kind) and checked:
 //   * traffic: each rank's counters against L × cost::layer_traffic for that rank, exactly;
 //   * numerics (optional): every output and gradient against the same stack run by the reference
 //     in float and in double (the fp64 oracle), with the rule of reference/numerics.hpp.
@@ -59,7 +59,7 @@ WorldOptions stack_world_options(const StackConfig& c, int ranks);
 
 // The TSP shape of c (strategy TSP).
 tsp::TspShape tsp_shape(const StackConfig& c);
-// Throws std::invalid_argument when the strategy cannot run this shape (the library's message).
+// Throws std::invalid_argument when the strategy cannot run this shape (the strategy table's rule).
 void validate_stack(const StackConfig& c);
 // The number of on_step calls one run makes (run_stack, or run_tsp_model when whole_model).
 int stack_steps(const StackConfig& c, bool whole_model = false);

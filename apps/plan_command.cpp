@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <ostream>
 
-#include "compare_command.hpp"
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
@@ -65,7 +65,8 @@ struct Row {
 
 std::vector<Row> plan_rows(const cost::ModelShape& m, int n, cost::Recompute rc) {
   std::vector<Row> rows;
-  for (const cost::Strategy& st : strategies_at(n, /*attention_cores=*/false)) {
+  for (const cost::Strategy& st : tsp::strategies_at(n)) {
+    if (!tsp::strategy_info(st.scheme).device_estimate) continue;
     Row r{st, {}, {}, {}};
     try {
       r.mem = cost::device_memory(m, st, cost::ElementSizes::bf16(), rc);

@@ -1,6 +1,7 @@
 #include "problem_options.hpp"
 
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
@@ -46,15 +47,16 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
 }
 
 void add_strategy_options(CLI::App& app, ProblemOptions& o) {
-  app.add_option("--strategy", o.strategy,
-                 "tsp, tp (Megatron), megatron-sp (TP + sequence parallel), sp (context "
-                 "parallel, K/V all-gathered), tp-sp (a --tp x --sp mesh), ulysses (DeepSpeed-"
-                 "Ulysses: sequence<->heads all-to-all) or ring (ring attention: K/V blocks "
-                 "passed round)")
+  std::string help;
+  std::vector<std::string> names;
+  for (const tsp::StrategyInfo& e : tsp::strategies()) {
+    help += std::string(help.empty() ? "" : "\n") + e.name + ": " + e.description;
+    names.emplace_back(e.name);
+  }
+  app.add_option("--strategy", o.strategy, help)
       ->capture_default_str()
-      ->check(CLI::IsMember({"tsp", "tp", "megatron-sp", "sp", "tp-sp", "ulysses", "ring"}));
-  app.add_option("--ranks,-D", o.ranks,
-                 "ranks: the degree of tsp, tp, megatron-sp, sp, ulysses and ring")
+      ->check(CLI::IsMember(names));
+  app.add_option("--ranks,-D", o.ranks, "ranks: the degree of every strategy but tp-sp")
       ->capture_default_str();
   app.add_option("--tp", o.tp, "tp-sp: tensor-parallel degree T (ranks in a row)")
       ->capture_default_str();
@@ -62,42 +64,51 @@ void add_strategy_options(CLI::App& app, ProblemOptions& o) {
       ->capture_default_str();
 }
 
-const char* strategy_flag(cost::Scheme s) {
-  switch (s) {
-    case cost::Scheme::tsp:
-      return "tsp";
-    case cost::Scheme::tp:
-      return "tp";
-    case cost::Scheme::megatron_sp:
-      return "megatron-sp";
-    case cost::Scheme::sp:
-      return "sp";
-    case cost::Scheme::tp_sp:
-      return "tp-sp";
-    case cost::Scheme::ulysses:
-      return "ulysses";
-    case cost::Scheme::ring:
-      return "ring";
-  }
-  return "?";
-}
-
 cost::Strategy parse_strategy(const ProblemOptions& o) {
-  if (o.strategy == "tsp") return cost::Strategy::tsp(o.ranks);
-  if (o.strategy == "tp") return cost::Strategy::tp(o.ranks);
-  if (o.strategy == "megatron-sp") return cost::Strategy::megatron_sp(o.ranks);
-  if (o.strategy == "sp") return cost::Strategy::sp(o.ranks);
-  if (o.strategy == "tp-sp") return cost::Strategy::tp_sp(o.tp, o.sp);
-  if (o.strategy == "ulysses") return cost::Strategy::ulysses(o.ranks);
-  if (o.strategy == "ring") return cost::Strategy::ring(o.ranks);
-  throw ConfigError("--strategy " + o.strategy +
-                    ": must be tsp, tp, megatron-sp, sp, tp-sp, ulysses or ring");
+  try {
+    return tsp::strategy_named(o.strategy).make(o.ranks, o.tp, o.sp);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError("--strategy " + o.strategy + ": " + e.what());
+  }
 }
 
 namespace {
 
 std::string flag(const char* name, long long v) {
   return std::string(name) + " " + std::to_string(v);
+}
+
+// The flag that sets the degree a rule's divisor comes from.
+std::string degree_flag(const cost::Strategy& st, tsp::Axis axis) {
+  if (tsp::strategy_info(st.scheme).mesh != tsp::MeshKind::grid) return flag("--ranks", st.ranks());
+  return axis == tsp::Axis::first ? flag("--tp", st.T) : flag("--sp", st.Sp);
+}
+
+// A broken rule of the strategy table, said in terms of the flags.
+std::string flag_message(const tsp::Violation& v, const cost::Strategy& st) {
+  const std::string by =
+      v.divisor_label + " = " + std::to_string(v.divisor) + " (" + degree_flag(st, v.axis) + ")";
+  const std::string degree = std::string(tsp::strategy_info(st.scheme).degree_name) + " " + by;
+  switch (v.quantity) {
+    case tsp::Quantity::heads:
+      return flag("--heads", v.value) + ": the query heads must be divisible by " + degree;
+    case tsp::Quantity::kv_heads:
+      return flag("--kv-heads", v.value) + ": the key/value heads must be divisible by " + degree;
+    case tsp::Quantity::ffn:
+      return flag("--ffn", v.value) + ": the MLP width must be divisible by " + degree;
+    case tsp::Quantity::vocab:
+      return flag("--vocab", v.value) + ": the vocabulary must be divisible by " + degree;
+    case tsp::Quantity::seq:
+      return flag("--seq", v.value) + ": S must be divisible by " + v.divisor_label + " = " +
+             std::to_string(v.divisor) + (v.purpose.empty() ? "" : " " + v.purpose) + " (" +
+             degree_flag(st, v.axis) + ")";
+    case tsp::Quantity::head_buckets:
+      return flag("--head-buckets", v.divisor) + ": must divide the KV heads per rank " +
+             std::to_string(v.value);
+    case tsp::Quantity::degree:
+      return degree_flag(st, v.axis) + ": " + v.message;
+  }
+  return v.message;
 }
 
 }  // namespace
@@ -119,53 +130,15 @@ std::string why_invalid(const ProblemOptions& o, const cost::Strategy& st, bool 
   if (o.B < 1) return flag("--batch", o.B) + ": B must be at least 1";
   if (o.S < 1) return flag("--seq", o.S) + ": S must be at least 1";
 
-  const bool is_tsp = st.scheme == cost::Scheme::tsp;
-  const bool mesh = st.scheme == cost::Scheme::tp_sp;
-  const int T = is_tsp ? st.D : st.T;
-  const std::string tflag = mesh ? flag("--tp", T) : flag("--ranks", is_tsp ? st.D : st.ranks());
-  const std::string sflag = mesh ? flag("--sp", st.Sp) : flag("--ranks", st.Sp);
-  if (T < 1 || st.Sp < 1 || st.ranks() > kMaxRanks)
-    return (T < 1       ? tflag
-            : st.Sp < 1 ? sflag
-                        : tflag) +
+  const bool grid = tsp::strategy_info(st.scheme).mesh == tsp::MeshKind::grid;
+  if (st.D < 1 || st.T < 1 || st.Sp < 1 || st.ranks() > kMaxRanks)
+    return degree_flag(st, grid && st.T >= 1 && st.Sp < 1 ? tsp::Axis::sp : tsp::Axis::first) +
            ": the ranks must be 1 to " + std::to_string(kMaxRanks);
-  const std::string degree =
-      std::string(is_tsp ? "the TSP degree D = " : "the tensor-parallel degree T = ") +
-      std::to_string(T) + " (" + tflag + ")";
-  if (m.n_heads % T != 0)
-    return flag("--heads", m.n_heads) + ": the query heads must be divisible by " + degree;
-  if (m.n_kv_heads % T != 0)
-    return flag("--kv-heads", m.n_kv_heads) + ": the key/value heads must be divisible by " +
-           degree;
-  if (m.ffn % T != 0)
-    return flag("--ffn", m.ffn) + ": the MLP width must be divisible by " + degree;
-  if (is_tsp) {
-    const int need = o.layout == "zigzag" ? 2 * st.D : st.D;
-    if (o.S % need != 0)
-      return flag("--seq", o.S) + ": S must be divisible by " +
-             (o.layout == "zigzag" ? "2·D = " : "D = ") + std::to_string(need) + " for the " +
-             o.layout + " layout (" + tflag + ")";
-    if (o.head_buckets < 1 || (m.n_kv_heads / st.D) % o.head_buckets != 0)
-      return flag("--head-buckets", o.head_buckets) + ": must divide the KV heads per rank " +
-             std::to_string(m.n_kv_heads / st.D);
-    if (whole_model && (m.vocab < 1 || m.vocab % st.D != 0))
-      return flag("--vocab", m.vocab) + ": the vocabulary must be divisible by " + degree;
-  }
-  if (st.scheme == cost::Scheme::ulysses) {
-    const std::string n = "the Ulysses degree n = " + std::to_string(st.Sp) + " (" + sflag +
-                          "; each rank attends whole heads)";
-    if (m.n_heads % st.Sp != 0)
-      return flag("--heads", m.n_heads) + ": the query heads must be divisible by " + n;
-    if (m.n_kv_heads % st.Sp != 0)
-      return flag("--kv-heads", m.n_kv_heads) + ": the key/value heads must be divisible by " + n;
-  }
-  if (st.Sp > 1 && o.S % (2 * st.Sp) != 0)
-    return flag("--seq", o.S) + ": S must be divisible by " +
-           (st.attention_core() ? "2·n = " : "2·Sp = ") + std::to_string(2 * st.Sp) +
-           " for the zigzag layout (" + sflag + ")";
-  if (st.scheme == cost::Scheme::megatron_sp && (o.S / st.Sp) % T != 0)
-    return flag("--seq", o.S) + ": S must be divisible by T = " + std::to_string(T) +
-           " for Megatron sequence parallelism (" + tflag + ")";
+  const tsp::RuleOptions rules{.tsp_layout = tsp::parse_layout(o.layout),
+                               .head_buckets = o.head_buckets,
+                               .whole_model = whole_model};
+  if (const auto v = tsp::violation(cost::ModelShape::from(m, o.B, o.S), st, rules))
+    return flag_message(*v, st);
   return "";
 }
 

@@ -37,16 +37,15 @@ struct ProblemOptions {
 // Model and size flags (--layers --hidden --heads --kv-heads --ffn --vocab --tied --batch --seq
 // --seed --layout --head-buckets --pin).
 void add_problem_options(CLI::App& app, ProblemOptions& o);
-// --strategy, --ranks/-D, --tp, --sp.
+// --strategy (the strategy table's names), --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);
 
 // --sim-clock NAME: nullopt for "", the preset for "nvlink" or "network", ConfigError otherwise.
 std::optional<SimClockModel> sim_clock_option(const std::string& name);
 
-// "tsp", "tp", "megatron-sp", "sp", "tp-sp", "ulysses", "ring" with the degrees of o (ConfigError
-// otherwise).
+// The strategy table's entry named o.strategy (strategy.hpp) with the degrees of o: --ranks, or
+// --tp × --sp for a grid (ConfigError listing the known names otherwise).
 tsp::cost::Strategy parse_strategy(const ProblemOptions& o);
-const char* strategy_flag(tsp::cost::Scheme s);  // the CLI name of a scheme
 
 // The stack configuration of o for strategy st (degree flags as given by `degree_flags`, e.g.
 // "--ranks 3"), checked: throws ConfigError naming the flag and the constraint. `whole_model`

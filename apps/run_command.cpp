@@ -6,6 +6,7 @@
 #include "progress_bar.hpp"
 #include "stack_report.hpp"
 #include "tsp_run.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
@@ -42,7 +43,7 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
 
 int run_command(const RunArgs& a, std::ostream& out) {
   const tsp::cost::Strategy st = parse_strategy(a.problem);
-  const bool whole = st.scheme == tsp::cost::Scheme::tsp && !a.layers_only;
+  const bool whole = tsp::strategy_info(st.scheme).whole_model && !a.layers_only;
   StackConfig c = make_stack_config(a.problem, st, whole);
   c.check = !a.no_check;
   c.trace_path = a.trace_path;

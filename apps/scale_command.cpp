@@ -8,6 +8,7 @@
 #include "progress_bar.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
@@ -18,9 +19,14 @@ CLI::App* add_scale_command(CLI::App& app, ScaleArgs& a) {
       "scale",
       "CPU scaling of one strategy: strong (fixed problem, D = 1, 2, 4 ... --max-ranks) and weak "
       "(fixed tokens per rank) scaling, tokens/s and parallel efficiency, table, JSON and SVG");
-  cmd->add_option("--strategy", a.problem.strategy, "tsp, tp, megatron-sp or sp")
+  std::vector<std::string> one_axis;  // the degree D is the one --max-ranks steps through
+  for (const tsp::StrategyInfo& e : tsp::strategies())
+    if (e.mesh == tsp::MeshKind::one_axis) one_axis.emplace_back(e.name);
+  std::string names;
+  for (const std::string& n : one_axis) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--strategy", a.problem.strategy, names)
       ->capture_default_str()
-      ->check(CLI::IsMember({"tsp", "tp", "megatron-sp", "sp"}));
+      ->check(CLI::IsMember(one_axis));
   cmd->add_option("--max-ranks,-N", a.max_ranks, "largest degree D (powers of two up to it)")
       ->capture_default_str();
   cmd->add_option("--mode", a.mode, "strong, weak or both")

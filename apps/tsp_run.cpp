@@ -42,10 +42,7 @@ VocabTraffic vocab_traffic(const ref::ModelConfig& m, int D, int rank) {
 
 StackResult run_tsp_model(const StackConfig& c) {
   const tsp::TspShape s = tsp_shape(c);
-  s.validate();
-  if (s.model.vocab % s.D != 0)
-    throw std::invalid_argument("TSP config: D=" + std::to_string(s.D) +
-                                " does not divide vocab=" + std::to_string(s.model.vocab));
+  s.validate_whole_model();
   const int D = s.D, B = s.B, S = s.S, L = s.model.n_layers;
   auto w64 = ref::init_weights<double>(s.model, c.seed);
   auto w32 = ref::convert_weights<float>(w64);

@@ -16,6 +16,8 @@
 
 #include "cli.hpp"
 #include "plan_command.hpp"
+#include "problem_options.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 namespace {
@@ -227,6 +229,56 @@ TEST(Cli, PlanOfThePaperModelAt128KOrdersTspBelowTp) {
   std::remove(json.c_str());
 }
 
+// plan's forward bytes per layer per device are the strategy table's traffic formula (elements)
+// times bf16's 2 bytes, for every strategy it lists, at the paper's model from 16K to 128K.
+TEST(Cli, PlanPrintsTheStrategyTablesTrafficFormula) {
+  const std::string json = temp_path("plan.json"), svg = temp_path("plan.svg");
+  const Outcome o =
+      tspemu({"plan", "paper-7b", "--sweep", "seq=16K..128K", "--svg", svg, "--json", json});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json j = read_json(json);
+  ASSERT_EQ(j.at("tables").size(), 4u);
+  int checked = 0;
+  for (const auto& table : j.at("tables")) {
+    const tsp::cost::ModelShape m = tsp::cost::paper_7b(1, table.at("S").get<std::int64_t>());
+    for (const auto& row : table.at("rows")) {
+      ASSERT_TRUE(row.at("skipped").is_null()) << row.dump();
+      const std::string name = row.at("strategy");
+      bool found = false;
+      for (const tsp::cost::Strategy& st : tsp::strategies_at(8)) {
+        if (st.name() != name) continue;
+        found = true;
+        const double elements = tsp::strategy_info(st.scheme).paper_forward_elements(m, st);
+        EXPECT_DOUBLE_EQ(row.at("forward_bytes_per_layer").get<double>(), elements * 2)
+            << name << " S=" << m.S;
+        ++checked;
+      }
+      EXPECT_TRUE(found) << name << " is not a strategy of the table at 8 ranks";
+    }
+  }
+  EXPECT_EQ(checked, 4 * 6);  // TSP, TP, Megatron-SP, SP, TP+SP 2x4 and 4x2 at each length
+  std::remove(json.c_str());
+  std::remove(svg.c_str());
+}
+
+TEST(Cli, AnUnknownStrategyIsRejectedListingTheKnownOnes) {
+  const Outcome o = tspemu({"run", "--strategy", "fsdp"});
+  EXPECT_EQ(o.code, 2);
+  for (const tsp::StrategyInfo& e : tsp::strategies())
+    EXPECT_NE(o.err.find(e.name), std::string::npos) << e.name << " not listed in: " << o.err;
+  ProblemOptions p;
+  p.strategy = "fsdp";
+  try {
+    parse_strategy(p);
+    FAIL() << "parse_strategy accepted fsdp";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--strategy fsdp: unknown strategy 'fsdp' (known: " +
+                                         tsp::strategy_names() + ")"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Cli, ScaleWritesJsonAndAWellFormedSvg) {
   const std::string json = temp_path("scale.json"), svg = temp_path("scale.svg");
   const Outcome o = tspemu(tiny({"scale", "--max-ranks", "2", "--repeat", "1", "--mode", "both",
@@ -361,7 +413,7 @@ TEST(Cli, HelpExplainsEveryOptionWithItsDefault) {
   }
   const Outcome run = tspemu({"run", "--help"});
   EXPECT_NE(run.out.find("--seq INT=2048"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("--strategy TEXT:{tsp,tp,megatron-sp,sp,tp-sp,ulysses,ring}=tsp"),
+  EXPECT_NE(run.out.find("--strategy TEXT:{tsp,tp,megatron-sp,sp,ulysses,ring,tp-sp}=tsp"),
             std::string::npos);
   EXPECT_NE(tspemu({"plan", "--help"}).out.find("--device-mem TEXT=80GB"), std::string::npos);
 }
