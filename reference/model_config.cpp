@@ -1,5 +1,6 @@
 #include "tspemu/reference/model_config.hpp"
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -13,6 +14,16 @@ namespace {
 
 void require_positive(const char* field, int value) {
   if (value <= 0) fail(std::string(field) + "=" + std::to_string(value) + " must be positive");
+}
+
+// RoPE divides by powers of rope_base and RMSNorm adds norm_eps under a square root: an infinite
+// or NaN value turns every activation into NaN or zero, which no later check would name.
+void require_finite_positive(const char* field, double value) {
+  if (!std::isfinite(value) || value <= 0) {
+    std::ostringstream s;
+    s << field << "=" << value << " must be positive and finite";
+    fail(s.str());
+  }
 }
 
 }  // namespace
@@ -36,17 +47,8 @@ void ModelConfig::validate() const {
     fail("head size hidden/n_heads=" + std::to_string(head_size()) +
          " must be even (RoPE rotates pairs)");
   }
-  // Written as !(x > 0) so NaN is rejected too.
-  if (!(rope_base > 0)) {
-    std::ostringstream s;
-    s << "rope_base=" << rope_base << " must be positive";
-    fail(s.str());
-  }
-  if (!(norm_eps > 0)) {
-    std::ostringstream s;
-    s << "norm_eps=" << norm_eps << " must be positive";
-    fail(s.str());
-  }
+  require_finite_positive("rope_base", rope_base);
+  require_finite_positive("norm_eps", norm_eps);
 }
 
 std::string ModelConfig::to_string() const {

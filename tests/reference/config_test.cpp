@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -68,6 +69,17 @@ TEST(ModelConfig, RejectsNonPositiveOrNanRopeBaseAndEps) {
   expect_rejected([](ModelConfig& c) { c.rope_base = 0; }, "rope_base=0 must be positive");
   expect_rejected([](ModelConfig& c) { c.rope_base = std::nan(""); }, "rope_base=nan");
   expect_rejected([](ModelConfig& c) { c.norm_eps = -1e-6; }, "norm_eps=-1e-06 must be positive");
+}
+
+TEST(ModelConfig, RejectsInfiniteRopeBaseAndEps) {
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_rejected([&](ModelConfig& c) { c.rope_base = inf; },
+                  "rope_base=inf must be positive and finite");
+  expect_rejected([&](ModelConfig& c) { c.rope_base = -inf; }, "rope_base=-inf");
+  expect_rejected([&](ModelConfig& c) { c.norm_eps = inf; },
+                  "norm_eps=inf must be positive and finite");
+  expect_rejected([](ModelConfig& c) { c.norm_eps = std::nan(""); }, "norm_eps=nan");
+  expect_rejected([](ModelConfig& c) { c.norm_eps = 0; }, "norm_eps=0 must be positive");
 }
 
 TEST(ModelConfig, WeightsCannotBeBuiltFromAnInvalidConfig) {
