@@ -2,7 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <system_error>
 
 #include "problem_options.hpp"
 
@@ -10,32 +14,84 @@ namespace tspemu::app {
 
 namespace {
 
-std::vector<std::string> options_of(const CLI::App& sub, const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw ConfigError("--config " + path + ": cannot read the file");
+// A config file holds a few options; anything larger is a mistake (a checkpoint, a log), refused
+// before it is read into memory.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
+// Keys and parser messages are quoted as at most 64 bytes of printable ASCII (anything else as
+// \xNN): a hostile file must not put megabytes or terminal escapes into the message.
+std::string printable(std::string_view s, std::size_t limit = 64) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += char(c);
+    } else {
+      static const char* const kHex = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (s.size() > limit) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+// The whole file, or ConfigError naming it: a directory, a FIFO or a device is refused before it is
+// opened (reading a directory throws std::ios_base::failure from the stream buffer; a FIFO without
+// a writer blocks forever), and a read error is reported rather than thrown past the parse phase.
+std::string read_config_file(const std::string& path) {
+  const std::string flag = "--config " + printable(path, 256);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) throw ConfigError(flag + ": cannot read the file (" + ec.message() + ")");
+  if (std::filesystem::is_directory(status))
+    throw ConfigError(flag + ": is a directory; give a JSON file");
+  if (!std::filesystem::is_regular_file(status))
+    throw ConfigError(flag + ": not a regular file; give a JSON file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw ConfigError(flag + ": cannot read the file (" + ec.message() + ")");
+  if (size > kMaxConfigBytes)
+    throw ConfigError(flag + ": " + std::to_string(size) + " bytes; a config file is at most " +
+                      std::to_string(kMaxConfigBytes) + " bytes");
+  try {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw ConfigError(flag + ": cannot read the file");
+    std::ostringstream text;
+    text << f.rdbuf();
+    if (f.bad()) throw ConfigError(flag + ": cannot read the file");
+    return text.str();
+  } catch (const std::ios_base::failure& e) {
+    throw ConfigError(flag + ": cannot read the file (" + printable(e.what(), 200) + ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> config_options(const CLI::App& sub, std::string_view json,
+                                        const std::string& path) {
+  const std::string flag = "--config " + printable(path, 256);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("--config " + path + ": not JSON (" + e.what() + ")");
+    throw ConfigError(flag + ": not JSON (" + printable(e.what(), 200) + ")");
   }
-  if (!j.is_object()) throw ConfigError("--config " + path + ": the file must hold a JSON object");
+  if (!j.is_object()) throw ConfigError(flag + ": the file must hold a JSON object");
   std::vector<std::string> out;
   for (const auto& [key, value] : j.items()) {
     if (key == "command" || key == "schema_version") continue;  // documents may say what they are
+    const std::string name = "\"" + printable(key) + "\"";
     const CLI::Option* opt = sub.get_option_no_throw("--" + key);
     if (opt == nullptr || key == "config")
-      throw ConfigError("--config " + path + ": \"" + key + "\" is not an option of `tspemu " +
-                        sub.get_name() + "` (see --help)");
+      throw ConfigError(flag + ": " + name + " is not an option of `tspemu " + sub.get_name() +
+                        "` (see --help)");
     const bool is_flag = opt->get_items_expected_min() == 0;
     auto text = [&](const nlohmann::json& v) -> std::string {
       if (v.is_string()) return v.get<std::string>();
       if (v.is_number()) return v.dump();
-      throw ConfigError("--config " + path + ": \"" + key + "\" must be a string or a number");
+      throw ConfigError(flag + ": " + name + " must be a string or a number");
     };
     if (is_flag) {
-      if (!value.is_boolean())
-        throw ConfigError("--config " + path + ": \"" + key + "\" is a flag: true or false");
+      if (!value.is_boolean()) throw ConfigError(flag + ": " + name + " is a flag: true or false");
       if (value.get<bool>()) out.push_back("--" + key);
     } else if (value.is_array()) {
       for (const auto& v : value) {
@@ -49,8 +105,6 @@ std::vector<std::string> options_of(const CLI::App& sub, const std::string& path
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<std::string> expand_config_files(const CLI::App& app, std::vector<std::string> args) {
   std::size_t at = 0;  // the subcommand's position
@@ -76,7 +130,7 @@ std::vector<std::string> expand_config_files(const CLI::App& app, std::vector<st
       rest.push_back(args[i]);
       continue;
     }
-    const auto opts = options_of(*sub, path);
+    const auto opts = config_options(*sub, read_config_file(path), path);
     from_files.insert(from_files.end(), opts.begin(), opts.end());
   }
   std::vector<std::string> out(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(at) + 1);
