@@ -2,7 +2,8 @@
 # Installs everything tspemu needs on a fresh Debian 12 machine (run as root).
 # python3-torch is Debian's PyTorch, used only by the reference conformance test (Debian's
 # /usr/bin/python3 owns it). CLI11 parses the tspemu command's arguments; nlohmann-json reads and
-# writes JSON (safetensors headers, reports).
+# writes JSON (safetensors headers, reports). clang builds the fuzzing harnesses; libFuzzer is in
+# libclang-rt-14-dev, which clang-14 only recommends (and --no-install-recommends skips).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -11,4 +12,4 @@ apt-get install -y -qq --no-install-recommends \
   libtbb-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev \
   nlohmann-json3-dev libcli11-dev pkg-config \
   python3 python3-torch python3-numpy \
-  clang-format >/dev/null
+  clang-format clang libclang-rt-14-dev >/dev/null
