@@ -104,7 +104,7 @@ void SendHandle::wait() {
   try {
     // seq_cst: pairs with the receiver's store of `consumed`; its copy is finished.
     detail::wait_until(comm.self(), comm.world_rank(peer_), op,
-                       [&] { return ch.consumed.load(std::memory_order_seq_cst) >= index_ + 1; });
+                       [&] { return detail::message_consumed(ch, index_); });
   } catch (...) {
     withdraw_or_wait();
     throw;
@@ -126,7 +126,7 @@ void SendHandle::withdraw_or_wait() noexcept {
   // below would withdraw that one instead (and a later withdraw_or_wait of it would then wait
   // forever). seq_cst: pairs with the receiver's store of `consumed`. Only this thread posts to
   // the slot, so if the message is not consumed now, the slot still holds it.
-  if (ch.consumed.load(std::memory_order_seq_cst) >= index_ + 1) {
+  if (detail::message_consumed(ch, index_)) {
     comm_ = nullptr;
     detail::record_end(comm.self(), record_, true);
     return;
@@ -135,8 +135,8 @@ void SendHandle::withdraw_or_wait() noexcept {
   std::uint32_t expected = detail::kPosted;
   // acq_rel: if the receiver already took the message (CAS fails), wait for its bounded copy.
   if (!msg.state.compare_exchange_strong(expected, detail::kWithdrawn, std::memory_order_acq_rel)) {
-    // kTaken, or the message was already consumed and its slot reused by a later send.
-    while (ch.consumed.load(std::memory_order_seq_cst) < index_ + 1) std::this_thread::yield();
+    // kTaken (the receiver is copying) or kConsumed: wait for the bounded copy.
+    while (!detail::message_consumed(ch, index_)) std::this_thread::yield();
   }
   comm_ = nullptr;
   detail::record_end(comm.self(), record_, false);
@@ -259,7 +259,19 @@ void RecvHandle::complete(Comm& comm) {
   const std::uint64_t bytes = msg.bytes;
   const std::uint64_t flow = msg.flow;
   const std::int64_t arrival = msg.sim_arrival_ns;
-  ch.consumed.store(index_ + 1, std::memory_order_seq_cst);
+  // Fix: storing index_ + 1 here moved the count backwards when an earlier receive from this peer
+  // completed after a later one, and the sender of the later message then waited forever. Mark
+  // this message, then advance the count over the leading consumed messages (only this thread
+  // writes `consumed` and kConsumed, so relaxed loads see our own earlier stores of them).
+  msg.state.store(detail::kConsumed, std::memory_order_seq_cst);
+  std::uint64_t leading = ch.consumed.load(std::memory_order_relaxed);
+  // seq_cst load of `posted`: pairs with the sender's store; a slot beyond it still holds an old,
+  // consumed message, so its state says nothing yet.
+  while (leading < ch.posted.load(std::memory_order_seq_cst) &&
+         ch.ring[leading % detail::kChannelDepth].state.load(std::memory_order_relaxed) ==
+             detail::kConsumed)
+    ++leading;
+  ch.consumed.store(leading, std::memory_order_seq_cst);
   state_of(comm, peer_).parker.unpark();
   detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : bytes);
   std::int64_t sim_begin = -1;

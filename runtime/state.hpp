@@ -83,20 +83,34 @@ struct P2PMessage {
   // kPosted -> kTaken by the receiver (CAS) before it reads a single-copy payload, or
   // kPosted -> kWithdrawn by a sender unwinding past an unfinished isend. The CAS decides who
   // owns the buffer: acq_rel on both sides, so the winner sees the loser's earlier writes.
+  // Then -> kConsumed by the receiver once its copy is done (seq_cst store; pairs with the
+  // sender's seq_cst load in message_consumed, and is the store half of the Parker handshake):
+  // receives from one peer may complete out of order, so this, not the channel's prefix count,
+  // says that this message's buffer is free.
   std::atomic<std::uint32_t> state{0};
   alignas(64) std::byte data[kEagerBytes];
 };
-enum P2PState : std::uint32_t { kPosted = 1, kTaken = 2, kWithdrawn = 3 };
+enum P2PState : std::uint32_t { kPosted = 1, kTaken = 2, kWithdrawn = 3, kConsumed = 4 };
 
 struct Channel {
   // Sender's count of messages posted; seq_cst store publishes ring[m % depth]; pairs with the
   // receiver's seq_cst load (also the Dekker store of Parker).
   alignas(64) std::atomic<std::uint64_t> posted{0};
-  // Receiver's count of messages consumed; seq_cst store tells the sender its buffer and slot are
-  // free; pairs with the sender's seq_cst load.
+  // Receiver's count of the leading messages consumed (every message below it is kConsumed; it
+  // never moves backwards, also when receives complete out of order); seq_cst store tells the
+  // sender those buffers and slots are free; pairs with the sender's seq_cst loads.
   alignas(64) std::atomic<std::uint64_t> consumed{0};
   P2PMessage ring[kChannelDepth];
 };
+
+// Whether message `index` of the channel has been copied by its receiver. Only for the sender of
+// an unfinished message: its slot is not reused before consumed passes index, so the slot's state
+// is this message's.
+inline bool message_consumed(const Channel& ch, std::uint64_t index) {
+  // seq_cst: pairs with the receiver's seq_cst stores of `consumed` and of the message's state.
+  return ch.consumed.load(std::memory_order_seq_cst) >= index + 1 ||
+         ch.ring[index % kChannelDepth].state.load(std::memory_order_seq_cst) == kConsumed;
+}
 
 struct WorldShared;
 struct Group;
