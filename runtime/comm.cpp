@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "round.hpp"
 #include "state.hpp"
+#include "transport/call.hpp"
 
 namespace tspemu {
 
@@ -38,15 +38,14 @@ const std::string& Comm::name() const {
 
 Comm Comm::split(int color, int key, const std::string& group_name) {
   if (!valid()) throw std::invalid_argument("Comm::split on an invalid Comm");
-  using detail::Round;
   const std::int64_t mine[2] = {color, key};
-  detail::Round rd(*this, {CollectiveKind::split, Dtype::i64, -1, 2},
-                   std::as_bytes(std::span<const std::int64_t>(mine)), nullptr);
+  detail::Call rd(*this, {CollectiveKind::split, Dtype::i64, -1, 2},
+                  std::as_bytes(std::span<const std::int64_t>(mine)));
   // (key, parent rank) of every member with my color, sorted: the new group's order.
   std::vector<std::pair<std::int64_t, int>> members;
   for (int r = 0; r < rd.size(); ++r) {
     std::int64_t theirs[2];
-    std::memcpy(theirs, rd.payload(r), sizeof theirs);  // eager: 16 bytes
+    rd.recv(r, 0, 0, std::as_writable_bytes(std::span(theirs)));
     if (color >= 0 && theirs[0] == color) members.emplace_back(theirs[1], r);
   }
   const std::uint64_t seq = rd.seq();

@@ -1,16 +1,5 @@
-// Shared state of a world and of its groups: the shared-memory transport behind Comm.
-//
-// Mailbox layout. Each group has one Slot per member. A collective call #s on rank r:
-//   1. writes its Descriptor into slot[r].desc[s % 2] (fingerprint, buffer pointers, and for
-//      payloads of at most kEagerBytes a copy of the data), then stores
-//      slot[r].progress = stage_value(s, kPublished);
-//   2. waits until every member has published #s and compares fingerprints;
-//   3. reads what it needs straight from the peers' buffers (single copy) or their eager copies;
-//   4. stores stage_value(s, kDone); a rank whose own buffers were read (not eager) waits for every
-//      member to reach kDone before it returns, because its caller may then reuse them.
-// Double buffering by s % 2 is safe: rank r writes desc[s % 2] only after seeing every member
-// publish #s-1, and a member publishes #s-1 only after it finished reading everything of #s-2.
-// Point-to-point messages use one Channel per ordered pair with kChannelDepth descriptors.
+// Shared state of a world and of its groups: the ranks, the run control, the groups (each with
+// its shared-memory mailbox, transport/shared_memory.hpp) and the transport the world uses.
 #pragma once
 
 #include <atomic>
@@ -28,6 +17,7 @@
 #include <vector>
 
 #include "parker.hpp"
+#include "transport/shared_memory.hpp"
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
@@ -37,80 +27,6 @@
 #include "watchdog.hpp"
 
 namespace tspemu::detail {
-
-inline constexpr std::size_t kEagerBytes = 256;
-inline constexpr std::uint64_t kChannelDepth = 4;
-
-enum Stage : std::uint64_t { kPublished = 1, kReduced = 2, kDone = 3 };
-constexpr std::uint64_t stage_value(std::uint64_t seq, std::uint64_t stage) {
-  return seq * 4 + stage;
-}
-
-struct Fingerprint {
-  CollectiveKind kind = CollectiveKind::barrier;
-  Dtype dtype = Dtype::byte;
-  int root = -1;
-  std::uint64_t count = 0;
-  bool operator==(const Fingerprint&) const = default;
-};
-std::string describe(const Fingerprint& fp);
-
-struct Descriptor {
-  Fingerprint fp;
-  const std::byte* send = nullptr;
-  std::byte* recv = nullptr;
-  std::int64_t sim_ns = 0;  // the rank's simulated clock when it entered (sim_clock.hpp)
-  std::uint64_t bytes = 0;  // this rank's payload
-  bool eager = false;       // payload copied into `data`
-  alignas(64) std::byte data[kEagerBytes];
-};
-
-struct alignas(64) Slot {
-  // Written by the owner only. seq_cst store publishes desc[s % 2] (and kReduced data, kDone
-  // completion); pairs with the seq_cst loads in Round::wait_stage. seq_cst rather than release
-  // because the same store is half of the Parker's Dekker handshake.
-  std::atomic<std::uint64_t> progress{0};
-  alignas(64) Descriptor desc[2];
-};
-
-struct P2PMessage {
-  Fingerprint fp;
-  const std::byte* data_ptr = nullptr;
-  std::uint64_t bytes = 0;
-  std::uint64_t flow = 0;           // trace flow id of the send, 0 when not tracing
-  std::int64_t sim_arrival_ns = 0;  // simulated arrival time at the receiver
-  bool eager = false;
-  // kPosted -> kTaken by the receiver (CAS) before it reads a single-copy payload, or
-  // kPosted -> kWithdrawn by a sender unwinding past an unfinished isend. The CAS decides who
-  // owns the buffer: acq_rel on both sides, so the winner sees the loser's earlier writes.
-  // Then -> kConsumed by the receiver once its copy is done (seq_cst store; pairs with the
-  // sender's seq_cst load in message_consumed, and is the store half of the Parker handshake):
-  // receives from one peer may complete out of order, so this, not the channel's prefix count,
-  // says that this message's buffer is free.
-  std::atomic<std::uint32_t> state{0};
-  alignas(64) std::byte data[kEagerBytes];
-};
-enum P2PState : std::uint32_t { kPosted = 1, kTaken = 2, kWithdrawn = 3, kConsumed = 4 };
-
-struct Channel {
-  // Sender's count of messages posted; seq_cst store publishes ring[m % depth]; pairs with the
-  // receiver's seq_cst load (also the Dekker store of Parker).
-  alignas(64) std::atomic<std::uint64_t> posted{0};
-  // Receiver's count of the leading messages consumed (every message below it is kConsumed; it
-  // never moves backwards, also when receives complete out of order); seq_cst store tells the
-  // sender those buffers and slots are free; pairs with the sender's seq_cst loads.
-  alignas(64) std::atomic<std::uint64_t> consumed{0};
-  P2PMessage ring[kChannelDepth];
-};
-
-// Whether message `index` of the channel has been copied by its receiver. Only for the sender of
-// an unfinished message: its slot is not reused before consumed passes index, so the slot's state
-// is this message's.
-inline bool message_consumed(const Channel& ch, std::uint64_t index) {
-  // seq_cst: pairs with the receiver's seq_cst stores of `consumed` and of the message's state.
-  return ch.consumed.load(std::memory_order_seq_cst) >= index + 1 ||
-         ch.ring[index % kChannelDepth].state.load(std::memory_order_seq_cst) == kConsumed;
-}
 
 struct WorldShared;
 struct Group;
@@ -192,6 +108,8 @@ struct WorldShared {
         .count();
   }
   std::shared_ptr<Group> world_group;
+  // How the collectives and messages of this world move bytes (transport.hpp).
+  std::unique_ptr<Transport> transport;
 
   // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
   // and every waiter polls it); cleared only between runs.
@@ -249,9 +167,6 @@ inline void record_end(RankState& self, std::uint64_t id, bool ok) {
 // Trace and simulated-clock hooks (trace.hpp, sim_clock.hpp). `sim` is the model or null.
 inline const SimClockModel* sim_model(const RankState& self) {
   return self.world->opts.sim_clock ? &*self.world->opts.sim_clock : nullptr;
-}
-inline std::int64_t sim_ns_of(double seconds) {
-  return static_cast<std::int64_t>(seconds * 1e9);
 }
 
 // Injection (injection.hpp): with the run's probability, sleeps up to max_delay. Draws from the

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "state.hpp"
+#include "transport/call.hpp"
 
 namespace tspemu {
 

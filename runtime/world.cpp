@@ -92,7 +92,8 @@ double relax_ns() {
 
 }  // namespace
 
-WorldShared::WorldShared(WorldOptions o) : opts(o) {
+WorldShared::WorldShared(WorldOptions o)
+    : opts(o), transport(std::make_unique<SharedMemoryTransport>()) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
   // the peer needs our core: yield almost at once.

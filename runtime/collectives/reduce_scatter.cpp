@@ -1,7 +1,6 @@
 #include "tspemu/runtime/reduce_scatter.hpp"
 
 #include "arguments.hpp"
-#include "round.hpp"
 
 namespace tspemu::detail {
 
@@ -16,15 +15,11 @@ void reduce_scatter(Comm& comm, const std::byte* send, std::size_t send_count, s
   if (recv != send + me * block && overlaps(send, send_count * es, recv, block))
     bad_argument(comm, "reduce_scatter", "recv overlaps send but is not this rank's block of it");
   if (dtype == Dtype::byte) bad_argument(comm, "reduce_scatter", "cannot sum raw bytes");
-  Round rd(comm, {CollectiveKind::reduce_scatter, dtype, -1, recv_count},
-           std::span<const std::byte>(send, send_count * es), recv);
-  {
-    ReadScope read(rd);
-    const std::byte* srcs[kMaxRanks];
-    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r)) + me * block;
-    sum_ranks_into(dtype, recv, srcs, static_cast<int>(n), recv_count);
-  }
-  rd.finish();
+  Call call(comm, {CollectiveKind::reduce_scatter, dtype, -1, recv_count},
+            std::span<const std::byte>(send, send_count * es));
+  // In place is safe: recv aliases only this rank's own block, which no peer reads.
+  call.recv_reduce(0, me * block, recv_count, dtype, recv);
+  call.finish();
   count_traffic(comm, CollectiveKind::reduce_scatter, (n - 1) * block, (n - 1) * block);
 }
 

@@ -1,7 +1,6 @@
 #include "tspemu/runtime/reduce.hpp"
 
 #include "arguments.hpp"
-#include "round.hpp"
 
 namespace tspemu::detail {
 
@@ -19,15 +18,10 @@ void reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::byte
       bad_argument(comm, "reduce", "send and recv overlap without being the same buffer");
   }
   if (dtype == Dtype::byte) bad_argument(comm, "reduce", "cannot sum raw bytes");
-  Round rd(comm, {CollectiveKind::reduce, dtype, root, send_count},
-           std::span<const std::byte>(send, bytes), recv);
-  if (is_root) {
-    ReadScope read(rd);
-    const std::byte* srcs[kMaxRanks];
-    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r));
-    sum_ranks_into(dtype, recv, srcs, static_cast<int>(n), send_count);
-  }
-  rd.finish();
+  Call call(comm, {CollectiveKind::reduce, dtype, root, send_count},
+            std::span<const std::byte>(send, bytes));
+  if (is_root) call.recv_reduce(0, 0, send_count, dtype, recv);
+  call.finish();
   count_traffic(comm, CollectiveKind::reduce, is_root ? 0 : bytes, is_root ? (n - 1) * bytes : 0);
 }
 

@@ -1,14 +1,13 @@
 #include "tspemu/runtime/barrier.hpp"
 
 #include "arguments.hpp"
-#include "round.hpp"
 
 namespace tspemu {
 
 void barrier(Comm& comm) {
   detail::check_comm(comm, "barrier");
-  detail::Round rd(comm, {CollectiveKind::barrier, Dtype::byte, -1, 0}, {}, nullptr);
-  rd.finish();
+  detail::Call call(comm, {CollectiveKind::barrier, Dtype::byte, -1, 0}, {});
+  call.finish();
   detail::count_traffic(comm, CollectiveKind::barrier, 0, 0);
 }
 

@@ -4,32 +4,21 @@
 #include <string>
 
 #include "arguments.hpp"
-#include "exposed_call.hpp"
-#include "round.hpp"
+#include "described_call.hpp"
 
 namespace tspemu::detail {
 
 namespace {
 
-struct ExchangeCall {
-  bool to_heads;
-  SequenceHeadsShape shape;
-  const std::byte* in;
-};
-
 const char* op_name(bool to_heads) {
   return to_heads ? "all_to_all_sequence_to_heads" : "all_to_all_heads_to_sequence";
 }
 
-bool same_call(const ExchangeCall& a, const ExchangeCall& b) {
-  return a.to_heads == b.to_heads && a.shape.B == b.shape.B && a.shape.S_local == b.shape.S_local &&
-         a.shape.H == b.shape.H && a.shape.hs == b.shape.hs;
-}
-
-std::string describe_call(const ExchangeCall& c) {
-  return std::string(op_name(c.to_heads)) + "(B=" + std::to_string(c.shape.B) +
-         ", S_local=" + std::to_string(c.shape.S_local) + ", H=" + std::to_string(c.shape.H) +
-         ", hs=" + std::to_string(c.shape.hs) + ")";
+// The call's description (described_call.hpp): word count, direction, B, S_local, H, hs.
+std::string describe_call(const std::vector<std::uint64_t>& d) {
+  return std::string(op_name(d[1] != 0)) + "(B=" + std::to_string(d[2]) +
+         ", S_local=" + std::to_string(d[3]) + ", H=" + std::to_string(d[4]) +
+         ", hs=" + std::to_string(d[5]) + ")";
 }
 
 std::string dims(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
@@ -70,32 +59,32 @@ void sequence_heads_exchange(Comm& comm, const std::byte* in, std::size_t in_cou
   if (overlaps(in, count * es, out, count * es))
     bad_argument(comm, op, "in and out overlap (in place is not supported)");
 
-  const ExposedCall<ExchangeCall> call{{to_heads, shape, in}, {}};
-  Round rd(comm, {CollectiveKind::all_to_all, dtype, kExposedCallRoot, count}, call.payload(),
-           nullptr, /*fingerprint_counts_must_match=*/false);
-  require_same_call<ExchangeCall>(rd, comm, same_call, describe_call);
+  const std::uint64_t description[] = {5, to_heads, B, S, H, hs};
+  Call call(comm, {CollectiveKind::all_to_all, dtype, kDescribedCallRoot, count},
+            std::as_bytes(std::span(description)), /*counts_must_match=*/false);
+  require_same_description(call, comm, describe_call);
+  call.post(1, std::span<const std::byte>(in, count * es));
   // One row: this rank's Hn heads of one token, Hn·hs elements contiguous on both sides.
   const std::size_t row = Hn * hs * es;
   if (row > 0) {
-    ReadScope read(rd);
     for (std::size_t i = 0; i < n; ++i) {
       // Start with the next rank: the ranks spread their first reads over different owners.
-      const std::size_t q = (me + i) % n;
-      const std::byte* src = ExposedCall<ExchangeCall>::of(rd, static_cast<int>(q)).in;
+      const int q = static_cast<int>((me + i) % n);
+      const std::size_t qq = static_cast<std::size_t>(q);
       for (std::size_t b = 0; b < B; ++b)
         for (std::size_t s = 0; s < S; ++s) {
           if (to_heads)
             // out_me[b, q·S + s, :, :] = in_q[b, s, me·Hn : (me+1)·Hn, :]
-            std::memcpy(out + (b * n * S + q * S + s) * row, src + ((b * S + s) * n + me) * row,
-                        row);
+            call.recv(q, 1, ((b * S + s) * n + me) * row,
+                      {out + (b * n * S + qq * S + s) * row, row});
           else
             // out_me[b, s, q·Hn : (q+1)·Hn, :] = in_q[b, me·S + s, :, :]
-            std::memcpy(out + ((b * S + s) * n + q) * row, src + (b * n * S + me * S + s) * row,
-                        row);
+            call.recv(q, 1, (b * n * S + me * S + s) * row,
+                      {out + ((b * S + s) * n + qq) * row, row});
         }
     }
   }
-  rd.finish();
+  call.finish();
   const std::size_t block = count / n * es;
   count_traffic(comm, CollectiveKind::all_to_all, (n - 1) * block, (n - 1) * block);
 }

@@ -1,9 +1,6 @@
 #include "tspemu/runtime/all_to_all.hpp"
 
-#include <cstring>
-
 #include "arguments.hpp"
-#include "round.hpp"
 
 namespace tspemu::detail {
 
@@ -21,17 +18,14 @@ void all_to_all(Comm& comm, const std::byte* send, std::size_t send_count, std::
   if (overlaps(send, send_count * es, recv, recv_count * es))
     bad_argument(comm, "all_to_all", "send and recv overlap (in place is not supported)");
   const std::size_t block = send_count / n * es;
-  Round rd(comm, {CollectiveKind::all_to_all, dtype, -1, send_count},
-           std::span<const std::byte>(send, send_count * es), recv);
-  {
-    ReadScope read(rd);
+  Call call(comm, {CollectiveKind::all_to_all, dtype, -1, send_count},
+            std::span<const std::byte>(send, send_count * es));
+  if (block > 0)
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t q = (me + i) % n;
-      if (block > 0)
-        std::memcpy(recv + q * block, rd.payload(static_cast<int>(q)) + me * block, block);
+      call.recv(static_cast<int>(q), 0, me * block, {recv + q * block, block});
     }
-  }
-  rd.finish();
+  call.finish();
   count_traffic(comm, CollectiveKind::all_to_all, (n - 1) * block, (n - 1) * block);
 }
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "state.hpp"
+#include "../transport/call.hpp"
 #include "tspemu/runtime/comm.hpp"
 
 namespace tspemu::detail {
@@ -39,13 +39,6 @@ inline void check_count(const Comm& c, const char* op, const char* buffer, std::
 
 inline bool overlaps(const std::byte* a, std::size_t an, const std::byte* b, std::size_t bn) {
   return an > 0 && bn > 0 && a < b + bn && b < a + an;
-}
-
-inline void count_traffic(Comm& c, CollectiveKind k, std::size_t sent, std::size_t received) {
-  auto& e = c.self().counters[k];
-  e.calls++;
-  e.bytes_sent += sent;
-  e.bytes_received += received;
 }
 
 }  // namespace tspemu::detail

@@ -5,19 +5,11 @@
 #include <string>
 
 #include "arguments.hpp"
-#include "exposed_call.hpp"
-#include "round.hpp"
+#include "described_call.hpp"
 
 namespace tspemu::detail {
 
 namespace {
-
-// What a rank publishes: its table of buffers (the caller's array; peers read the spans in it).
-template <class T>
-struct SetCall {
-  const std::span<T>* table;
-  std::size_t buffers;
-};
 
 template <class T>
 const std::byte* bytes_of(const T* p) {
@@ -48,52 +40,62 @@ void check_set(Comm& comm, const char* op, std::span<const std::span<T>> buffers
                      "buffers " + std::to_string(i) + " and " + std::to_string(j) + " overlap");
 }
 
-// Publishes this rank's set and checks that every rank passed the same number of buffers with the
-// same sizes.
+inline constexpr std::size_t kInlineBuffers = 16;
+
+// One call over a set of buffers: step 0 is the description (the number of buffers, then each
+// one's size), checked to be every member's; step 1 is the set itself, one message of pieces.
 template <class T>
-class SetRound {
+class SetCall {
  public:
-  SetRound(Comm& comm, const char* op, CollectiveKind kind, std::span<const std::span<T>> buffers,
-           std::size_t fingerprint_count)
-      : call_{{buffers.data(), buffers.size()}, {}},
-        rd_(comm, {kind, dtype_of<T>(), kExposedCallRoot, fingerprint_count}, call_.payload(),
-            nullptr,
-            /*fingerprint_counts_must_match=*/false) {
-    require_same_call<SetCall<T>>(
-        rd_, comm,
-        [](const SetCall<T>& a, const SetCall<T>& b) {
-          if (a.buffers != b.buffers) return false;
-          for (std::size_t i = 0; i < a.buffers; ++i)
-            if (a.table[i].size() != b.table[i].size()) return false;
-          return true;
-        },
-        [op](const SetCall<T>& c) { return describe(op, c); });
+  SetCall(Comm& comm, const char* op, CollectiveKind kind, std::span<const std::span<T>> buffers,
+          std::size_t fingerprint_count)
+      : description_(describe_set(buffers)),
+        pieces_(pieces_of(buffers)),
+        call_(comm, {kind, dtype_of<T>(), kDescribedCallRoot, fingerprint_count},
+              std::as_bytes(description_.span()), /*counts_must_match=*/false) {
+    require_same_description(call_, comm,
+                             [op](const std::vector<std::uint64_t>& d) { return describe(op, d); });
+    call_.post(1, pieces());
   }
 
-  Round& round() { return rd_; }
-  // Member r's buffers; read them (and this) under a ReadScope.
-  const std::span<T>* table(int r) const { return ExposedCall<SetCall<T>>::of(rd_, r).table; }
+  Call& call() { return call_; }
+  Pieces pieces() const { return pieces_.span(); }
 
  private:
-  static std::string describe(const char* op, const SetCall<T>& c) {
+  static CallArray<std::uint64_t, kInlineBuffers + 1> describe_set(
+      std::span<const std::span<T>> buffers) {
+    CallArray<std::uint64_t, kInlineBuffers + 1> d(buffers.size() + 1);
+    d[0] = buffers.size();
+    for (std::size_t i = 0; i < buffers.size(); ++i) d[i + 1] = buffers[i].size();
+    return d;
+  }
+  static CallArray<std::span<const std::byte>, kInlineBuffers> pieces_of(
+      std::span<const std::span<T>> buffers) {
+    CallArray<std::span<const std::byte>, kInlineBuffers> p(buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) p[i] = std::as_bytes(buffers[i]);
+    return p;
+  }
+  static std::string describe(const char* op, const std::vector<std::uint64_t>& d) {
     constexpr std::size_t kListed = 8;
-    std::string s = std::string(op) + "(" + std::to_string(c.buffers) + " buffers";
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < c.buffers; ++i) {
-      total += c.table[i].size();
-      if (i < kListed) s += (i ? ", " : ": ") + std::to_string(c.table[i].size());
+    const std::size_t buffers = d[0];
+    std::string s = std::string(op) + "(" + std::to_string(buffers) + " buffers";
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < buffers; ++i) {
+      total += d[i + 1];
+      if (i < kListed) s += (i ? ", " : ": ") + std::to_string(d[i + 1]);
     }
-    if (c.buffers > kListed) s += ", ...";
-    if (c.buffers > 0) s += " elements";
+    if (buffers > kListed) s += ", ...";
+    if (buffers > 0) s += " elements";
     return s + ", total " + std::to_string(total) + ", " + dtype_name(dtype_of<T>()) + ")";
   }
 
-  const ExposedCall<SetCall<T>> call_;
-  Round rd_;
+  const CallArray<std::uint64_t, kInlineBuffers + 1> description_;
+  const CallArray<std::span<const std::byte>, kInlineBuffers> pieces_;
+  Call call_;
 };
 
-// Calls fn(i, at, len) for each piece of [lo, hi) of the buffers' concatenation: buffer i's
-// elements [at, at + len).
+// Calls fn(i, at, len, pos) for each piece of [lo, hi) of the buffers' concatenation: buffer i's
+// elements [at, at + len), which start at element pos of the concatenation.
 template <class T, class Fn>
 void for_each_piece(std::span<const std::span<T>> buffers, std::size_t lo, std::size_t hi,
                     Fn&& fn) {
@@ -101,7 +103,7 @@ void for_each_piece(std::span<const std::span<T>> buffers, std::size_t lo, std::
   for (std::size_t i = 0; i < buffers.size() && offset < hi; ++i) {
     const std::size_t size = buffers[i].size();
     const std::size_t b = std::max(lo, offset), e = std::min(hi, offset + size);
-    if (b < e) fn(i, b - offset, e - b);
+    if (b < e) fn(i, b - offset, e - b, b);
     offset += size;
   }
 }
@@ -119,38 +121,30 @@ void all_reduce_buffers(Comm& comm, std::span<const std::span<T>> buffers) {
   const char* op = "all_reduce_buffers";
   check_set(comm, op, buffers);
   const std::size_t total = total_count(buffers);
-  SetRound<T> set(comm, op, CollectiveKind::all_reduce, buffers, total);
-  Round& rd = set.round();
-  const int n = rd.size();
-  const std::size_t nn = static_cast<std::size_t>(n);
-  const std::size_t me = static_cast<std::size_t>(rd.rank());
+  SetCall<T> set(comm, op, CollectiveKind::all_reduce, buffers, total);
+  Call& call = set.call();
+  const std::size_t nn = static_cast<std::size_t>(call.size());
+  const std::size_t me = static_cast<std::size_t>(call.rank());
   // Step 1 (reduce-scatter): this rank sums its chunk of the concatenation over every rank's
-  // buffers, in place. Safe: only this rank reads its own chunk of its own buffers.
+  // set, in place. Safe: only this rank reads its own chunk of its own buffers.
   const std::size_t b0 = chunk_begin(total, nn, me), b1 = chunk_begin(total, nn, me + 1);
-  {
-    ReadScope read(rd);
-    const std::span<T>* tables[kMaxRanks];
-    for (int r = 0; r < n; ++r) tables[r] = set.table(r);
-    for_each_piece(buffers, b0, b1, [&](std::size_t i, std::size_t at, std::size_t len) {
-      const std::byte* srcs[kMaxRanks];
-      for (int r = 0; r < n; ++r) srcs[r] = bytes_of(tables[r][i].data() + at);
-      sum_ranks_into(dtype, bytes_of(buffers[i].data() + at), srcs, n, len);
-    });
-  }
-  rd.advance(kReduced);
-  // Step 2 (all-gather): copy each owner's reduced chunk once it is ready. Overwriting our chunk c
-  // is safe then: its owner, the only reader of it, has finished step 1.
+  for_each_piece(
+      buffers, b0, b1, [&](std::size_t i, std::size_t at, std::size_t len, std::size_t pos) {
+        call.recv_reduce(1, pos * sizeof(T), len, dtype, bytes_of(buffers[i].data() + at));
+      });
+  // Step 2 (all-gather): post the set, whose chunk `me` is now reduced; copy each owner's reduced
+  // chunk once posted. Overwriting our chunk c is safe then: its owner, the only reader of it,
+  // has finished step 1.
+  call.post(2, set.pieces());
   for (std::size_t k = 1; k < nn; ++k) {
     const std::size_t c = (me + k) % nn;
-    rd.wait_stage(static_cast<int>(c), kReduced);
-    ReadScope read(rd);
-    const std::span<T>* owner = set.table(static_cast<int>(c));
     for_each_piece(buffers, chunk_begin(total, nn, c), chunk_begin(total, nn, c + 1),
-                   [&](std::size_t i, std::size_t at, std::size_t len) {
-                     std::memcpy(buffers[i].data() + at, owner[i].data() + at, len * sizeof(T));
+                   [&](std::size_t i, std::size_t at, std::size_t len, std::size_t pos) {
+                     call.recv(static_cast<int>(c), 2, pos * sizeof(T),
+                               {bytes_of(buffers[i].data() + at), len * sizeof(T)});
                    });
   }
-  rd.finish();
+  call.finish();
   // As all_reduce counts one buffer of the concatenated count (counters.hpp).
   const std::size_t bytes = total * sizeof(T), mine = (b1 - b0) * sizeof(T);
   const std::size_t traffic = (bytes - mine) + (nn - 1) * mine;
@@ -168,23 +162,18 @@ void reduce_scatter_buffers(Comm& comm, std::span<const std::span<T>> buffers) {
                    "buffer " + std::to_string(i) + " has " + std::to_string(buffers[i].size()) +
                        " elements, not a multiple of the " + std::to_string(nn) + " ranks");
   const std::size_t block_total = total_count(buffers) / nn;
-  SetRound<T> set(comm, op, CollectiveKind::reduce_scatter, buffers, block_total);
-  Round& rd = set.round();
-  const int n = rd.size();
-  const std::size_t me = static_cast<std::size_t>(rd.rank());
-  {
-    // In place is safe: the peers read only their own blocks of our buffers.
-    ReadScope read(rd);
-    const std::span<T>* tables[kMaxRanks];
-    for (int r = 0; r < n; ++r) tables[r] = set.table(r);
-    const std::byte* srcs[kMaxRanks];
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      const std::size_t c = buffers[i].size() / nn;
-      for (int r = 0; r < n; ++r) srcs[r] = bytes_of(tables[r][i].data() + me * c);
-      sum_ranks_into(dtype_of<T>(), bytes_of(buffers[i].data() + me * c), srcs, n, c);
-    }
+  SetCall<T> set(comm, op, CollectiveKind::reduce_scatter, buffers, block_total);
+  Call& call = set.call();
+  const std::size_t me = static_cast<std::size_t>(call.rank());
+  // In place is safe: the peers read only their own blocks of our buffers.
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const std::size_t c = buffers[i].size() / nn;
+    call.recv_reduce(1, (offset + me * c) * sizeof(T), c, dtype_of<T>(),
+                     bytes_of(buffers[i].data() + me * c));
+    offset += buffers[i].size();
   }
-  rd.finish();
+  call.finish();
   const std::size_t moved = (nn - 1) * block_total * sizeof(T);
   count_traffic(comm, CollectiveKind::reduce_scatter, moved, moved);
 }

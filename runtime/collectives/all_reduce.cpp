@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "arguments.hpp"
-#include "round.hpp"
 
 namespace tspemu::detail {
 
@@ -25,47 +24,39 @@ void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::
   if (send != recv && overlaps(send, bytes, recv, bytes))
     bad_argument(comm, "all_reduce", "send and recv overlap without being the same buffer");
   if (dtype == Dtype::byte) bad_argument(comm, "all_reduce", "cannot sum raw bytes");
-  Round rd(comm, {CollectiveKind::all_reduce, dtype, -1, send_count},
-           std::span<const std::byte>(send, bytes), recv);
-  const std::byte* srcs[kMaxRanks];
+  Call call(comm, {CollectiveKind::all_reduce, dtype, -1, send_count},
+            std::span<const std::byte>(send, bytes));
   const std::size_t b0 = chunk_begin(send_count, n, me);
   const std::size_t mine = chunk_begin(send_count, n, me + 1) - b0;
   // Counted as the two-step algorithm on every path (counters.hpp: reduce_scatter + all_gather
-  // over balanced chunks). Fix: the eager path used to count (n-1)·N each way, so the counters
-  // depended on the payload size rather than following the formula.
+  // over balanced chunks), so the counters follow the formula, not the payload size.
   const std::size_t traffic = (bytes - mine * es) + (n - 1) * mine * es;
-  if (rd.peer(0).eager) {
-    // Small: every rank sums the eager copies itself, in rank order, so all agree bitwise.
-    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r));
-    sum_ranks_into(dtype, recv, srcs, static_cast<int>(n), send_count);
-    rd.finish();
+  if (bytes <= kSmallMessageBytes) {
+    // Small: the inputs came with the meet; every rank sums all of them itself, in rank order,
+    // so all agree bitwise.
+    call.recv_reduce(0, 0, send_count, dtype, recv);
+    call.finish();
     count_traffic(comm, CollectiveKind::all_reduce, traffic, traffic);
     return;
   }
-  // Step 1 (reduce-scatter): this rank sums its chunk over every rank's send buffer into recv.
-  // In place is safe: only this rank reads its own chunk of its own buffer.
-  {
-    ReadScope read(rd);
-    for (std::size_t r = 0; r < n; ++r) srcs[r] = rd.payload(static_cast<int>(r)) + b0 * es;
-    sum_ranks_into(dtype, recv + b0 * es, srcs, static_cast<int>(n), mine);
-  }
-  rd.advance(kReduced);
-  // Step 2 (all-gather): copy each owner's reduced chunk once it is ready. Overwriting our chunk c
-  // is safe then: its owner, the only reader of it, has finished step 1.
+  // Step 0 (reduce-scatter): this rank sums its chunk over every rank's input into recv. In place
+  // is safe: only this rank reads its own chunk of its own buffer.
+  call.recv_reduce(0, b0 * es, mine, dtype, recv + b0 * es);
+  // Step 1 (all-gather): post recv, whose chunk `me` is now reduced; copy each owner's reduced
+  // chunk once posted. Overwriting our chunk c is safe then: its owner, the only reader of it,
+  // has finished step 0.
+  call.post(1, std::span<const std::byte>(recv, bytes));
   std::size_t received = 0;
   for (std::size_t i = 1; i < n; ++i) {
     const std::size_t c = (me + i) % n;
     const std::size_t cb = chunk_begin(send_count, n, c);
     const std::size_t len = (chunk_begin(send_count, n, c + 1) - cb) * es;
-    rd.wait_stage(static_cast<int>(c), kReduced);
-    ReadScope read(rd);
-    std::memcpy(recv + cb * es, rd.peer(static_cast<int>(c)).recv + cb * es, len);
+    call.recv(static_cast<int>(c), 1, cb * es, {recv + cb * es, len});
     received += len;
   }
-  rd.finish();
+  call.finish();
   // Sent: the other ranks read their chunks of our input, then our reduced chunk.
-  const std::size_t sent = (bytes - mine * es) + (n - 1) * mine * es;
-  count_traffic(comm, CollectiveKind::all_reduce, sent, (n - 1) * mine * es + received);
+  count_traffic(comm, CollectiveKind::all_reduce, traffic, (n - 1) * mine * es + received);
 }
 
 }  // namespace tspemu::detail

@@ -1,0 +1,67 @@
+#include "tspemu/runtime/all_gather.hpp"
+
+#include <cstring>
+
+#include "arguments.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::detail {
+
+void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte* recv,
+                std::size_t recv_count, Dtype dtype, bool variable) {
+  const char* op = variable ? "all_gatherv" : "all_gather";
+  check_comm(comm, op);
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  const std::size_t bytes = count * es;
+  if (!variable) {
+    check_count(comm, op, "recv", recv_count, n * count);
+    if (send != recv + me * bytes && overlaps(send, bytes, recv, recv_count * es))
+      bad_argument(comm, op, "send overlaps recv but is not this rank's block of it");
+  }
+  // all_gatherv: the in-place rule (send is exactly this rank's block of recv) can only be checked
+  // once the counts are known, after the meet below.
+  Call call(comm,
+            {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
+            std::span<const std::byte>(send, bytes), /*counts_must_match=*/!variable);
+  // Offsets of each block in recv: equal blocks, or the published counts back to back.
+  std::size_t total = 0;
+  std::size_t my_offset = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (r == me) my_offset = total;
+    total += call.fingerprint(static_cast<int>(r)).count;
+  }
+  if (variable && total != recv_count) {
+    std::string counts;
+    for (std::size_t r = 0; r < n; ++r)
+      counts += (r ? ", " : "") + std::to_string(call.fingerprint(static_cast<int>(r)).count);
+    raise(comm, std::invalid_argument(
+                    "rank " + std::to_string(comm.world_rank(comm.rank())) + ": all_gatherv #" +
+                    std::to_string(call.seq()) + " on group " + comm.name() + ": recv has " +
+                    std::to_string(recv_count) + " elements, the ranks' counts (" + counts +
+                    ") sum to " + std::to_string(total)));
+  }
+  if (variable && send != recv + my_offset * es && overlaps(send, bytes, recv, recv_count * es))
+    raise(comm, std::invalid_argument("rank " + std::to_string(comm.world_rank(comm.rank())) +
+                                      ": all_gatherv #" + std::to_string(call.seq()) +
+                                      " on group " + comm.name() +
+                                      ": send overlaps recv but is not this rank's block of it"));
+  std::size_t received = 0;
+  for (std::size_t i = 1; i <= n; ++i) {
+    // Start with the next rank: the ranks spread their first reads over different owners.
+    const std::size_t r = (me + i) % n;
+    std::size_t offset = 0;
+    for (std::size_t q = 0; q < r; ++q) offset += call.fingerprint(static_cast<int>(q)).count;
+    const std::size_t len = call.fingerprint(static_cast<int>(r)).count * es;
+    if (len == 0) continue;
+    // This rank's own block is a local copy (none when sending in place).
+    call.recv(static_cast<int>(r), 0, 0, {recv + offset * es, len});
+    if (r != me) received += len;
+  }
+  call.finish();
+  count_traffic(comm, variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather,
+                (n - 1) * bytes, received);
+}
+
+}  // namespace tspemu::detail

@@ -1,0 +1,339 @@
+#include "shared_memory.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "../state.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::detail {
+
+namespace {
+
+Slot& slot(const CallState& c, int member) {
+  return c.comm->group().slots[static_cast<std::size_t>(member)];
+}
+Descriptor& desc(const CallState& c, int member) {
+  return slot(c, member).desc[c.seq % 2];
+}
+
+void unpark_members(const Group& g, int me) {
+  for (int r = 0; r < g.size(); ++r)
+    if (r != me)
+      g.world->ranks[static_cast<std::size_t>(g.world_ranks[static_cast<std::size_t>(r)])]
+          ->parker.unpark();
+}
+
+RankState& state_of(const Comm& c, int group_rank) {
+  return *c.group().world->ranks[static_cast<std::size_t>(c.world_rank(group_rank))];
+}
+
+// Brackets reads of other ranks' buffers (the abort-safe reading flag, RankState::reading).
+class ReadScope {
+ public:
+  ReadScope(RankState& self, const OpRef& op) : self_(self) {
+    // seq_cst store then seq_cst load: the reader half of the handshake in RankState::reading.
+    self_.reading.store(true, std::memory_order_seq_cst);
+    if (self_.world->aborted.load(std::memory_order_seq_cst)) {
+      self_.reading.store(false, std::memory_order_release);
+      check_abort(self_, op);
+    }
+  }
+  // release: our reads of peers' buffers happen before a peer that sees `false` frees them.
+  ~ReadScope() { self_.reading.store(false, std::memory_order_release); }
+  ReadScope(const ReadScope&) = delete;
+  ReadScope& operator=(const ReadScope&) = delete;
+
+ private:
+  RankState& self_;
+};
+
+[[noreturn]] void out_of_range(const CallState& c, int member, int step, std::size_t offset,
+                               std::size_t len, std::uint64_t bytes) {
+  throw std::logic_error("rank " + std::to_string(c.comm->world_rank(c.rank)) + ": " + c.op.what +
+                         " #" + std::to_string(c.seq) + " reads bytes [" + std::to_string(offset) +
+                         ", " + std::to_string(offset + len) + ") of member " +
+                         std::to_string(member) + "'s step " + std::to_string(step) +
+                         " message of " + std::to_string(bytes) + " bytes");
+}
+
+// Where byte `pos` of a message is and how many bytes follow it contiguously (0: past the end).
+std::pair<const std::byte*, std::size_t> locate(const StepMessage& m, std::size_t pos) {
+  if (m.pieces == nullptr)
+    return pos < m.single.size() ? std::pair{m.single.data() + pos, m.single.size() - pos}
+                                 : std::pair{nullptr, std::size_t{0}};
+  for (std::size_t i = 0; i < m.piece_count; ++i) {
+    const std::size_t size = m.pieces[i].size();
+    if (pos < size) return {m.pieces[i].data() + pos, size - pos};
+    pos -= size;
+  }
+  return {nullptr, 0};
+}
+
+void copy_range(const CallState& c, int member, int step, const StepMessage& m, std::size_t offset,
+                std::span<std::byte> dst) {
+  if (offset + dst.size() > m.bytes) out_of_range(c, member, step, offset, dst.size(), m.bytes);
+  std::size_t done = 0;
+  while (done < dst.size()) {
+    const auto [src, avail] = locate(m, offset + done);
+    const std::size_t len = std::min(avail, dst.size() - done);
+    if (src != dst.data() + done) std::memcpy(dst.data() + done, src, len);
+    done += len;
+  }
+}
+
+void check_step(const CallState& c, int step) {
+  if (step <= c.posted || step >= kMaxSteps)
+    throw std::logic_error(std::string(c.op.what) + " #" + std::to_string(c.seq) + " posts step " +
+                           std::to_string(step) + " after step " + std::to_string(c.posted) +
+                           " (steps go up, below " + std::to_string(kMaxSteps) + ")");
+}
+
+// Whether message `index` of the channel has been copied by its receiver. Only for the sender of
+// an unfinished message: its slot is not reused before consumed passes index, so the slot's state
+// is this message's.
+bool message_consumed(const Channel& ch, std::uint64_t index) {
+  // seq_cst: pairs with the receiver's seq_cst stores of `consumed` and of the message's state.
+  return ch.consumed.load(std::memory_order_seq_cst) >= index + 1 ||
+         ch.ring[index % kChannelDepth].state.load(std::memory_order_seq_cst) == kConsumed;
+}
+
+}  // namespace
+
+void SharedMemoryTransport::publish(CallState& c, int step) {
+  slot(c, c.rank).progress.store(stage_value(c.seq, step_stage(step)), std::memory_order_seq_cst);
+  unpark_members(c.comm->group(), c.rank);
+}
+
+void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                                 std::span<const std::byte> step0) {
+  Descriptor& d = desc(c, c.rank);
+  d.fp = fp;
+  d.header = header;
+  d.eager = step0.size() <= kEagerBytes;
+  if (d.eager && !step0.empty()) std::memcpy(d.data, step0.data(), step0.size());
+  d.steps[0] = StepMessage{d.eager ? std::span<const std::byte>(d.data, step0.size()) : step0,
+                           nullptr, 0, step0.size()};
+  c.exposed = !d.eager;
+  c.posted = 0;
+  publish(c, 0);
+  for (int i = 1; i < c.size; ++i) {
+    // Meet the ranks after this one first: spreads the initial polling over the group.
+    wait_stage(c, (c.rank + i) % c.size, step_stage(0));
+  }
+}
+
+const Fingerprint& SharedMemoryTransport::fingerprint(const CallState& c, int member) const {
+  return desc(c, member).fp;
+}
+
+const CallHeader& SharedMemoryTransport::header(const CallState& c, int member) const {
+  return desc(c, member).header;
+}
+
+void SharedMemoryTransport::post(CallState& c, int step, std::span<const std::byte> data) {
+  check_step(c, step);
+  Descriptor& d = desc(c, c.rank);
+  for (int s = c.posted + 1; s < step; ++s) d.steps[s] = StepMessage{};
+  d.steps[step] = StepMessage{data, nullptr, 0, data.size()};
+  c.exposed = c.exposed || !data.empty();
+  c.posted = step;
+  publish(c, step);
+}
+
+void SharedMemoryTransport::post(CallState& c, int step, Pieces pieces) {
+  if (pieces.size() == 1) return post(c, step, pieces[0]);
+  check_step(c, step);
+  Descriptor& d = desc(c, c.rank);
+  std::uint64_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  for (int s = c.posted + 1; s < step; ++s) d.steps[s] = StepMessage{};
+  d.steps[step] = StepMessage{{}, pieces.data(), pieces.size(), bytes};
+  c.exposed = c.exposed || bytes > 0;
+  c.posted = step;
+  publish(c, step);
+}
+
+void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t offset,
+                                 std::span<std::byte> dst) {
+  if (from == c.rank) {
+    if (step > c.posted) throw std::logic_error("recv of this rank's own step before posting it");
+    copy_range(c, from, step, desc(c, from).steps[step], offset, dst);
+    return;
+  }
+  if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
+  if (dst.empty()) return;
+  ReadScope read(c.comm->self(), c.op);
+  copy_range(c, from, step, desc(c, from).steps[step], offset, dst);
+}
+
+void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offset,
+                                        std::size_t count, Dtype dtype, std::byte* acc) {
+  const int n = c.size;
+  if (step > 0)
+    for (int i = 1; i < n; ++i) wait_stage(c, (c.rank + i) % n, step_stage(step));
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (bytes == 0) return;
+  const StepMessage* msgs[kMaxRanks];
+  for (int r = 0; r < n; ++r) msgs[r] = &desc(c, r).steps[step];
+  ReadScope read(c.comm->self(), c.op);
+  const std::byte* srcs[kMaxRanks];
+  // One pass per run of bytes contiguous in every member's message (all of it, unless the
+  // messages are made of pieces).
+  for (std::size_t done = 0; done < bytes;) {
+    std::size_t run = bytes - done;
+    for (int r = 0; r < n; ++r) {
+      const auto [p, avail] = locate(*msgs[r], offset + done);
+      if (p == nullptr) out_of_range(c, r, step, offset, bytes, msgs[r]->bytes);
+      srcs[r] = p;
+      run = std::min(run, avail);
+    }
+    sum_ranks_into(dtype, acc + done, srcs, n, run / dtype_size(dtype));
+    done += run;
+  }
+}
+
+void SharedMemoryTransport::finish(CallState& c) {
+  c.finished = true;
+  slot(c, c.rank).progress.store(stage_value(c.seq, kDoneStage), std::memory_order_seq_cst);
+  unpark_members(c.comm->group(), c.rank);
+  if (!c.exposed) return;
+  try {
+    for (int i = 1; i < c.size; ++i) wait_stage(c, (c.rank + i) % c.size, kDoneStage);
+  } catch (...) {
+    wait_all_done_after_abort(c);
+    throw;
+  }
+}
+
+void SharedMemoryTransport::abandon(CallState& c) noexcept {
+  if (c.exposed && !c.finished) wait_all_done_after_abort(c);
+}
+
+void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t stage) {
+  const std::uint64_t target = stage_value(c.seq, stage);
+  auto& progress = slot(c, member).progress;
+  c.op.stage = stage == step_stage(0) ? "every member to enter"
+               : stage == kDoneStage  ? "every member to finish"
+                                      : "a member's next step";
+  // seq_cst load: acquires the member's descriptor and step messages (pairs with its seq_cst
+  // store) and is the load half of the Parker handshake.
+  wait_until(c.comm->self(), c.comm->world_rank(member), c.op,
+             [&] { return progress.load(std::memory_order_seq_cst) >= target; });
+}
+
+void SharedMemoryTransport::wait_all_done_after_abort(CallState& c) noexcept {
+  // The world is aborting (every throwing path raised it first). Our buffers may still be read by
+  // a member that began reading before it saw the abort; such a read is a bounded copy. A member
+  // not reading now never will (ReadScope rechecks the abort), so wait only for those.
+  const std::uint64_t done = stage_value(c.seq, kDoneStage);
+  const Group& g = c.comm->group();
+  for (int r = 0; r < c.size; ++r) {
+    if (r == c.rank) continue;
+    const RankState& peer =
+        *g.world->ranks[static_cast<std::size_t>(g.world_ranks[static_cast<std::size_t>(r)])];
+    // seq_cst: the exposer half of the RankState::reading handshake.
+    while (slot(c, r).progress.load(std::memory_order_seq_cst) < done &&
+           peer.reading.load(std::memory_order_seq_cst))
+      std::this_thread::yield();
+  }
+}
+
+bool SharedMemoryTransport::send(Comm& comm, int dst, std::uint64_t index,
+                                 const MessageHeader& header, std::span<const std::byte> data,
+                                 const OpRef& op) {
+  Channel& ch = comm.group().channel(comm.rank(), dst);
+  if (index >= kChannelDepth) {
+    // seq_cst: pairs with the receiver's seq_cst store of `consumed` (frees slot index % depth).
+    wait_until(comm.self(), comm.world_rank(dst), op, [&] {
+      return ch.consumed.load(std::memory_order_seq_cst) >= index + 1 - kChannelDepth;
+    });
+  }
+  P2PMessage& msg = ch.ring[index % kChannelDepth];
+  msg.header = header;
+  msg.bytes = data.size();
+  msg.eager = data.size() <= kEagerBytes;
+  msg.data_ptr = data.data();
+  if (msg.eager && !data.empty()) std::memcpy(msg.data, data.data(), data.size());
+  // relaxed: published to the receiver by the seq_cst store of `posted` below.
+  msg.state.store(kPosted, std::memory_order_relaxed);
+  ch.posted.store(index + 1, std::memory_order_seq_cst);
+  state_of(comm, dst).parker.unpark();
+  return msg.eager;
+}
+
+void SharedMemoryTransport::wait_sent(Comm& comm, int dst, std::uint64_t index, const OpRef& op) {
+  Channel& ch = comm.group().channel(comm.rank(), dst);
+  wait_until(comm.self(), comm.world_rank(dst), op, [&] { return message_consumed(ch, index); });
+}
+
+bool SharedMemoryTransport::withdraw_send(Comm& comm, int dst, std::uint64_t index) noexcept {
+  Channel& ch = comm.group().channel(comm.rank(), dst);
+  // If the message was already consumed, its slot may hold a later message of ours; the CAS below
+  // would withdraw that one instead. Only this thread posts to the slot, so if the message is not
+  // consumed now, the slot still holds it.
+  if (message_consumed(ch, index)) return true;
+  P2PMessage& msg = ch.ring[index % kChannelDepth];
+  std::uint32_t expected = kPosted;
+  // acq_rel: if the receiver already took the message (CAS fails), wait for its bounded copy.
+  if (!msg.state.compare_exchange_strong(expected, kWithdrawn, std::memory_order_acq_rel)) {
+    // kTaken (the receiver is copying) or kConsumed.
+    while (!message_consumed(ch, index)) std::this_thread::yield();
+  }
+  return false;
+}
+
+bool SharedMemoryTransport::arrived(const Comm& comm, int src, std::uint64_t index) const {
+  // seq_cst: pairs with the sender's store of `posted`.
+  return comm.group().channel(src, comm.rank()).posted.load(std::memory_order_seq_cst) >= index + 1;
+}
+
+const MessageHeader& SharedMemoryTransport::wait_message(Comm& comm, int src, std::uint64_t index,
+                                                         const OpRef& op) {
+  Channel& ch = comm.group().channel(src, comm.rank());
+  // seq_cst: pairs with the sender's store of `posted`, publishing the message slot.
+  wait_until(comm.self(), comm.world_rank(src), op,
+             [&] { return ch.posted.load(std::memory_order_seq_cst) >= index + 1; });
+  return ch.ring[index % kChannelDepth].header;
+}
+
+void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
+                                 const OpRef& op) {
+  RankState& self = comm.self();
+  Channel& ch = comm.group().channel(src, comm.rank());
+  P2PMessage& msg = ch.ring[index % kChannelDepth];
+  if (msg.eager) {
+    if (!dst.empty()) std::memcpy(dst.data(), msg.data, dst.size());
+  } else {
+    std::uint32_t expected = kPosted;
+    // acq_rel: taking the message excludes the sender's withdrawal (see P2PMessage::state).
+    if (!msg.state.compare_exchange_strong(expected, kTaken, std::memory_order_acq_rel)) {
+      // The sender withdraws while unwinding, before its exception reaches World's handler and
+      // raises the abort. Throwing at once would let this rank's PeerFailure become the run's
+      // "first failure", misnaming the failing rank. Wait (bounded by the hang timeout and the
+      // sender's departure) for the abort so the error names the sender's failure.
+      wait_until(self, comm.world_rank(src), op, [] { return false; });
+      throw PeerFailure("recv #" + std::to_string(index + 1) + " on group " + comm.name() +
+                        ": rank " + std::to_string(src) + " withdrew its message");
+    }
+    std::memcpy(dst.data(), msg.data_ptr, dst.size());
+  }
+  // Mark this message, then advance the count over the leading consumed messages: receives from
+  // one peer may complete out of order, and the count must never move backwards (the sender of a
+  // later message would then wait forever). Only this thread writes `consumed` and kConsumed, so
+  // relaxed loads see our own earlier stores of them.
+  msg.state.store(kConsumed, std::memory_order_seq_cst);
+  std::uint64_t leading = ch.consumed.load(std::memory_order_relaxed);
+  // seq_cst load of `posted`: pairs with the sender's store; a slot beyond it still holds an old,
+  // consumed message, so its state says nothing yet.
+  while (leading < ch.posted.load(std::memory_order_seq_cst) &&
+         ch.ring[leading % kChannelDepth].state.load(std::memory_order_relaxed) == kConsumed)
+    ++leading;
+  ch.consumed.store(leading, std::memory_order_seq_cst);
+  state_of(comm, src).parker.unpark();
+}
+
+}  // namespace tspemu::detail

@@ -1,0 +1,51 @@
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "transport.hpp"
+
+namespace tspemu::detail {
+
+namespace {
+
+template <class T>
+void add_typed(T* acc, const T* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += src[i];
+}
+
+template <class T>
+void sum_typed(T* out, const std::byte* const* srcs, int n, std::size_t count) {
+  // Tiles keep the accumulator in L1 and make out aliasing a source safe: a tile is read from
+  // every source before it is written.
+  constexpr std::size_t kTile = 1024;
+  alignas(64) T acc[kTile];
+  for (std::size_t t = 0; t < count; t += kTile) {
+    const std::size_t len = std::min(kTile, count - t);
+    const T* s0 = reinterpret_cast<const T*>(srcs[0]) + t;
+    for (std::size_t i = 0; i < len; ++i) acc[i] = s0[i];
+    for (int r = 1; r < n; ++r) add_typed(acc, reinterpret_cast<const T*>(srcs[r]) + t, len);
+    std::memcpy(out + t, acc, len * sizeof(T));
+  }
+}
+
+}  // namespace
+
+void sum_ranks_into(Dtype dtype, std::byte* acc, const std::byte* const* srcs, int n,
+                    std::size_t count) {
+  if (count == 0) return;
+  switch (dtype) {
+    case Dtype::f32:
+      return sum_typed(reinterpret_cast<float*>(acc), srcs, n, count);
+    case Dtype::f64:
+      return sum_typed(reinterpret_cast<double*>(acc), srcs, n, count);
+    case Dtype::i32:
+      return sum_typed(reinterpret_cast<std::int32_t*>(acc), srcs, n, count);
+    case Dtype::i64:
+      return sum_typed(reinterpret_cast<std::int64_t*>(acc), srcs, n, count);
+    case Dtype::byte:
+      break;
+  }
+  throw std::invalid_argument("reductions are not defined for raw bytes");
+}
+
+}  // namespace tspemu::detail

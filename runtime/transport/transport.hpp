@@ -1,0 +1,125 @@
+// Transport: the keyed point-to-point operations the collective algorithms (runtime/collectives/)
+// are written against; the only way an algorithm reaches another rank's data.
+//
+// What: a message is keyed by (group, collective kind, sequence number, step, sender) and carries
+// the sender's Fingerprint. A collective call #seq of a Comm is one CallState: open() posts this
+// rank's step 0 and meets every member (fingerprints and headers exchanged), post() makes a later
+// step's buffer available to the whole group (the key has no receiver: every member may read it),
+// recv() copies a range of one member's step message, recv_reduce() sums a range of every member's
+// step message in group-rank order, finish() ends the call. Point-to-point messages are keyed
+// (group, send, per-pair message index, 0, sender) and matched in per-pair FIFO order.
+// Requirements: steps are posted in increasing order, each at most once, below kMaxSteps; a posted
+// buffer (and a multi-piece message's array of pieces) stays valid, and the ranges peers read stay
+// unchanged, until finish() returns; every member makes the same calls with the same keys.
+// Guarantees: recv/recv_reduce wait until the message is posted (bounded by the world's abort,
+// the sender's departure and the hang timeout); finish() returns only once no member can still
+// read this rank's posted buffers, and abandon() (an unwinding call) waits the same way for reads
+// already started; fingerprints and headers of every member are known after open().
+// Buffers: recv_reduce's accumulator may alias this rank's own message at the same offset.
+// Cost: a transport decides how bytes move (shared_memory.hpp: one copy, straight from the
+// sender's buffer; messages of at most kSmallMessageBytes are copied at open).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "../watchdog.hpp"
+#include "tspemu/runtime/comm.hpp"
+#include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/dtype.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu::detail {
+
+// Steps per collective call: a call posts steps 0 .. kMaxSteps - 1 (e.g. a description, the
+// inputs, the reduced chunks).
+inline constexpr int kMaxSteps = 4;
+// Step-0 messages up to this size travel with the meet: reading them costs no wait on the sender,
+// so algorithms may pick a one-step form below it (all_reduce sums them on every rank).
+inline constexpr std::size_t kSmallMessageBytes = 256;
+
+struct Fingerprint {
+  CollectiveKind kind = CollectiveKind::barrier;
+  Dtype dtype = Dtype::byte;
+  int root = -1;
+  std::uint64_t count = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+std::string describe(const Fingerprint& fp);
+
+// What observers exchange at the meet, beside the fingerprint.
+struct CallHeader {
+  std::int64_t sim_ns = 0;  // the rank's simulated clock when it entered (sim_clock.hpp)
+};
+
+// One message of a step: the concatenation of its pieces.
+using Pieces = std::span<const std::span<const std::byte>>;
+
+// One rank's collective call #seq, as the transport sees it. Owned by the caller (Call).
+struct CallState {
+  Comm* comm = nullptr;
+  int rank = 0;
+  int size = 0;
+  std::uint64_t seq = 0;
+  OpRef op;              // for wait diagnoses
+  int posted = -1;       // highest step posted
+  bool exposed = false;  // a posted buffer may be read in place until finish
+  bool finished = false;
+};
+
+// The data of a point-to-point message beside its bytes.
+struct MessageHeader {
+  Fingerprint fp;
+  std::uint64_t flow = 0;           // trace flow id of the send, 0 when not tracing
+  std::int64_t sim_arrival_ns = 0;  // simulated arrival time at the receiver
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Collectives. `call` has comm, rank, size, seq and op set.
+  virtual void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
+                    std::span<const std::byte> step0) = 0;
+  virtual const Fingerprint& fingerprint(const CallState& call, int member) const = 0;
+  virtual const CallHeader& header(const CallState& call, int member) const = 0;
+  virtual void post(CallState& call, int step, Pieces pieces) = 0;
+  virtual void post(CallState& call, int step, std::span<const std::byte> data) = 0;
+  // Copies bytes [offset, offset + dst.size()) of member `from`'s step message into dst; an
+  // empty dst only waits for the post.
+  virtual void recv(CallState& call, int from, int step, std::size_t offset,
+                    std::span<std::byte> dst) = 0;
+  // acc[0, count) = sum over members r in order 0, 1, ... of their step message's elements at
+  // byte `offset`.
+  virtual void recv_reduce(CallState& call, int step, std::size_t offset, std::size_t count,
+                           Dtype dtype, std::byte* acc) = 0;
+  virtual void finish(CallState& call) = 0;
+  virtual void abandon(CallState& call) noexcept = 0;
+
+  // Point-to-point, message `index` from this rank to `dst` (group ranks). Returns true when the
+  // message is already complete (copied at send); else wait_sent / withdraw_send end it.
+  virtual bool send(Comm& comm, int dst, std::uint64_t index, const MessageHeader& header,
+                    std::span<const std::byte> data, const OpRef& op) = 0;
+  virtual void wait_sent(Comm& comm, int dst, std::uint64_t index, const OpRef& op) = 0;
+  // Takes the message back if the receiver has not started copying, else waits for its copy.
+  // Returns whether the receiver got it.
+  virtual bool withdraw_send(Comm& comm, int dst, std::uint64_t index) noexcept = 0;
+  virtual bool arrived(const Comm& comm, int src, std::uint64_t index) const = 0;
+  // Waits for message `index` from `src` and returns its header; then take() copies it.
+  virtual const MessageHeader& wait_message(Comm& comm, int src, std::uint64_t index,
+                                            const OpRef& op) = 0;
+  // Copies the message into dst (its size checked by the caller against the header) and frees
+  // the sender's buffer. Throws PeerFailure if the sender withdrew it (once the world aborts, so
+  // the run's failure names the sender's error). The header of wait_message is invalid after.
+  virtual void take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
+                    const OpRef& op) = 0;
+};
+
+// acc[0, count) = sum over r in [0, n) of srcs[r][0, count), rank order; safe when acc aliases a
+// source (tiled: a tile is read from every source before it is written).
+void sum_ranks_into(Dtype dtype, std::byte* acc, const std::byte* const* srcs, int n,
+                    std::size_t count);
+
+}  // namespace tspemu::detail
