@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "state.hpp"
 #include "tspemu/runtime/arena.hpp"
 
 namespace tspemu {
@@ -45,3 +46,47 @@ std::string FlightRecorder::format(std::size_t limit, std::int64_t now_ns) const
 }
 
 }  // namespace tspemu
+
+namespace tspemu::detail {
+
+namespace {
+
+// One record per operation: a collective from entry to exit, a send from isend to its completion
+// (at isend when copied eagerly), a receive from irecv to its completion.
+class FlightObserver final : public Observer {
+ public:
+  void on_begin(RankState& self, OpInfo& op) override {
+    if (self.flight.depth() == 0) return;
+    switch (op.kind) {
+      case OpInfo::Kind::collective:
+      case OpInfo::Kind::send:
+      case OpInfo::Kind::recv_post:
+        op.record = self.flight.begin(OpRecord{op.what,
+                                               op.seq,
+                                               &op.group->name,
+                                               op.peer,
+                                               op.root,
+                                               op.bytes,
+                                               self.world->now_ns(),
+                                               0,
+                                               {}});
+        return;
+      default:
+        return;
+    }
+  }
+  void on_end(RankState& self, OpInfo& op, bool ok) override {
+    if (self.flight.depth() == 0) return;
+    if (op.kind == OpInfo::Kind::send && !op.completes_record) return;  // ends at its wait
+    if (op.kind == OpInfo::Kind::recv_post) return;                     // ends at its wait
+    self.flight.end(op.record, self.world->now_ns(), ok);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Observer> make_flight_observer() {
+  return std::make_unique<FlightObserver>();
+}
+
+}  // namespace tspemu::detail

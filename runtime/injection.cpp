@@ -4,6 +4,7 @@
 #include <optional>
 #include <sstream>
 
+#include "state.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu {
@@ -66,3 +67,46 @@ void check_deterministic(World& world, const Injection& base, int seeds,
 }
 
 }  // namespace tspemu
+
+namespace tspemu::detail {
+
+namespace {
+
+// With the run's probability, sleeps up to max_delay at the start of a collective, a send (one
+// draw for the rank, one for the message) and a receive's completion. Draws from the rank's own
+// stream, so the decisions are a function of (seed, rank, operation index) only.
+class InjectionObserver final : public Observer {
+ public:
+  void on_begin(RankState& self, OpInfo& op) override {
+    switch (op.kind) {
+      case OpInfo::Kind::send:
+        delay(self);  // the rank
+        delay(self);  // the message
+        return;
+      case OpInfo::Kind::collective:
+      case OpInfo::Kind::recv:
+        delay(self);
+        return;
+      default:
+        return;
+    }
+  }
+
+ private:
+  static void delay(RankState& self) {
+    const auto& inj = self.world->opts.inject;
+    if (!inj) return;
+    const double draw = self.inject.uniform(), length = self.inject.uniform();
+    if (draw >= inj->probability) return;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
+        length * static_cast<double>(inj->max_delay.count())));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Observer> make_injection_observer() {
+  return std::make_unique<InjectionObserver>();
+}
+
+}  // namespace tspemu::detail

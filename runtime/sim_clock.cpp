@@ -1,7 +1,9 @@
 #include "tspemu/runtime/sim_clock.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include "state.hpp"
 
 namespace tspemu {
 
@@ -56,3 +58,53 @@ std::string SimClockModel::describe() const {
 }
 
 }  // namespace tspemu
+
+namespace tspemu::detail {
+
+namespace {
+
+// Collectives start when their last member arrives (every member computes the same start and end
+// from the same entry clocks in the call headers); a message arrives message_seconds after its
+// send; a receive ends no earlier than its message arrives.
+class SimClockObserver final : public Observer {
+ public:
+  void on_begin(RankState& self, OpInfo& op) override {
+    const SimClockModel* sim = sim_model(self);
+    if (sim != nullptr && op.kind == OpInfo::Kind::send)
+      op.sim_arrival_ns = self.sim_ns + sim_ns_of(sim->message_seconds(op.bytes));
+  }
+  void on_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) override {
+    const SimClockModel* sim = sim_model(self);
+    if (sim == nullptr) return;
+    std::int64_t start = 0;
+    for (int r = 0; r < headers.size(); ++r) start = std::max(start, headers[r].sim_ns);
+    op.sim_begin_ns = start;
+    op.sim_end_ns = start + sim_ns_of(sim->collective_seconds(op.collective, op.bytes, op.members));
+    self.sim_ns = op.sim_end_ns;
+  }
+  void on_end(RankState& self, OpInfo& op, bool ok) override {
+    if (sim_model(self) == nullptr || !ok) return;
+    switch (op.kind) {
+      case OpInfo::Kind::send:
+      case OpInfo::Kind::send_wait:
+        // The copy does not hold the sender.
+        op.sim_begin_ns = op.sim_end_ns = self.sim_ns;
+        return;
+      case OpInfo::Kind::recv:
+        op.sim_begin_ns = self.sim_ns;
+        self.sim_ns = std::max(self.sim_ns, op.sim_arrival_ns);
+        op.sim_end_ns = self.sim_ns;
+        return;
+      default:
+        return;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Observer> make_sim_clock_observer() {
+  return std::make_unique<SimClockObserver>();
+}
+
+}  // namespace tspemu::detail

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "observer.hpp"
 #include "parker.hpp"
 #include "transport/shared_memory.hpp"
 #include "tspemu/core/compute_span.hpp"
@@ -110,6 +111,8 @@ struct WorldShared {
   std::shared_ptr<Group> world_group;
   // How the collectives and messages of this world move bytes (transport.hpp).
   std::unique_ptr<Transport> transport;
+  // What runs beside every operation, in order (observer.hpp).
+  std::vector<std::unique_ptr<Observer>> observers;
 
   // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
   // and every waiter polls it); cleared only between runs.
@@ -152,33 +155,25 @@ struct WorldShared {
   std::string first_failure();
 };
 
-// Flight recorder hooks (flight_recorder.hpp): the start and the end of one operation of `self`.
-inline std::uint64_t record_begin(RankState& self, const char* what, std::uint64_t seq,
-                                  const Group& group, int peer, int root, std::uint64_t bytes) {
-  if (self.flight.depth() == 0) return 0;
-  return self.flight.begin(
-      OpRecord{what, seq, &group.name, peer, root, bytes, self.world->now_ns(), 0, {}});
-}
-inline void record_end(RankState& self, std::uint64_t id, bool ok) {
-  if (self.flight.depth() == 0) return;
-  self.flight.end(id, self.world->now_ns(), ok);
-}
-
-// Trace and simulated-clock hooks (trace.hpp, sim_clock.hpp). `sim` is the model or null.
+// The simulated-clock model of the world, or null (sim_clock.hpp).
 inline const SimClockModel* sim_model(const RankState& self) {
   return self.world->opts.sim_clock ? &*self.world->opts.sim_clock : nullptr;
 }
-
-// Injection (injection.hpp): with the run's probability, sleeps up to max_delay. Draws from the
-// rank's own stream, so the decisions are a function of (seed, rank, operation index) only.
-inline void inject_delay(RankState& self) {
-  const auto& inj = self.world->opts.inject;
-  if (!inj) return;
-  const double draw = self.inject.uniform(), length = self.inject.uniform();
-  if (draw >= inj->probability) return;
-  std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
-      length * static_cast<double>(inj->max_delay.count())));
+inline std::int64_t sim_ns_of(double seconds) {
+  return static_cast<std::int64_t>(seconds * 1e9);
 }
+
+// Tells the observers a wait outlasted its spin phase, and when it ends.
+class WaitScope {
+ public:
+  WaitScope(RankState& self, const OpRef& op, int waits_for);
+  ~WaitScope();
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  RankState& self_;
+};
 
 // Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of
 // `peer` (a world rank, or -1) and the hang timeout. `op` describes the wait for error messages.
@@ -212,8 +207,8 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
   }
   auto start = std::chrono::steady_clock::now();
   auto before = start;
-  // From here on the wait is visible to the other ranks' watchdog scans.
-  PendingScope pending(self, op, peer);
+  // From here on the wait is visible to the observers (the watchdog's scans of pending waits).
+  WaitScope pending(self, op, peer);
   for (int i = 0; i < w.yield_iterations; ++i) {
     std::this_thread::yield();
     if (ready()) return;

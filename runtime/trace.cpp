@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "state.hpp"
-#include "transport/call.hpp"
 
 namespace tspemu {
 
@@ -208,3 +207,61 @@ TraceSpan::~TraceSpan() {
 }
 
 }  // namespace tspemu
+
+namespace tspemu::detail {
+
+namespace {
+
+// One event per completed operation (a failed one records none); a send's event carries the
+// flow id its receive's event repeats, so the viewer draws an arrow between them.
+class TraceObserver final : public Observer {
+ public:
+  void on_begin(RankState& self, OpInfo& op) override {
+    if (!self.trace) return;
+    op.trace_begin_ns = self.world->now_ns();
+    if (op.kind == OpInfo::Kind::send) op.flow = self.trace->next_flow(self.rank);
+  }
+  void on_end(RankState& self, OpInfo& op, bool ok) override {
+    if (!self.trace || !ok) return;
+    TraceEvent e{TraceEvent::Type::collective,
+                 op.what,
+                 op.seq,
+                 op.group->id,
+                 op.peer,
+                 op.root,
+                 op.bytes,
+                 0,
+                 op.flow,
+                 op.trace_begin_ns,
+                 self.world->now_ns(),
+                 op.sim_begin_ns,
+                 op.sim_end_ns};
+    switch (op.kind) {
+      case OpInfo::Kind::collective:
+        break;
+      case OpInfo::Kind::send:
+        e.type = TraceEvent::Type::send;
+        break;
+      case OpInfo::Kind::send_wait:
+        e.type = TraceEvent::Type::send;
+        e.name = "send wait";
+        e.bytes = 0;
+        e.flow = 0;
+        break;
+      case OpInfo::Kind::recv:
+        e.type = TraceEvent::Type::recv;
+        break;
+      default:
+        return;
+    }
+    self.trace->record(e);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Observer> make_trace_observer() {
+  return std::make_unique<TraceObserver>();
+}
+
+}  // namespace tspemu::detail

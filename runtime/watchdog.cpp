@@ -59,12 +59,21 @@ PendingOp read_pending(const PendingSlot& s) {
   }
 }
 
-PendingScope::PendingScope(RankState& self, const OpRef& op, int waits_for) : self_(self) {
-  self.pending.publish(op, waits_for, self.world->now_ns());
-}
+namespace {
 
-PendingScope::~PendingScope() {
-  self_.pending.clear();
+// Publishes each wait that outlasts its spin phase in the rank's PendingSlot, for the scans.
+class PendingWaitObserver final : public Observer {
+ public:
+  void on_wait_begin(RankState& self, const OpRef& op, int waits_for) override {
+    self.pending.publish(op, waits_for, self.world->now_ns());
+  }
+  void on_wait_end(RankState& self) override { self.pending.clear(); }
+};
+
+}  // namespace
+
+std::unique_ptr<Observer> make_pending_wait_observer() {
+  return std::make_unique<PendingWaitObserver>();
 }
 
 namespace {

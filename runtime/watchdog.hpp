@@ -72,18 +72,6 @@ struct PendingOp {
 };
 PendingOp read_pending(const PendingSlot& slot);
 
-// Publishes the wait for its lifetime (from the end of the spin phase to the end of the wait).
-class PendingScope {
- public:
-  PendingScope(RankState& self, const OpRef& op, int waits_for);
-  ~PendingScope();
-  PendingScope(const PendingScope&) = delete;
-  PendingScope& operator=(const PendingScope&) = delete;
-
- private:
-  RankState& self_;
-};
-
 // Called by a parked waiter on each wake-up once its own wait is older than the watchdog timeout.
 // Raises HangError with the diagnosis when the world is stuck (see above); otherwise returns.
 void watchdog_poll(RankState& self);

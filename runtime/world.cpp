@@ -36,6 +36,27 @@ std::string describe(const OpRef& op) {
   return s.str();
 }
 
+CallHeader call_header(const RankState& self) {
+  return CallHeader{self.sim_ns};
+}
+
+void notify_begin(RankState& self, OpInfo& op) {
+  for (const auto& o : self.world->observers) o->on_begin(self, op);
+}
+void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
+  for (const auto& o : self.world->observers) o->on_meet(self, op, headers);
+}
+void notify_end(RankState& self, OpInfo& op, bool ok) {
+  for (const auto& o : self.world->observers) o->on_end(self, op, ok);
+}
+
+WaitScope::WaitScope(RankState& self, const OpRef& op, int waits_for) : self_(self) {
+  for (const auto& o : self.world->observers) o->on_wait_begin(self, op, waits_for);
+}
+WaitScope::~WaitScope() {
+  for (const auto& o : self_.world->observers) o->on_wait_end(self_);
+}
+
 Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std::vector<int> ranks)
     : world(w),
       id(group_id),
@@ -94,6 +115,12 @@ double relax_ns() {
 
 WorldShared::WorldShared(WorldOptions o)
     : opts(o), transport(std::make_unique<SharedMemoryTransport>()) {
+  // Each observer checks its own option per operation (injection can change between runs).
+  observers.push_back(make_injection_observer());
+  observers.push_back(make_flight_observer());
+  observers.push_back(make_sim_clock_observer());
+  observers.push_back(make_trace_observer());
+  observers.push_back(make_pending_wait_observer());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
   // the peer needs our core: yield almost at once.

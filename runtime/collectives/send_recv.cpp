@@ -25,41 +25,44 @@ void check_peer(const Comm& c, const char* op, int peer) {
 
 }  // namespace
 
+namespace {
+
+detail::OpInfo message_op(detail::OpInfo::Kind kind, Comm& comm, std::uint64_t seq, int peer,
+                          std::uint64_t bytes, std::uint64_t record) {
+  detail::OpInfo op;
+  op.kind = kind;
+  op.what = kind == detail::OpInfo::Kind::recv_post || kind == detail::OpInfo::Kind::recv ||
+                    kind == detail::OpInfo::Kind::recv_abandon
+                ? "recv"
+                : "send";
+  op.seq = seq;
+  op.group = &comm.group();
+  op.peer = comm.world_rank(peer);
+  op.bytes = bytes;
+  op.record = record;
+  return op;
+}
+
+}  // namespace
+
 SendHandle isend_bytes(Comm& comm, const std::byte* data, std::size_t count, Dtype dtype, int dst) {
   check_peer(comm, "send", dst);
-  detail::inject_delay(comm);  // the rank
-  const bool tracing = detail::tracing(comm);
-  const std::int64_t trace_begin = tracing ? detail::now_ns(comm) : 0;
   const std::size_t bytes = count * dtype_size(dtype);
   const std::uint64_t m = comm.sends_to(dst)++;
+  detail::OpInfo info = message_op(detail::OpInfo::Kind::send, comm, m + 1, dst, bytes, 0);
+  detail::observe_begin(comm, info);
   OpRef op{"send", m + 1, &comm.group(), dst, "a free mailbox slot", bytes};
-  const std::uint64_t record =
-      detail::record_begin(comm, "send", m + 1, comm.world_rank(dst), bytes);
-  detail::MessageHeader header{{CollectiveKind::send, dtype, -1, count}, 0, 0};
-  if (tracing) header.flow = detail::next_flow(comm);
-  const SimClockModel* sim = detail::sim_model(comm);
-  if (sim)
-    header.sim_arrival_ns =
-        detail::sim_clock(comm) + detail::sim_ns_of(sim->message_seconds(bytes));
-  detail::inject_delay(comm);  // the message
-  const bool complete = detail::transport_of(comm).send(comm, dst, m, header, {data, bytes}, op);
+  const detail::MessageHeader header{
+      {CollectiveKind::send, dtype, -1, count}, info.flow, info.sim_arrival_ns};
+  info.completes_record = detail::transport_of(comm).send(comm, dst, m, header, {data, bytes}, op);
   detail::count_traffic(comm, CollectiveKind::send, dst == comm.rank() ? 0 : bytes, 0);
-  if (tracing) {
-    const std::int64_t sim_now =
-        sim ? detail::sim_clock(comm) : -1;  // the copy does not hold the sender
-    detail::trace_record(comm,
-                         TraceEvent{TraceEvent::Type::send, "send", m + 1, detail::group_id(comm),
-                                    comm.world_rank(dst), -1, bytes, 0, header.flow, trace_begin,
-                                    detail::now_ns(comm), sim_now, sim_now});
-  }
+  detail::observe_end(comm, info, true);
   SendHandle h;
-  if (!complete) {
+  if (!info.completes_record) {
     h.comm_ = &comm;
     h.peer_ = dst;
     h.index_ = m;
-    h.record_ = record;
-  } else {
-    detail::record_end(comm, record, true);
+    h.record_ = info.record;
   }
   return h;
 }
@@ -78,8 +81,9 @@ SendHandle& SendHandle::operator=(SendHandle&& o) noexcept {
 void SendHandle::wait() {
   if (comm_ == nullptr) return;
   Comm& comm = *comm_;
-  const bool tracing = detail::tracing(comm);
-  const std::int64_t trace_begin = tracing ? detail::now_ns(comm) : 0;
+  detail::OpInfo info =
+      message_op(detail::OpInfo::Kind::send_wait, comm, index_ + 1, peer_, 0, record_);
+  detail::observe_begin(comm, info);
   OpRef op{"send", index_ + 1, &comm.group(), peer_, "the receiver to copy", 0};
   try {
     detail::transport_of(comm).wait_sent(comm, peer_, index_, op);
@@ -88,20 +92,16 @@ void SendHandle::wait() {
     throw;
   }
   comm_ = nullptr;
-  detail::record_end(comm, record_, true);
-  if (tracing) {
-    const std::int64_t sim_now = detail::sim_model(comm) ? detail::sim_clock(comm) : -1;
-    detail::trace_record(comm, TraceEvent{TraceEvent::Type::send, "send wait", index_ + 1,
-                                          detail::group_id(comm), comm.world_rank(peer_), -1, 0, 0,
-                                          0, trace_begin, detail::now_ns(comm), sim_now, sim_now});
-  }
+  detail::observe_end(comm, info, true);
 }
 
 void SendHandle::withdraw_or_wait() noexcept {
   Comm& comm = *comm_;
   const bool received = detail::transport_of(comm).withdraw_send(comm, peer_, index_);
   comm_ = nullptr;
-  detail::record_end(comm, record_, received);
+  detail::OpInfo info =
+      message_op(detail::OpInfo::Kind::send_withdraw, comm, index_ + 1, peer_, 0, record_);
+  detail::observe_end(comm, info, received);
 }
 
 SendHandle::~SendHandle() {
@@ -127,8 +127,10 @@ RecvHandle irecv_bytes(Comm& comm, std::byte* data, std::size_t count, Dtype dty
   h.buf_ = data;
   h.count_ = count;
   h.dtype_ = dtype;
-  h.record_ = detail::record_begin(comm, "recv", h.index_ + 1, comm.world_rank(src),
-                                   count * dtype_size(dtype));
+  detail::OpInfo info = message_op(detail::OpInfo::Kind::recv_post, comm, h.index_ + 1, src,
+                                   count * dtype_size(dtype), 0);
+  detail::observe_begin(comm, info);
+  h.record_ = info.record;
   return h;
 }
 
@@ -159,7 +161,9 @@ RecvHandle::~RecvHandle() {
   // HangError from another rank instead of the original exception. The buffer is never written;
   // the sender fails with PeerFailure once the exception aborts the run.
   if (std::uncaught_exceptions() > 0) {
-    detail::record_end(*comm_, record_, false);
+    detail::OpInfo info = message_op(detail::OpInfo::Kind::recv_abandon, *comm_, index_ + 1, peer_,
+                                     count_ * dtype_size(dtype_), record_);
+    detail::observe_end(*comm_, info, false);
     comm_ = nullptr;
     return;
   }
@@ -173,46 +177,36 @@ void RecvHandle::wait() {
   if (comm_ == nullptr) return;
   Comm& comm = *comm_;
   comm_ = nullptr;  // complete (or failed) after this call either way
-  try {
-    complete(comm);
-  } catch (...) {
-    detail::record_end(comm, record_, false);
-    throw;
-  }
-  detail::record_end(comm, record_, true);
+  complete(comm);
 }
 
 void RecvHandle::complete(Comm& comm) {
-  detail::inject_delay(comm);
-  const bool tracing = detail::tracing(comm);
-  const std::int64_t trace_begin = tracing ? detail::now_ns(comm) : 0;
-  detail::Transport& transport = detail::transport_of(comm);
-  OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message", count_ * dtype_size(dtype_)};
-  // A copy: the slot may be reused by the sender once the message is taken.
-  const detail::MessageHeader header = transport.wait_message(comm, peer_, index_, op);
-  if (header.fp.dtype != dtype_ || header.fp.count != count_) {
-    detail::raise(
-        comm, CollectiveMismatch(
-                  "recv #" + std::to_string(index_ + 1) + " on group " + comm.name() + ": rank " +
-                  std::to_string(peer_) + " sent count=" + std::to_string(header.fp.count) + " " +
-                  dtype_name(header.fp.dtype) + ", rank " + std::to_string(comm.rank()) +
-                  " expects count=" + std::to_string(count_) + " " + dtype_name(dtype_)));
-  }
   const std::size_t bytes = count_ * dtype_size(dtype_);
-  transport.take(comm, peer_, index_, {buf_, bytes}, op);
-  detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : bytes);
-  std::int64_t sim_begin = -1;
-  if (detail::sim_model(comm)) {
-    // A receive ends no earlier than its message arrives on the simulated clock.
-    std::int64_t& clock = detail::sim_clock(comm);
-    sim_begin = clock;
-    clock = std::max(clock, header.sim_arrival_ns);
+  detail::OpInfo info =
+      message_op(detail::OpInfo::Kind::recv, comm, index_ + 1, peer_, bytes, record_);
+  detail::observe_begin(comm, info);
+  try {
+    detail::Transport& transport = detail::transport_of(comm);
+    OpRef op{"recv", index_ + 1, &comm.group(), peer_, "the message", bytes};
+    // A copy: the slot may be reused by the sender once the message is taken.
+    const detail::MessageHeader header = transport.wait_message(comm, peer_, index_, op);
+    if (header.fp.dtype != dtype_ || header.fp.count != count_) {
+      detail::raise(
+          comm, CollectiveMismatch(
+                    "recv #" + std::to_string(index_ + 1) + " on group " + comm.name() + ": rank " +
+                    std::to_string(peer_) + " sent count=" + std::to_string(header.fp.count) + " " +
+                    dtype_name(header.fp.dtype) + ", rank " + std::to_string(comm.rank()) +
+                    " expects count=" + std::to_string(count_) + " " + dtype_name(dtype_)));
+    }
+    transport.take(comm, peer_, index_, {buf_, bytes}, op);
+    info.flow = header.flow;
+    info.sim_arrival_ns = header.sim_arrival_ns;
+  } catch (...) {
+    detail::observe_end(comm, info, false);
+    throw;
   }
-  if (tracing)
-    detail::trace_record(comm, TraceEvent{TraceEvent::Type::recv, "recv", index_ + 1,
-                                          detail::group_id(comm), comm.world_rank(peer_), -1, bytes,
-                                          0, header.flow, trace_begin, detail::now_ns(comm),
-                                          sim_begin, sim_begin < 0 ? -1 : detail::sim_clock(comm)});
+  detail::count_traffic(comm, CollectiveKind::recv, 0, peer_ == comm.rank() ? 0 : bytes);
+  detail::observe_end(comm, info, true);
 }
 
 bool RecvHandle::arrived() const {

@@ -7,9 +7,9 @@
 // transport's (transport.hpp).
 // Guarantees: the constructor meets every member and compares fingerprints: every member reaches
 // the same verdict and raises the same CollectiveMismatch, naming member 0's call and every
-// differing one. It also runs the call's observers (injection delay, flight record, trace span,
-// simulated clock: the call starts when its last member arrives). A Call left by an exception
-// waits, like finish(), until no member can still read this rank's buffers.
+// differing one. It tells the world's observers (observer.hpp) of the call's begin, meet and end. A
+// Call left by an exception waits, like finish(), until no member can still read this rank's
+// buffers.
 #pragma once
 
 #include <cstddef>
@@ -19,9 +19,8 @@
 #include <span>
 #include <string>
 
+#include "../observer.hpp"
 #include "transport.hpp"
-#include "tspemu/runtime/sim_clock.hpp"
-#include "tspemu/runtime/trace.hpp"
 
 namespace tspemu::detail {
 
@@ -51,12 +50,8 @@ class Call {
  private:
   Transport& t_;
   CallState st_;
-  int root_ = -1;
-  std::uint64_t record_ = 0;  // flight recorder id
-  bool recorded_end_ = false;
-  std::int64_t trace_begin_ns_ = 0;
-  std::int64_t sim_begin_ns_ = -1;
-  std::int64_t sim_end_ns_ = -1;
+  OpInfo op_;
+  bool ended_ = false;  // the observers saw the end
 };
 
 // Rank services for the algorithms (implemented over the world's state in call.cpp).
@@ -75,21 +70,10 @@ template <class E>
 // abort flag and the hang timeout). For waits on several messages at once (wait_any).
 void wait_for(Comm& comm, const OpRef& op, const std::function<bool()>& ready);
 
-// Observers of point-to-point messages (send_recv.cpp).
-void inject_delay(Comm& comm);
+// The observers (observer.hpp) of this rank's point-to-point operations (send_recv.cpp).
+void observe_begin(Comm& comm, OpInfo& op);
+void observe_end(Comm& comm, OpInfo& op, bool ok);
 bool injecting(const Comm& comm);
 std::size_t inject_below(Comm& comm, std::size_t n);  // a draw from the rank's seeded stream
-std::uint64_t record_begin(Comm& comm, const char* what, std::uint64_t seq, int peer,
-                           std::uint64_t bytes);
-void record_end(Comm& comm, std::uint64_t id, bool ok);
-bool tracing(const Comm& comm);
-std::int64_t now_ns(const Comm& comm);
-std::uint64_t next_flow(Comm& comm);
-void trace_record(Comm& comm, const TraceEvent& event);
-const SimClockModel* sim_model(const Comm& comm);
-std::int64_t& sim_clock(Comm& comm);  // this rank's simulated clock, ns
-inline std::int64_t sim_ns_of(double seconds) {
-  return static_cast<std::int64_t>(seconds * 1e9);
-}
 
 }  // namespace tspemu::detail

@@ -1,0 +1,87 @@
+// Observers: what the runtime does beside moving bytes — fault injection (delays at the start of
+// an operation), the flight recorder, the trace, the simulated clock and the hang watchdog's
+// registry of pending waits — attached to every operation through one interface, so neither the
+// collective algorithms nor the transport name any of them. Adding an observer touches only
+// make_observers (world.cpp) and the observer's own file.
+//
+// Operations: a collective call (begin, meet, end), an isend (begin, end), a send's completion
+// (send_wait; send_withdraw when an unwinding send is taken back), an irecv (recv_post: begin
+// only) and a receive's completion (recv; recv_abandon when an unwinding receive is dropped).
+// Requirements: hooks run on the rank's own thread and must not throw, except on_begin's
+// injection delay (which does not throw either); begin and end of one OpInfo are paired by the
+// runtime, observers keep per-operation state in the OpInfo.
+// Order: observers run in the order of make_observers: injection, flight recorder, simulated
+// clock, trace (the trace records the simulated times the clock computed).
+#pragma once
+
+#include <cstdint>
+
+#include "transport/transport.hpp"
+
+namespace tspemu::detail {
+
+struct OpInfo {
+  enum class Kind : std::uint8_t {
+    collective,
+    send,
+    send_wait,
+    send_withdraw,
+    recv_post,
+    recv,
+    recv_abandon
+  };
+  Kind kind = Kind::collective;
+  const char* what = "";
+  std::uint64_t seq = 0;  // collective number on the group, or message number on the pair
+  const Group* group = nullptr;
+  int peer = -1;  // world rank at the other end of a message
+  int root = -1;
+  std::uint64_t bytes = 0;
+  CollectiveKind collective = CollectiveKind::barrier;
+  int members = 0;
+  // Set by the operation before end:
+  bool completes_record = true;  // send: the message was copied at isend (eager)
+  // Observers' state, carried from begin to end (and by a handle from isend/irecv to its wait):
+  std::uint64_t record = 0;  // flight recorder id
+  std::int64_t trace_begin_ns = 0;
+  std::int64_t sim_begin_ns = -1;
+  std::int64_t sim_end_ns = -1;
+  std::uint64_t flow = 0;           // trace flow id of a message
+  std::int64_t sim_arrival_ns = 0;  // simulated arrival of a message at its receiver
+};
+
+// Every member's call header, after the meet.
+struct MemberHeaders {
+  const Transport* transport;
+  const CallState* call;
+  int size() const { return call->size; }
+  const CallHeader& operator[](int member) const { return transport->header(*call, member); }
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_begin(RankState&, OpInfo&) {}
+  virtual void on_meet(RankState&, OpInfo&, const MemberHeaders&) {}
+  virtual void on_end(RankState&, OpInfo&, bool /*ok*/) {}
+  // A wait that outlasted the spin phase (published for the watchdog's scans) and its end.
+  virtual void on_wait_begin(RankState&, const OpRef&, int /*waits_for*/) {}
+  virtual void on_wait_end(RankState&) {}
+};
+
+// This call's header as the observers need it at the meet.
+CallHeader call_header(const RankState& self);
+
+// The world's observers (WorldShared::observers) run over one operation.
+void notify_begin(RankState& self, OpInfo& op);
+void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers);
+void notify_end(RankState& self, OpInfo& op, bool ok);
+
+// Each observer lives beside what it observes.
+std::unique_ptr<Observer> make_injection_observer();     // injection.cpp
+std::unique_ptr<Observer> make_flight_observer();        // flight_recorder.cpp
+std::unique_ptr<Observer> make_sim_clock_observer();     // sim_clock.cpp
+std::unique_ptr<Observer> make_trace_observer();         // trace.cpp
+std::unique_ptr<Observer> make_pending_wait_observer();  // watchdog.cpp
+
+}  // namespace tspemu::detail
