@@ -42,6 +42,7 @@ struct Group {
   std::uint64_t id;
   std::string name;
   std::vector<int> world_ranks;
+  // The shared-memory transport's mailbox of this group (transport/shared_memory.hpp).
   std::unique_ptr<Slot[]> slots;
   // Made on first use by either end. acq_rel CAS installs a fully built Channel; acquire loads
   // pair with it, so the loser of a race and every later user see the constructed object.

@@ -71,17 +71,16 @@ void sequence_heads_exchange(Comm& comm, const std::byte* in, std::size_t in_cou
       // Start with the next rank: the ranks spread their first reads over different owners.
       const int q = static_cast<int>((me + i) % n);
       const std::size_t qq = static_cast<std::size_t>(q);
-      for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t s = 0; s < S; ++s) {
-          if (to_heads)
-            // out_me[b, q·S + s, :, :] = in_q[b, s, me·Hn : (me+1)·Hn, :]
-            call.recv(q, 1, ((b * S + s) * n + me) * row,
-                      {out + (b * n * S + qq * S + s) * row, row});
-          else
-            // out_me[b, s, q·Hn : (q+1)·Hn, :] = in_q[b, me·S + s, :, :]
-            call.recv(q, 1, (b * n * S + me * S + s) * row,
-                      {out + ((b * S + s) * n + qq) * row, row});
-        }
+      for (std::size_t b = 0; b < B; ++b) {
+        if (to_heads)
+          // out_me[b, q·S + s, :, :] = in_q[b, s, me·Hn : (me+1)·Hn, :] for s < S
+          call.recv_rows(q, 1, (b * S * n + me) * row, n * row, row, S,
+                         out + (b * n * S + qq * S) * row, row);
+        else
+          // out_me[b, s, q·Hn : (q+1)·Hn, :] = in_q[b, me·S + s, :, :] for s < S
+          call.recv_rows(q, 1, (b * n * S + me * S) * row, row, row, S,
+                         out + (b * S * n + qq) * row, n * row);
+      }
     }
   }
   call.finish();

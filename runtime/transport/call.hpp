@@ -42,6 +42,10 @@ class Call {
   void recv(int from, int step, std::size_t offset, std::span<std::byte> dst) {
     t_.recv(st_, from, step, offset, dst);
   }
+  void recv_rows(int from, int step, std::size_t offset, std::size_t stride, std::size_t row_bytes,
+                 std::size_t rows, std::byte* dst, std::size_t dst_stride) {
+    t_.recv_rows(st_, from, step, offset, stride, row_bytes, rows, dst, dst_stride);
+  }
   void recv_reduce(int step, std::size_t offset, std::size_t count, Dtype dtype, std::byte* acc) {
     t_.recv_reduce(st_, step, offset, count, dtype, acc);
   }

@@ -170,6 +170,19 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
   copy_range(c, from, step, desc(c, from).steps[step], offset, dst);
 }
 
+void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
+                                      std::size_t stride, std::size_t row_bytes, std::size_t rows,
+                                      std::byte* dst, std::size_t dst_stride) {
+  if (from == c.rank && step > c.posted)
+    throw std::logic_error("recv of this rank's own step before posting it");
+  if (from != c.rank && step > 0) wait_stage(c, from, step_stage(step));
+  if (rows == 0 || row_bytes == 0) return;
+  const StepMessage& m = desc(c, from).steps[step];
+  ReadScope read(c.comm->self(), c.op);
+  for (std::size_t i = 0; i < rows; ++i)
+    copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes});
+}
+
 void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offset,
                                         std::size_t count, Dtype dtype, std::byte* acc) {
   const int n = c.size;

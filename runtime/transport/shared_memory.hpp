@@ -99,6 +99,9 @@ class SharedMemoryTransport final : public Transport {
   void post(CallState& call, int step, std::span<const std::byte> data) override;
   void recv(CallState& call, int from, int step, std::size_t offset,
             std::span<std::byte> dst) override;
+  void recv_rows(CallState& call, int from, int step, std::size_t offset, std::size_t stride,
+                 std::size_t row_bytes, std::size_t rows, std::byte* dst,
+                 std::size_t dst_stride) override;
   void recv_reduce(CallState& call, int step, std::size_t offset, std::size_t count, Dtype dtype,
                    std::byte* acc) override;
   void finish(CallState& call) override;

@@ -91,6 +91,11 @@ class Transport {
   // empty dst only waits for the post.
   virtual void recv(CallState& call, int from, int step, std::size_t offset,
                     std::span<std::byte> dst) = 0;
+  // Copies `rows` rows of row_bytes each: row i from bytes [offset + i·stride, + row_bytes) of
+  // member `from`'s step message to dst + i·dst_stride (one wait and one read for all of them).
+  virtual void recv_rows(CallState& call, int from, int step, std::size_t offset,
+                         std::size_t stride, std::size_t row_bytes, std::size_t rows,
+                         std::byte* dst, std::size_t dst_stride) = 0;
   // acc[0, count) = sum over members r in order 0, 1, ... of their step message's elements at
   // byte `offset`.
   virtual void recv_reduce(CallState& call, int step, std::size_t offset, std::size_t count,
