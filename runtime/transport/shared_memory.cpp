@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -85,6 +86,12 @@ void copy_range(const CallState& c, int member, int step, const StepMessage& m, 
   }
 }
 
+// Whether the step's message is the eager copy in the owner's slot, which outlives the call:
+// reading it needs no reading flag (and so does not fail once the world aborts).
+bool in_mailbox(const Descriptor& d, int step) {
+  return step == 0 && d.eager;
+}
+
 void check_step(const CallState& c, int step) {
   if (step <= c.posted || step >= kMaxSteps)
     throw std::logic_error(std::string(c.op.what) + " #" + std::to_string(c.seq) + " posts step " +
@@ -166,8 +173,10 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
   }
   if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
   if (dst.empty()) return;
+  const Descriptor& d = desc(c, from);
+  if (in_mailbox(d, step)) return copy_range(c, from, step, d.steps[step], offset, dst);
   ReadScope read(c.comm->self(), c.op);
-  copy_range(c, from, step, desc(c, from).steps[step], offset, dst);
+  copy_range(c, from, step, d.steps[step], offset, dst);
 }
 
 void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
@@ -177,8 +186,10 @@ void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::siz
     throw std::logic_error("recv of this rank's own step before posting it");
   if (from != c.rank && step > 0) wait_stage(c, from, step_stage(step));
   if (rows == 0 || row_bytes == 0) return;
-  const StepMessage& m = desc(c, from).steps[step];
-  ReadScope read(c.comm->self(), c.op);
+  const Descriptor& d = desc(c, from);
+  const StepMessage& m = d.steps[step];
+  std::optional<ReadScope> read;
+  if (from != c.rank && !in_mailbox(d, step)) read.emplace(c.comm->self(), c.op);
   for (std::size_t i = 0; i < rows; ++i)
     copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes});
 }
@@ -191,8 +202,14 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes == 0) return;
   const StepMessage* msgs[kMaxRanks];
-  for (int r = 0; r < n; ++r) msgs[r] = &desc(c, r).steps[step];
-  ReadScope read(c.comm->self(), c.op);
+  bool in_place = false;  // some member's message is read from its own buffer
+  for (int r = 0; r < n; ++r) {
+    const Descriptor& d = desc(c, r);
+    msgs[r] = &d.steps[step];
+    in_place = in_place || (r != c.rank && !in_mailbox(d, step));
+  }
+  std::optional<ReadScope> read;
+  if (in_place) read.emplace(c.comm->self(), c.op);
   const std::byte* srcs[kMaxRanks];
   // One pass per run of bytes contiguous in every member's message (all of it, unless the
   // messages are made of pieces).
