@@ -77,10 +77,6 @@ Transport& transport_of(Comm& comm) {
   return *comm.self().world->transport;
 }
 
-std::uint64_t group_id(const Comm& comm) {
-  return comm.group().id;
-}
-
 void count_traffic(Comm& comm, CollectiveKind kind, std::size_t sent, std::size_t received) {
   auto& e = comm.self().counters[kind];
   e.calls++;

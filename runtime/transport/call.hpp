@@ -60,7 +60,6 @@ class Call {
 
 // Rank services for the algorithms (implemented over the world's state in call.cpp).
 Transport& transport_of(Comm& comm);
-std::uint64_t group_id(const Comm& comm);
 void count_traffic(Comm& comm, CollectiveKind kind, std::size_t sent, std::size_t received);
 // Records a runtime failure detected by this rank as the run's failure and aborts the world.
 void fail_world(Comm& comm, const std::string& message, std::exception_ptr error);

@@ -14,7 +14,9 @@
 // Guarantees: recv/recv_reduce wait until the message is posted (bounded by the world's abort,
 // the sender's departure and the hang timeout); finish() returns only once no member can still
 // read this rank's posted buffers, and abandon() (an unwinding call) waits the same way for reads
-// already started; fingerprints and headers of every member are known after open().
+// already started; fingerprints and headers of every member are known after open(). Once the
+// world aborts, a read of another rank's buffer throws PeerFailure; a read of a step-0 message
+// that came with the meet (at most kSmallMessageBytes) still completes.
 // Buffers: recv_reduce's accumulator may alias this rank's own message at the same offset.
 // Cost: a transport decides how bytes move (shared_memory.hpp: one copy, straight from the
 // sender's buffer; messages of at most kSmallMessageBytes are copied at open).
