@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -18,7 +19,14 @@ void sum_typed(T* out, const std::byte* const* srcs, int n, std::size_t count) {
   // Tiles keep the accumulator in L1 and make out aliasing a source safe: a tile is read from
   // every source before it is written.
   constexpr std::size_t kTile = 1024;
-  alignas(64) T acc[kTile];
+  // The accumulator sits half a page away from `out` in its page offset: a tile whose address
+  // matched out's (or a source's, which usually shares out's offset) modulo 4 KiB made every
+  // load of the sum wait on the 4K-aliasing check against the tile's stores (measured: the
+  // 1 MiB reduce on 2 ranks took 1.6x as long, depending only on where the stack was).
+  constexpr std::size_t kPage = 4096;
+  alignas(kPage) std::byte space[kPage + kTile * sizeof(T)];
+  const std::size_t shift = (reinterpret_cast<std::uintptr_t>(out) + kPage / 2) % kPage / 64 * 64;
+  T* const acc = reinterpret_cast<T*>(space + shift);
   for (std::size_t t = 0; t < count; t += kTile) {
     const std::size_t len = std::min(kTile, count - t);
     const T* s0 = reinterpret_cast<const T*>(srcs[0]) + t;
