@@ -11,6 +11,7 @@
 
 #include "oracle_tasks.hpp"
 #include "tspemu/core/compute_span.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/matmul.hpp"
 
 namespace tspemu::ref {
@@ -85,6 +86,12 @@ double score_gemm_macs(const std::int64_t* q_pos, const std::int64_t* k_pos,
   return macs * d.B * d.NH * d.hs;
 }
 
+// In a dry run the positions are unbacked: half of every query's keys visible, the causal average
+// (exact for the whole sequence, and for a zigzag rank's balanced share of it).
+double dry_score_gemm_macs(const AttentionDims& d) {
+  return 0.5 * d.Tq * static_cast<double>(d.Tk) * d.B * d.NH * d.hs;
+}
+
 }  // namespace
 
 template <class T>
@@ -94,6 +101,10 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
   check_dims("causal_attention_forward", d);
   // Two GEMMs per block (S = Q Kᵀ, O = P V).
   ComputeSpan span("attention");
+  if (dry_run()) {
+    span.set_flops(2 * 2 * dry_score_gemm_macs(d));
+    return;
+  }
   if (span.observed() && d.Tq > 0)
     span.set_flops(2 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
@@ -159,6 +170,10 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
   check_dims("causal_attention_backward", d);
   // Five GEMMs per block (S recomputed, dP = dO Vᵀ, dQ, dK, dV).
   ComputeSpan span("attention backward");
+  if (dry_run()) {
+    span.set_flops(5 * 2 * dry_score_gemm_macs(d));
+    return;
+  }
   if (span.observed() && d.Tq > 0)
     span.set_flops(5 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
@@ -233,6 +248,7 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
 template <class T>
 void attention_row_delta(T* delta, const T* dout, const T* out, const AttentionDims& d) {
   check_dims("attention_row_delta", d);
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int b = 0; b < d.B; ++b) {
     for (int h = 0; h < d.NH; ++h) {
       for (int i = 0; i < d.Tq; ++i) {
@@ -249,6 +265,7 @@ template <class T>
 void merge_attention_partials(T* out, T* lse, const T* part_out, const T* part_lse,
                               const AttentionDims& d) {
   check_dims("merge_attention_partials", d);
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int b = 0; b < d.B; ++b) {
     for (int h = 0; h < d.NH; ++h) {

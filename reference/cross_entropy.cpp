@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::ref {
 
 namespace {
@@ -30,6 +32,7 @@ T row_logsumexp(const T* row, int V) {
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, int N, int V) {
   if (N <= 0) throw std::invalid_argument("cross_entropy: N=" + std::to_string(N));
+  if (dry_run()) return 0;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   double total = 0;
   for (int n = 0; n < N; ++n) {
     check_target(targets[n], n, V);
@@ -42,6 +45,7 @@ double cross_entropy_forward(const T* logits, const std::int32_t* targets, int N
 template <class T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, int N,
                             int V) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int n = 0; n < N; ++n) {
     check_target(targets[n], n, V);
     const T* row = logits + std::size_t(n) * V;

@@ -10,6 +10,7 @@
 
 #include "oracle_tasks.hpp"
 #include "tspemu/core/compute_span.hpp"
+#include "tspemu/core/dry_run.hpp"
 
 namespace tspemu::ref {
 
@@ -37,6 +38,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const T* 
   if (M == 0 || N == 0) return;
   ensure_blas_single_threaded();
   ComputeSpan span("gemm", 2.0 * M * N * K);
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const auto start = std::chrono::steady_clock::now();
   const T beta = accumulate ? T(1) : T(0);
   if constexpr (std::is_same_v<T, float>) {

@@ -3,10 +3,13 @@
 #include <cmath>
 #include <cstddef>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::ref {
 
 template <class T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int N, int C, double eps) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int n = 0; n < N; ++n) {
     const T* xr = x + std::size_t(n) * C;
     T* yr = out + std::size_t(n) * C;
@@ -21,6 +24,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int N, int C, doub
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N,
                       int C) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int n = 0; n < N; ++n) {
     const T* xr = x + std::size_t(n) * C;
     const T* dyr = dout + std::size_t(n) * C;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::ref {
 
 namespace {
@@ -32,6 +34,7 @@ void rope_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, const std::int64_
 template <class T>
 void rope_apply(T* x, const std::int64_t* positions, int B, int T_, int NH, int hs, double base,
                 bool inverse) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   std::vector<T> cos_t, sin_t;
   rope_tables(cos_t, sin_t, positions, T_, hs, base);
   const int half = hs / 2;

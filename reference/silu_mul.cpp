@@ -2,10 +2,13 @@
 
 #include <cmath>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::ref {
 
 template <class T>
 void silu_mul_forward(T* h, const T* g, const T* u, std::size_t n) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (std::size_t i = 0; i < n; ++i) {
     const T s = T(1) / (T(1) + std::exp(-g[i]));
     h[i] = g[i] * s * u[i];
@@ -14,6 +17,7 @@ void silu_mul_forward(T* h, const T* g, const T* u, std::size_t n) {
 
 template <class T>
 void silu_mul_backward(T* dgate, T* dup, const T* dh, const T* g, const T* u, std::size_t n) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (std::size_t i = 0; i < n; ++i) {
     const T s = T(1) / (T(1) + std::exp(-g[i]));
     // d/dg [g s(g)] = s + g s (1 - s)

@@ -6,6 +6,7 @@
 #include <new>
 #include <sstream>
 
+#include "dry_reservation.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/trace.hpp"
 
@@ -55,7 +56,7 @@ constexpr std::size_t charged(std::size_t bytes) {
 }
 }  // namespace
 
-Arena::Arena(int rank, std::size_t capacity) : rank_(rank) {
+Arena::Arena(int rank, std::size_t capacity, bool dry) : rank_(rank), dry_(dry) {
   stats_.capacity = capacity;
 }
 
@@ -79,10 +80,11 @@ void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
     p = it->second.back();
     it->second.pop_back();
   } else {
-    p = ::operator new (size, std::align_val_t{kAlignment});
+    p = dry_ ? detail::DryReservation::instance().take(size)
+             : ::operator new (size, std::align_val_t{kAlignment});
     ++stats_.system_allocations;
   }
-  if (zero) std::memset(p, 0, bytes);
+  if (zero && !dry_) std::memset(p, 0, bytes);
   const auto ci = static_cast<std::size_t>(c);
   stats_.current += size;
   stats_.category_current[ci] += size;
@@ -102,13 +104,20 @@ void Arena::release_bytes(void* p, std::size_t bytes, Category c) noexcept {
   try {
     free_blocks_[size].push_back(p);
   } catch (...) {
-    ::operator delete (p, std::align_val_t{kAlignment});
+    give_back(p, size);
   }
+}
+
+void Arena::give_back(void* p, std::size_t size) const noexcept {
+  if (dry_)
+    detail::DryReservation::instance().give_back(p, size);
+  else
+    ::operator delete (p, std::align_val_t{kAlignment});
 }
 
 void Arena::trim() {
   for (auto& [size, blocks] : free_blocks_)
-    for (void* p : blocks) ::operator delete (p, std::align_val_t{kAlignment});
+    for (void* p : blocks) give_back(p, size);
   free_blocks_.clear();
 }
 

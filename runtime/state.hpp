@@ -60,10 +60,11 @@ struct RankComputeObserver final : ComputeObserver {
 };
 
 struct RankState {
-  RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth, int ranks)
+  RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth, int ranks,
+            bool dry)
       : world(w),
         rank(id),
-        arena(id, capacity),
+        arena(id, capacity, dry),
         flight(flight_depth),
         last_scan(static_cast<std::size_t>(ranks), 0) {}
   WorldShared* world;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "state.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/runtime/error.hpp"
 
 namespace tspemu {
@@ -210,6 +211,7 @@ void run_rank(WorldShared& w, int id) {
     // Kernels' ComputeSpans (core/compute_span.hpp) reach this rank's trace and simulated clock.
     const bool observed = st.trace != nullptr || w.opts.sim_clock.has_value();
     ScopedComputeObserver observer(observed ? &st.compute : nullptr);
+    ScopedDryRun dry(w.opts.dry_run);
     (*w.fn)(rank);
   } catch (...) {
     auto e = std::current_exception();
@@ -259,8 +261,8 @@ World::World(WorldOptions opts) {
   std::vector<int> all(static_cast<std::size_t>(opts.ranks));
   for (int i = 0; i < opts.ranks; ++i) {
     all[static_cast<std::size_t>(i)] = i;
-    w.ranks.push_back(std::make_unique<detail::RankState>(&w, i, opts.arena_capacity,
-                                                          opts.flight_recorder_depth, opts.ranks));
+    w.ranks.push_back(std::make_unique<detail::RankState>(
+        &w, i, opts.arena_capacity, opts.flight_recorder_depth, opts.ranks, opts.dry_run));
   }
   w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
   if (opts.trace) {

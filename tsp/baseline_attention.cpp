@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "baseline_region.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rope.hpp"
@@ -25,12 +26,13 @@ BaselineAttention::BaselineAttention(Rank& rank, const BaselineShape& shape,
   const SequenceLayout rl = s_.row_layout();
   const int row = s_.row(rank.id()), col = s_.col(rank.id());
   positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(s_.Tl()), Category::other);
-  for (int i = 0; i < s_.Tl(); ++i) positions_[static_cast<std::size_t>(i)] = rl.position(row, i);
   k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(s_.S), Category::other);
-  std::iota(k_positions_.begin(), k_positions_.end(), 0);
   w_ = a.allocate<float>(attention_shard_size(shard_), Category::weights);
-  pack_attention_shard(master, shard_, col, w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
+  for (int i = 0; i < s_.Tl(); ++i) positions_[static_cast<std::size_t>(i)] = rl.position(row, i);
+  std::iota(k_positions_.begin(), k_positions_.end(), 0);
+  pack_attention_shard(master, shard_, col, w_.data());
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
 }
 

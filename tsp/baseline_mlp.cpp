@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "baseline_region.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/trace.hpp"
@@ -21,8 +22,9 @@ BaselineMlp::BaselineMlp(Rank& rank, const BaselineShape& shape,
   region_ = std::make_unique<detail::MeshRegion>(rank, s_);
   Arena& a = rank.arena();
   w_ = a.allocate<float>(mlp_shard_size(shard_), Category::weights);
-  pack_mlp_shard(master, shard_, s_.col(rank.id()), w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
+  pack_mlp_shard(master, shard_, s_.col(rank.id()), w_.data());
   std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(float));
 }
 

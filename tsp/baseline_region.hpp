@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -62,7 +63,7 @@ class MeshRegion {
   void exit(const float* x, float* y, const std::function<void(float*, bool)>& project) {
     const std::size_t local = local_elems();
     if (s_.T == 1) {  // no reduction: accumulate straight onto the residual, like the reference
-      std::memcpy(y, x, local * sizeof(float));
+      if (!dry_run()) std::memcpy(y, x, local * sizeof(float));
       project(y, true);
       return;
     }
@@ -78,7 +79,8 @@ class MeshRegion {
     } else {
       all_reduce<float>(tp_, partial.span());
     }
-    for (std::size_t i = 0; i < local; ++i) y[i] = x[i] + sum[i];
+    if (!dry_run())
+      for (std::size_t i = 0; i < local; ++i) y[i] = x[i] + sum[i];
   }
 
   // dY of the row's Tl tokens: dy itself, or all-gathered into `storage` under sequence_parallel.
@@ -107,9 +109,10 @@ class MeshRegion {
         all_reduce<float>(tp_, std::span<float>(dxn, full_elems()));
       }
     }
-    std::memset(grad_norm.data(), 0, grad_norm.size() * sizeof(float));
+    if (!dry_run()) std::memset(grad_norm.data(), 0, grad_norm.size() * sizeof(float));
     ref::rmsnorm_backward(dx, grad_norm.data(), g, x, norm_w, rstd, n, C);
-    for (std::size_t i = 0; i < local; ++i) dx[i] += dy[i];  // residual
+    if (!dry_run())
+      for (std::size_t i = 0; i < local; ++i) dx[i] += dy[i];  // residual
     if (s_.sequence_parallel) {
       if (s_.ranks() > 1) all_reduce<float>(rank_.comm(), grad_norm.span());
     } else if (s_.Sp > 1) {
@@ -152,6 +155,7 @@ class MeshRegion {
 // each row), to and from [B, S, kc] each in global position order (layout: row_layout()).
 inline void kv_order_by_position(const SequenceLayout& layout, int B, int kc, const float* gathered,
                                  float* k_all, float* v_all) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const int Tl = layout.local_tokens(), S = layout.seq_len();
   const std::size_t row = static_cast<std::size_t>(kc);
   const std::size_t block = static_cast<std::size_t>(B) * Tl * row;
@@ -168,6 +172,7 @@ inline void kv_order_by_position(const SequenceLayout& layout, int B, int kc, co
 
 inline void kv_order_by_rank(const SequenceLayout& layout, int B, int kc, const float* dk_all,
                              const float* dv_all, float* scattered) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const int Tl = layout.local_tokens(), S = layout.seq_len();
   const std::size_t row = static_cast<std::size_t>(kc);
   const std::size_t block = static_cast<std::size_t>(B) * Tl * row;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::tsp {
 
 namespace {
@@ -9,6 +11,7 @@ namespace {
 // Copies `rows` rows of `cols` elements between strided matrices.
 void copy_block(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
                 std::size_t rows, std::size_t cols) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (std::size_t i = 0; i < rows; ++i)
     std::memcpy(dst + i * dst_ld, src + i * src_ld, cols * sizeof(float));
 }

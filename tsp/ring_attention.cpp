@@ -6,6 +6,7 @@
 #include <span>
 
 #include "sequence_core.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/send_recv.hpp"
 
@@ -62,8 +63,10 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
                                   Category::workspace);  // one block's output [B, Tl, NH, hs]
     auto part_lse = a.allocate<float>(static_cast<std::size_t>(d.B) * d.NH * d.Tq,
                                       Category::workspace);  // [B, NH, Tl]
-    std::memcpy(kv.at(0).data(), k, nk * sizeof(float));
-    std::memcpy(kv.at(0).data() + nk, v, nk * sizeof(float));
+    if (!dry_run()) {
+      std::memcpy(kv.at(0).data(), k, nk * sizeof(float));
+      std::memcpy(kv.at(0).data() + nk, v, nk * sizeof(float));
+    }
     for (int j = 0; j < n; ++j) {
       const int src = (p - j + n) % n;
       std::optional<Hop> hop;
@@ -96,10 +99,12 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
                                    Category::workspace);  // [B, NH, Tl]
     ref::attention_row_delta(delta.data(), datt, att, d);
     DoubleBuffer kv(a, 2 * nk), dkv(a, 2 * nk);  // [K, V] blocks and [dK, dV] accumulators
-    std::memcpy(kv.at(0).data(), k, nk * sizeof(float));
-    std::memcpy(kv.at(0).data() + nk, v, nk * sizeof(float));
-    std::memset(dkv.at(0).data(), 0, 2 * nk * sizeof(float));
-    std::memset(dq, 0, static_cast<std::size_t>(d.B) * d.Tq * d.NH * d.hs * sizeof(float));
+    if (!dry_run()) {
+      std::memcpy(kv.at(0).data(), k, nk * sizeof(float));
+      std::memcpy(kv.at(0).data() + nk, v, nk * sizeof(float));
+      std::memset(dkv.at(0).data(), 0, 2 * nk * sizeof(float));
+      std::memset(dq, 0, static_cast<std::size_t>(d.B) * d.Tq * d.NH * d.hs * sizeof(float));
+    }
     for (int j = 0; j < n; ++j) {
       const int src = (p - j + n) % n;
       std::optional<Hop> kv_hop;
@@ -117,6 +122,7 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
       dkv_hop.wait();
     }
     // The n-th hop brought this rank's own block, summed over every rank's queries.
+    if (dry_run()) return;
     std::memcpy(dk, dkv.at(n).data(), nk * sizeof(float));
     std::memcpy(dv, dkv.at(n).data() + nk, nk * sizeof(float));
   };

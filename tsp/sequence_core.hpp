@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/baseline_shape.hpp"
@@ -30,6 +31,7 @@ struct CoreState {
     const SequenceLayout layout = s.row_layout();
     positions =
         rank_.arena().allocate<std::int64_t>(static_cast<std::size_t>(s.S), Category::other);
+    if (dry_run()) return;  // unbacked (core/dry_run.hpp)
     for (int q = 0; q < s.Sp; ++q)
       for (int i = 0; i < s.Tl(); ++i)
         positions[static_cast<std::size_t>(q) * s.Tl() + i] = layout.position(q, i);

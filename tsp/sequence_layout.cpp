@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tspemu/core/dry_run.hpp"
+
 namespace tspemu::tsp {
 
 const char* layout_name(LayoutKind k) {
@@ -61,6 +63,7 @@ std::vector<std::int64_t> SequenceLayout::positions(int rank) const {
 
 template <class T>
 void SequenceLayout::scatter(const T* full, T* shard, int rank, int B, int C) const {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = static_cast<std::size_t>(C);
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < local_tokens(); ++i)
@@ -71,6 +74,7 @@ void SequenceLayout::scatter(const T* full, T* shard, int rank, int B, int C) co
 
 template <class T>
 void SequenceLayout::gather(const T* shard, T* full, int rank, int B, int C) const {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = static_cast<std::size_t>(C);
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < local_tokens(); ++i)

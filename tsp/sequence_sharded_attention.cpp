@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sequence_core.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/rope.hpp"
@@ -26,10 +27,11 @@ SequenceShardedAttention::SequenceShardedAttention(Rank& rank, const BaselineSha
   Arena& a = rank.arena();
   const auto pos = s_.positions(rank.id());
   positions_ = a.allocate<std::int64_t>(pos.size(), Category::other);
-  std::memcpy(positions_.data(), pos.data(), pos.size() * sizeof(std::int64_t));
   w_ = a.allocate<float>(attention_shard_size(shard_), Category::weights);
-  pack_attention_shard(master, shard_, 0, w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
+  std::memcpy(positions_.data(), pos.data(), pos.size() * sizeof(std::int64_t));
+  pack_attention_shard(master, shard_, 0, w_.data());
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
 }
 
@@ -69,7 +71,7 @@ void SequenceShardedAttention::forward(const float* x, float* y) {
   core_.forward(att_.data(), lse_.data(), q.data(), kv.data(), kv.data() + Mk, positions_.data(),
                 d);
   // torch: y = x + att @ wo.T      (as the reference: the residual first, then accumulate)
-  std::memcpy(y, x, static_cast<std::size_t>(M) * C * sizeof(float));
+  if (!dry_run()) std::memcpy(y, x, static_cast<std::size_t>(M) * C * sizeof(float));
   ref::matmul_nt(y, att_.data(), attention_view(w_.data(), shard_).wo, M, C, qd, true);
 }
 
@@ -114,9 +116,10 @@ void SequenceShardedAttention::backward(const float* x, const float* dy, float* 
   ref::matmul_tn(g.wq, dq.data(), xn_.data(), qd, C, M);
   ref::matmul_tn(g.wk, dk, xn_.data(), kvd, C, M);
   ref::matmul_tn(g.wv, dv, xn_.data(), kvd, C, M);
-  std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(M) * C; ++i) dx[i] += dy[i];  // residual
+  if (!dry_run())
+    for (std::size_t i = 0; i < static_cast<std::size_t>(M) * C; ++i) dx[i] += dy[i];  // residual
   if (s_.Sp > 1) {
     // This rank's tokens' share of every gradient → the sum over the ranks, one collective.
     const std::span<float> sets[] = {grad_.span(), grad_norm_.span()};

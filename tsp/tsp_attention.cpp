@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
@@ -34,6 +35,7 @@ Dims dims_of(const TspShape& s) {
 // kernel wants them by global position, [B, S, NKVb·hs] each. (and back, for the gradients)
 void order_by_position(const SequenceLayout& layout, const Dims& d, const float* gathered,
                        float* k_all, float* v_all) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = d.kv_cols();
   const std::size_t block = static_cast<std::size_t>(d.M()) * row;
   for (int q = 0; q < d.D; ++q)
@@ -49,6 +51,7 @@ void order_by_position(const SequenceLayout& layout, const Dims& d, const float*
 
 void order_by_rank(const SequenceLayout& layout, const Dims& d, const float* dk_all,
                    const float* dv_all, float* scattered) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = d.kv_cols();
   const std::size_t block = static_cast<std::size_t>(d.M()) * row;
   for (int q = 0; q < d.D; ++q)
@@ -79,13 +82,14 @@ TspAttention::TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
   const Dims d = dims_of(s_);
   Arena& a = rank.arena();
   positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.Tl), Category::other);
+  k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.S), Category::other);
+  w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
+  norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);
+  if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
   for (int i = 0; i < d.Tl; ++i)
     positions_[static_cast<std::size_t>(i)] = layout_.position(comm.rank(), i);
-  k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.S), Category::other);
   std::iota(k_positions_.begin(), k_positions_.end(), 0);
-  w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
   pack_attention_shard(master, s_, comm.rank(), w_.data());
-  norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
 }
 
@@ -174,7 +178,7 @@ void TspAttention::forward(const float* x, float* y) {
   if (s_.options.keep_kv) kept_kv_ = a.allocate<float>(full_kv * 2 * d.D * d.nb, Category::kv);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
-  std::memcpy(y, x, MC * sizeof(float));
+  if (!dry_run()) std::memcpy(y, x, MC * sizeof(float));
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
     // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
@@ -242,7 +246,7 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
     }
     const auto view = attention_view(static_cast<const float*>(W), s_);
     const auto g = attention_view(partial.data(), s_);
-    std::memset(partial.data(), 0, shard * sizeof(float));
+    if (!dry_run()) std::memset(partial.data(), 0, shard * sizeof(float));
     for (int bkt = 0; bkt < d.nb; ++bkt) {
       project_q(W, bkt, q.data());
       float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
@@ -287,9 +291,10 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
     reduce<float>(comm_, std::span<const float>(partial.data(), shard),
                   r == comm_.rank() ? grad_.span() : std::span<float>(), r);
   }
-  std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
-  for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
+  if (!dry_run())
+    for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
   all_reduce<float>(comm_, grad_norm_.span());
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/silu_mul.hpp"
@@ -24,8 +25,9 @@ TspMlp::TspMlp(Rank& rank, Comm& comm, const TspShape& shape,
                                 " ranks but D=" + std::to_string(s_.D));
   Arena& a = rank.arena();
   w_ = a.allocate<float>(mlp_shard_size(s_), Category::weights);
-  pack_mlp_shard(master, s_, comm.rank(), w_.data());
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
+  pack_mlp_shard(master, s_, comm.rank(), w_.data());
   std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(float));
 }
 
@@ -51,7 +53,7 @@ void TspMlp::forward(const float* x, float* y) {
   if (D > 2) ring[1] = a.allocate<float>(shard, Category::comm);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
-  std::memcpy(y, x, MC * sizeof(float));
+  if (!dry_run()) std::memcpy(y, x, MC * sizeof(float));
   const float* cur = w_.data();
   for (int k = 0; k < D; ++k) {
     SendHandle sent;
@@ -147,10 +149,13 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
       cur_g = next_g;
     }
   }
-  std::memcpy(grad_.data(), cur_g, shard * sizeof(float));
-  std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  if (!dry_run()) {
+    std::memcpy(grad_.data(), cur_g, shard * sizeof(float));
+    std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  }
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
-  for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
+  if (!dry_run())
+    for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
   all_reduce<float>(comm_, grad_norm_.span());
 }
 

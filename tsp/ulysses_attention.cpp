@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sequence_core.hpp"
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/sequence_heads_exchange.hpp"
 #include "tspemu/tsp/strategy.hpp"
@@ -21,7 +22,7 @@ constexpr const char* kWho = "Ulysses attention";
 struct UlyssesState : detail::CoreState {
   UlyssesState(Rank& r, const BaselineShape& s) : CoreState(kWho, r, s) {
     ordered = r.arena().allocate<std::int64_t>(static_cast<std::size_t>(s.S), Category::other);
-    std::iota(ordered.begin(), ordered.end(), 0);
+    if (!dry_run()) std::iota(ordered.begin(), ordered.end(), 0);
   }
   Buffer<std::int64_t> ordered;  // [S] 0..S-1: K/V after to_position_order
 };
@@ -29,6 +30,7 @@ struct UlyssesState : detail::CoreState {
 // [B, S, w] rows between the gathered (rank-major) order and position order.
 void to_position_order(const float* gathered, float* ordered, const std::int64_t* pos, int B, int S,
                        std::size_t w) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < S; ++i)
       std::memcpy(ordered + (static_cast<std::size_t>(b) * S + pos[i]) * w,
@@ -36,6 +38,7 @@ void to_position_order(const float* gathered, float* ordered, const std::int64_t
 }
 void to_gathered_order(const float* ordered, float* gathered, const std::int64_t* pos, int B, int S,
                        std::size_t w) {
+  if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < S; ++i)
       std::memcpy(gathered + (static_cast<std::size_t>(b) * S + i) * w,

@@ -10,6 +10,13 @@
 // overall, per category and per named phase. Freed blocks are cached by size, so a schedule that
 // repeats the same allocations makes no system allocation after its first iteration
 // (stats().system_allocations stops growing).
+// Dry arena (Arena(rank, capacity, /*dry=*/true), what a World with WorldOptions::dry_run makes):
+// the same accounting — current and peak by category and phase, the 64-byte granularity,
+// OutOfMemory against the capacity — but the blocks are distinct, aligned addresses in one
+// unbacked process-wide reservation (PROT_NONE, runtime/dry_reservation.hpp), so a schedule of any
+// size costs no memory. Touching a dry block stops the process with a message naming the address
+// (exit code 3); code running in a dry world tests core/dry_run.hpp's dry_run() and skips its
+// bytes. Zeroing is skipped.
 // Accounting: a request of n bytes is charged round_up(n, 64) bytes (the device allocator's
 // granularity); cached free blocks are not charged.
 #pragma once
@@ -103,7 +110,7 @@ class Arena {
  public:
   static constexpr std::size_t kAlignment = 64;
 
-  Arena(int rank, std::size_t capacity);
+  Arena(int rank, std::size_t capacity, bool dry = false);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -135,6 +142,7 @@ class Arena {
   [[nodiscard]] Phase phase(std::string_view name);
 
   int rank() const { return rank_; }
+  bool dry() const { return dry_; }
   const ArenaStats& stats() const { return stats_; }
   // Peak bytes recorded under a phase name (0 if never entered).
   std::size_t phase_peak(std::string_view name) const;
@@ -154,8 +162,11 @@ class Arena {
  private:
   void* allocate_bytes(std::size_t bytes, Category c, bool zero);
   [[noreturn]] void throw_oom(std::size_t bytes, Category c) const;
+  void give_back(void* p,
+                 std::size_t charged_bytes) const noexcept;  // to the system or reservation
 
   int rank_;
+  bool dry_;
   RankTrace* trace_ = nullptr;
   ArenaStats stats_;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by charged size

@@ -64,6 +64,11 @@ struct WorldOptions {
   std::optional<Injection> inject{};
   // Pin rank i's thread to core i mod (cores available).
   bool pin_threads = false;
+  // Dry run (core/dry_run.hpp): every rank's arena accounts without backing (arena.hpp) and every
+  // rank thread sees dry_run() == true during a run, so kernels and copies skip their bytes and
+  // a schedule of any size measures its memory and traffic in seconds. Collectives still meet,
+  // check fingerprints and count bytes.
+  bool dry_run = false;
 };
 
 inline constexpr int kMaxRanks = 256;

@@ -1,0 +1,121 @@
+#include "dry_reservation.hpp"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <new>
+
+namespace tspemu::detail {
+
+namespace {
+
+// Set once, before the fault handler is installed. Release store in instance(); the acquire loads
+// (holds, the handler) then see the reservation's fixed base and size.
+std::atomic<DryReservation*> g_reservation{nullptr};
+struct sigaction g_previous_segv {};
+struct sigaction g_previous_bus {};
+
+void write_all(const char* s, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+// Only async-signal-safe calls: write(2), _exit(2), sigaction(2), and the previous handler.
+void on_fault(int sig, siginfo_t* info, void* context) {
+  const DryReservation* r = g_reservation.load(std::memory_order_acquire);
+  if (r != nullptr && r->contains(info->si_addr)) {
+    char hex[2 + 16 + 1];
+    auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    hex[0] = '0';
+    hex[1] = 'x';
+    for (int i = 15; i >= 0; --i, a >>= 4) hex[2 + i] = "0123456789abcdef"[a & 15];
+    hex[18] = '\n';
+    const char head[] = "dry run: rank code touched dry-run memory at ";
+    const char tail[] = "; a kernel or copy is missing its dry_run() check\n";
+    write_all(head, sizeof head - 1);
+    write_all(hex, 18);
+    write_all(tail, sizeof tail - 1);
+    ::_exit(3);
+  }
+  const struct sigaction& prev = sig == SIGBUS ? g_previous_bus : g_previous_segv;
+  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+    prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // Default action: restore it and return; the faulting instruction runs again and the signal
+  // takes its default course (a core dump), as if this handler had never been installed.
+  ::sigaction(sig, &prev, nullptr);
+}
+
+void install_fault_handler() {
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGSEGV, &sa, &g_previous_segv);
+  ::sigaction(SIGBUS, &sa, &g_previous_bus);
+}
+
+}  // namespace
+
+DryReservation& DryReservation::instance() {
+  static DryReservation* r = [] {
+    auto* made = new DryReservation();  // lives until exit: the handler may read it at any time
+    g_reservation.store(made, std::memory_order_release);
+    install_fault_handler();
+    return made;
+  }();
+  return *r;
+}
+
+DryReservation::DryReservation() {
+  // Sanitizers and small address spaces may refuse 16 TiB: halve until granted (>= 64 GiB).
+  for (std::size_t size = std::size_t{1} << 44; size >= (std::size_t{1} << 36); size /= 2) {
+    void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+      base_ = reinterpret_cast<std::uintptr_t>(p);
+      size_ = size;
+      return;
+    }
+  }
+  throw std::bad_alloc();
+}
+
+bool DryReservation::holds(const void* p) noexcept {
+  const DryReservation* r = g_reservation.load(std::memory_order_acquire);
+  return r != nullptr && r->contains(p);
+}
+
+void* DryReservation::take(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  auto it = free_list_.find(bytes);
+  if (it != free_list_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
+  if (bytes > size_ - used_) throw std::bad_alloc();
+  void* p = reinterpret_cast<void*>(base_ + used_);
+  used_ += bytes;
+  return p;
+}
+
+void DryReservation::give_back(void* p, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  try {
+    free_list_[bytes].push_back(p);
+  } catch (...) {  // the address range is lost, nothing else: it was never backed
+  }
+}
+
+}  // namespace tspemu::detail
