@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "../dry_reservation.hpp"
 #include "../state.hpp"
 #include "tspemu/runtime/error.hpp"
 
@@ -81,7 +82,10 @@ void copy_range(const CallState& c, int member, int step, const StepMessage& m, 
   while (done < dst.size()) {
     const auto [src, avail] = locate(m, offset + done);
     const std::size_t len = std::min(avail, dst.size() - done);
-    if (src != dst.data() + done) std::memcpy(dst.data() + done, src, len);
+    // Dry run: dry memory (either side) is never touched.
+    if (src != dst.data() + done && !DryReservation::holds(src) &&
+        !DryReservation::holds(dst.data()))
+      std::memcpy(dst.data() + done, src, len);
     done += len;
   }
 }
@@ -121,7 +125,8 @@ void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const Call
   d.fp = fp;
   d.header = header;
   d.eager = step0.size() <= kEagerBytes;
-  if (d.eager && !step0.empty()) std::memcpy(d.data, step0.data(), step0.size());
+  if (d.eager && !step0.empty() && !DryReservation::holds(step0.data()))
+    std::memcpy(d.data, step0.data(), step0.size());
   d.steps[0] = StepMessage{d.eager ? std::span<const std::byte>(d.data, step0.size()) : step0,
                            nullptr, 0, step0.size()};
   c.exposed = !d.eager;
@@ -287,7 +292,8 @@ bool SharedMemoryTransport::send(Comm& comm, int dst, std::uint64_t index,
   msg.bytes = data.size();
   msg.eager = data.size() <= kEagerBytes;
   msg.data_ptr = data.data();
-  if (msg.eager && !data.empty()) std::memcpy(msg.data, data.data(), data.size());
+  if (msg.eager && !data.empty() && !DryReservation::holds(data.data()))
+    std::memcpy(msg.data, data.data(), data.size());
   // relaxed: published to the receiver by the seq_cst store of `posted` below.
   msg.state.store(kPosted, std::memory_order_relaxed);
   ch.posted.store(index + 1, std::memory_order_seq_cst);
@@ -336,7 +342,8 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
   Channel& ch = comm.group().channel(src, comm.rank());
   P2PMessage& msg = ch.ring[index % kChannelDepth];
   if (msg.eager) {
-    if (!dst.empty()) std::memcpy(dst.data(), msg.data, dst.size());
+    if (!dst.empty() && !DryReservation::holds(dst.data()))
+      std::memcpy(dst.data(), msg.data, dst.size());
   } else {
     std::uint32_t expected = kPosted;
     // acq_rel: taking the message excludes the sender's withdrawal (see P2PMessage::state).
@@ -349,7 +356,8 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
       throw PeerFailure("recv #" + std::to_string(index + 1) + " on group " + comm.name() +
                         ": rank " + std::to_string(src) + " withdrew its message");
     }
-    std::memcpy(dst.data(), msg.data_ptr, dst.size());
+    if (!DryReservation::holds(dst.data()) && !DryReservation::holds(msg.data_ptr))
+      std::memcpy(dst.data(), msg.data_ptr, dst.size());
   }
   // Mark this message, then advance the count over the leading consumed messages: receives from
   // one peer may complete out of order, and the count must never move backwards (the sender of a
