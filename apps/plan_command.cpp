@@ -5,9 +5,16 @@
 #include <cstdio>
 #include <ostream>
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -76,6 +83,126 @@ std::vector<Row> plan_rows(const cost::ModelShape& m, int n, cost::Recompute rc)
     }
     rows.push_back(r);
   }
+  return rows;
+}
+
+ref::ModelConfig layer_config(const cost::ModelShape& m) {
+  auto narrow = [](std::int64_t v, const char* what) {
+    if (v > std::numeric_limits<int>::max())
+      throw ConfigError(std::string("--dry-run: ") + what + " " + std::to_string(v) +
+                        " exceeds the blocks' int range");
+    return static_cast<int>(v);
+  };
+  ref::ModelConfig c;
+  c.hidden = narrow(m.hidden, "hidden");
+  c.n_heads = narrow(m.n_heads, "heads");
+  c.n_kv_heads = narrow(m.n_kv_heads, "kv heads");
+  c.ffn = narrow(m.ffn, "ffn");
+  c.vocab = narrow(m.vocab, "vocab");
+  c.n_layers = 1;
+  return c;
+}
+
+long max_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+bool traffic_equal(const TrafficCounters& got, const cost::Traffic& want, CollectiveKind k) {
+  const auto i = static_cast<std::size_t>(k);
+  return got.by_kind[i].calls == want.calls[i] && got.by_kind[i].bytes_sent == want.sent[i] &&
+         got.by_kind[i].bytes_received == want.received[i];
+}
+
+// One layer of every strategy's real blocks, dry, at m's size: the table of --dry-run.
+nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out) {
+  const ref::ModelConfig model = layer_config(m);
+  const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
+  out << "\ndry run: one layer (forward + backward) of each strategy's blocks, fp32 buffers, "
+         "accounting only;\npeak per rank by category (max over ranks, GiB), and bytes per "
+         "collective on every rank vs the closed-form traffic (cost::layer_traffic):\n";
+  out << fmt("%-20s %7s %8s", "strategy", "time s", "peak");
+  // Category columns, in Category order, short enough for 8 characters.
+  static_assert(kCategoryCount == 8);
+  for (const char* c : {"weights", "grads", "optim", "activ", "kv", "comm", "work", "other"})
+    out << fmt(" %8s", c);
+  out << fmt(" %10s %10s %6s\n", "fwd MiB/r0", "bwd MiB/r0", "model");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const cost::Strategy& st : tsp::strategies_at(n)) {
+    nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
+    tsp::LayerMeasure got;
+    try {
+      got = tsp::measure_layer(model, static_cast<int>(m.B), static_cast<int>(m.S), st);
+    } catch (const std::invalid_argument& e) {
+      out << fmt("%-20s  skipped: %s\n", st.name().c_str(), e.what());
+      row["skipped"] = e.what();
+      rows.push_back(row);
+      continue;
+    }
+    std::array<std::size_t, kCategoryCount> cat{};
+    std::size_t peak = 0;
+    bool match = true;
+    nlohmann::json collectives = nlohmann::json::array();
+    for (int r = 0; r < st.ranks(); ++r) {
+      const tsp::RankLayerMeasure& g = got.ranks[static_cast<std::size_t>(r)];
+      for (const ArenaStats* pass : {&g.forward, &g.backward}) {
+        peak = std::max(peak, pass->peak);
+        for (std::size_t c = 0; c < kCategoryCount; ++c)
+          cat[c] = std::max(cat[c], pass->category_peak[c]);
+      }
+      const cost::LayerTraffic t = cost::layer_traffic(m, st, es, {}, r);
+      for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+        const auto kind = static_cast<CollectiveKind>(k);
+        match = match && traffic_equal(g.forward_traffic, t.forward, kind) &&
+                traffic_equal(g.backward_traffic, t.backward, kind);
+      }
+    }
+    auto gib = [](std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024 * 1024); };
+    auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024); };
+    const tsp::RankLayerMeasure& r0 = got.ranks[0];
+    const cost::LayerTraffic t0 = cost::layer_traffic(m, st, es, {}, 0);
+    std::uint64_t fwd = 0, bwd = 0;
+    std::string kinds;
+    for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+      const auto& f = r0.forward_traffic.by_kind[k];
+      const auto& b = r0.backward_traffic.by_kind[k];
+      fwd += f.bytes_received;
+      bwd += b.bytes_received;
+      if (f.calls + b.calls == 0) continue;
+      const char* kind = collective_name(static_cast<CollectiveKind>(k));
+      kinds +=
+          fmt("    rank 0 %-15s fwd %4llu calls %10.2f MiB (model %10.2f)   bwd %4llu calls "
+              "%10.2f MiB (model %10.2f)\n",
+              kind, static_cast<unsigned long long>(f.calls), mib(f.bytes_received),
+              mib(t0.forward.received[k]), static_cast<unsigned long long>(b.calls),
+              mib(b.bytes_received), mib(t0.backward.received[k]));
+      collectives.push_back({{"collective", kind},
+                             {"forward_calls", f.calls},
+                             {"forward_received_bytes", f.bytes_received},
+                             {"forward_sent_bytes", f.bytes_sent},
+                             {"forward_model_received_bytes", t0.forward.received[k]},
+                             {"backward_calls", b.calls},
+                             {"backward_received_bytes", b.bytes_received},
+                             {"backward_sent_bytes", b.bytes_sent},
+                             {"backward_model_received_bytes", t0.backward.received[k]}});
+    }
+    out << fmt("%-20s %7.2f %8.2f", st.name().c_str(), got.seconds, gib(peak));
+    for (std::size_t c = 0; c < kCategoryCount; ++c) out << fmt(" %8.2f", gib(cat[c]));
+    out << fmt(" %10.1f %10.1f %6s\n", mib(fwd), mib(bwd), match ? "equal" : "DIFFER");
+    out << kinds;
+    nlohmann::json cats;
+    for (std::size_t c = 0; c < kCategoryCount; ++c)
+      cats[category_name(static_cast<Category>(c))] = cat[c];
+    row.update({{"skipped", nullptr},
+                {"seconds", got.seconds},
+                {"peak_bytes", peak},
+                {"category_peak_bytes", cats},
+                {"rank0_collectives", collectives},
+                {"traffic_equals_closed_form", match}});
+    rows.push_back(row);
+  }
+  out << fmt("process max RSS: %.1f MiB\n", static_cast<double>(max_rss_kib()) / 1024.0);
   return rows;
 }
 
@@ -190,6 +317,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({"full", "none"}));
   cmd->add_option("--json", a.json_path, "also write the tables as JSON to this file");
+  cmd->add_flag("--dry-run", a.dry_run,
+                "also run one layer of every strategy's real blocks dry at this size (fp32 "
+                "buffers, accounting only): per-rank peak memory by category and bytes per "
+                "collective vs the closed forms");
   return cmd;
 }
 
@@ -302,6 +433,7 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
       }
       out << "\n";
     }
+    if (a.dry_run) table["dry_run"] = dry_run_rows(m, a.devices, out);
     j["tables"].push_back(table);
   }
   if (!a.sweep.empty()) {

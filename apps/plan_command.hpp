@@ -3,7 +3,10 @@
 // per strategy (TSP D=N, TP, Megatron-SP, SP, every TP+SP factorization) memory per device by
 // category, whether it fits, bytes per layer (ring convention), and the TSP/TP forward-volume
 // ratio; --sweep seq=16K..128K repeats the table per sequence length and draws an SVG (memory and
-// communication vs S, with the device-capacity line).
+// communication vs S, with the device-capacity line). --dry-run adds, per length, one layer of each
+// strategy's real blocks run dry (tsp/layer_measure.hpp: accounting-only arenas, no arithmetic):
+// per-rank peak memory by category and bytes per collective measured from the schedule code, next
+// to the closed-form traffic, with the time each took and the process's max RSS.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,7 @@ struct PlanArgs {
   std::string svg_path = "plan.svg";
   std::string recompute = "full";
   std::string json_path;
+  bool dry_run = false;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);

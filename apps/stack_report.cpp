@@ -12,12 +12,6 @@ namespace cost = tsp::cost;
 
 namespace {
 
-std::string fmt(const char* f, auto... args) {
-  char b[512];
-  std::snprintf(b, sizeof b, f, args...);
-  return b;
-}
-
 unsigned long long ull(std::uint64_t v) {
   return static_cast<unsigned long long>(v);
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <iosfwd>
 #include <string>
 
@@ -30,5 +31,11 @@ nlohmann::json document(const char* command);
 void write_json(const std::string& path, const nlohmann::json& j);
 
 std::string mib(double bytes);  // "12.34"
+// printf into a string (one report line, at most 511 characters).
+std::string fmt(const char* f, auto... args) {
+  char b[512];
+  std::snprintf(b, sizeof b, f, args...);
+  return b;
+}
 
 }  // namespace tspemu::app

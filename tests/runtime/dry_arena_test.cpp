@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tspemu/core/dry_run.hpp"
+#include "tspemu/runtime/all_reduce.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -70,6 +71,23 @@ TEST(DryArena, ExceedingTheCapacityIsOutOfMemoryAsInARealArena) {
   Arena dry(2, std::size_t{1} << 20, /*dry=*/true);
   auto a = dry.allocate<std::byte>(std::size_t{1} << 19, Category::kv);
   EXPECT_THROW(dry.allocate<std::byte>((std::size_t{1} << 19) + 1, Category::kv), OutOfMemory);
+}
+
+TEST(DryArena, RankThreadsOfADryWorldSeeDryRunAndCollectivesStillCountBytes) {
+  World world({.ranks = 3, .dry_run = true});
+  std::vector<int> dry(3, 0);
+  world.run([&](Rank& r) {
+    dry[static_cast<std::size_t>(r.id())] = dry_run() && r.arena().dry() ? 1 : 0;
+    auto x = r.arena().allocate<float>(std::size_t{1} << 28, Category::comm);  // 1 GiB
+    all_reduce<float>(r.comm(), x.span());
+  });
+  EXPECT_FALSE(dry_run()) << "the caller's thread is not dry";
+  EXPECT_EQ(dry, (std::vector<int>{1, 1, 1}));
+  for (int r = 0; r < 3; ++r) {
+    const auto& k = world.counters(r).by_kind[static_cast<std::size_t>(CollectiveKind::all_reduce)];
+    EXPECT_EQ(k.calls, 1u);
+    EXPECT_GT(k.bytes_received, std::size_t{1} << 29);
+  }
 }
 
 TEST(DryArenaDeathTest, AScheduleThatTouchesMemoryInDryModeIsCaught) {
