@@ -238,7 +238,8 @@ void check_memory(StackResult& out, int layers, std::uint64_t extra) {
   const auto L = static_cast<std::uint64_t>(layers);
   const auto& lm = out.layer_model;
   out.model_weights = L * lm.resident[static_cast<std::size_t>(Category::weights)] + extra;
-  out.model_gradients = L * lm.backward.end[static_cast<std::size_t>(Category::gradients)] + extra;
+  out.model_gradients =
+      L * lm.backward.category_current[static_cast<std::size_t>(Category::gradients)] + extra;
   out.memory_match = true;
   for (const RankMeasure& m : out.ranks)
     out.memory_match =
@@ -318,9 +319,8 @@ StackResult run_stack(const StackConfig& c) {
     return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L)),
                      scaled(t.backward, static_cast<std::uint64_t>(L))};
   });
-  out.layer_model = c.strategy.scheme == cost::Scheme::tsp
-                        ? cost::tsp_layer_memory(ms, c.strategy.D, opt, es)
-                        : cost::baseline_layer_memory(ms, c.strategy, es);
+  out.layer_model =
+      tsp::measure_layer(c.model, c.B, c.S, c.strategy, {.head_buckets = c.head_buckets}).ranks[0];
   check_memory(out, L);
   if (!c.check) return out;
 

@@ -24,6 +24,7 @@
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
@@ -86,10 +87,10 @@ struct StackResult {
   double reference_seconds = 0;  // the single-thread fp32 reference, forward + backward
   std::vector<RankMeasure> ranks;
   bool traffic_match = false;  // every rank, every kind, calls and bytes both ways
-  // The cost model's one-layer arena replay, for weights and gradients per layer.
-  tsp::cost::LayerArenaMemory layer_model;
-  // Weights and gradients per rank by the model: L × the layer replay (+ the vocabulary shards
-  // and final norm of the whole model), and whether every rank's arena peak equals them.
+  // Rank 0 of one layer run dry (tsp/layer_measure.hpp), for weights and gradients per layer.
+  tsp::RankLayerMeasure layer_model;
+  // Weights and gradients per rank: L × the dry layer (+ the vocabulary shards and final norm of
+  // the whole model), and whether every rank's arena peak equals them.
   std::uint64_t model_weights = 0, model_gradients = 0;
   bool memory_match = false;
   std::vector<TensorVerdict> tensors;  // empty unless checked
@@ -129,7 +130,7 @@ void check_traffic(
 tsp::cost::Traffic scaled(const tsp::cost::Traffic& t, std::uint64_t n,
                           const tsp::cost::Traffic& plus = {});
 
-// Sets model_weights / model_gradients to L × the layer model plus `extra` bytes each, and
+// Sets model_weights / model_gradients to L × the dry layer plus `extra` bytes each, and
 // memory_match from every rank's arena peaks.
 void check_memory(StackResult& out, int layers, std::uint64_t extra = 0);
 

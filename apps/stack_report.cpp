@@ -151,10 +151,10 @@ void print_report(std::ostream& out, const StackConfig& c, const StackResult& r)
   }
   const auto& lm = r.layer_model;
   const auto w = lm.resident[static_cast<std::size_t>(Category::weights)];
-  const auto g = lm.backward.end[static_cast<std::size_t>(Category::gradients)];
+  const auto g = lm.backward.category_current[static_cast<std::size_t>(Category::gradients)];
   out << fmt(
-      "cost model, one layer on rank 0 (fp32): weights %s, gradients %s, forward peak %s, "
-      "backward peak %s\n",
+      "dry run, one layer on rank 0 (fp32, with its input, output and gradient buffers): weights "
+      "%s, gradients %s, forward peak %s, backward peak %s\n",
       format_bytes(w).c_str(), format_bytes(g).c_str(), format_bytes(lm.forward.peak).c_str(),
       format_bytes(lm.backward.peak).c_str());
 

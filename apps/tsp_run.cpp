@@ -92,7 +92,11 @@ StackResult run_tsp_model(const StackConfig& c) {
     return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L), v.forward),
                      scaled(t.backward, static_cast<std::uint64_t>(L), v.backward)};
   });
-  out.layer_model = cost::tsp_layer_memory(ms, D, opt, es);
+  out.layer_model = tsp::measure_layer(s.model, B, S, c.strategy,
+                                       {.head_buckets = s.options.head_buckets,
+                                        .keep_attention_shards = s.options.keep_attention_shards,
+                                        .keep_kv = s.options.keep_kv})
+                        .ranks[0];
   // TspModel's own tensors, each charged in 64-byte units: embedding and (untied) LM head shards,
   // final norm — and a gradient of each.
   auto charged = [](std::uint64_t bytes) { return (bytes + 63) / 64 * 64; };

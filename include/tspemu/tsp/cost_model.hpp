@@ -1,5 +1,5 @@
-// Analytic cost model of TSP and its baselines: bytes moved per collective kind and memory per
-// category, per layer and per rank, forward and backward; and a whole-model per-device memory
+// Analytic cost model of TSP and its baselines: closed forms of the bytes moved per collective
+// kind, per layer and per rank, forward and backward; and a whole-model per-device memory
 // estimate for real model sizes (`tspemu plan`). A plain library: no threads, no World, no Arena —
 // it only names the runtime's enums (CollectiveKind, Category) so results index like the
 // measured TrafficCounters and ArenaStats.
@@ -69,20 +69,9 @@
 //   are checked against the measurement in tests/tsp/cost_model_test.cpp.
 //   All results are bytes.
 //
-// Memory of the TSP layer (tsp_layer_memory): an exact replay of every arena allocation that
-// TspLayer (tsp_layer.hpp), TspAttention (tsp_attention.cpp) and TspMlp (tsp_mlp.cpp) make, in
-// program order, with its category and lifetime; each allocation of n bytes is charged
-// round_up(n, 64), a request of 0 bytes is not charged, and phases record the arena's current
-// bytes at entry and after every allocation inside them (arena.hpp). Results: the bytes resident
-// after construction, and for forward (from the constructed layer) and backward (peaks restarted at
-// the end of forward, like Arena::reset_peaks) the per-category peaks, the overall peak and the
-// phase peaks "attention", "mlp" / "mlp.backward", "attention.backward", for the first or any
-// later training step (see tsp_layer_memory). baseline_layer_memory does the same for one rank of
-// the baselines' BaselineAttention + BaselineMlp (baseline_attention.cpp, baseline_mlp.cpp,
-// baseline_region.hpp), and for Ulysses and ring attention of SequenceShardedAttention with its
-// core (sequence_sharded_attention.cpp, ulysses_attention.cpp, ring_attention.cpp) + the SP
-// BaselineMlp. These are replays of the code as written: a change of an allocation in those files
-// must be mirrored here (tests/tsp/cost_model_test.cpp fails until it is).
+// Memory of one layer as the blocks allocate it is not modelled here: it is measured by running
+// the blocks dry at any size (tsp/layer_measure.hpp: accounting-only arenas, no arithmetic), so a
+// change of an allocation in a block needs no change here.
 //
 // Whole-model per-device memory (device_memory, for `tspemu plan`): Korthikanti et al. 2022,
 // "Reducing Activation Recomputation in Large Transformer Models", adapted to the gated MLP and to
@@ -95,7 +84,7 @@
 // baseline keeps N gathered instead); SP replicates parameters and divides tokens by Sp; TP+SP
 // is TP over T on S/Sp tokens. Model states: parameters per device × (weight + gradient +
 // optimizer) bytes, no ZeRO. Ulysses and ring attention are not in this estimate
-// (std::invalid_argument): their layers are replayed exactly by baseline_layer_memory.
+// (std::invalid_argument): their per-rank memory comes from a dry run (layer_measure.hpp).
 // Recompute::full (default; what makes 128K tokens fit, and what reproduces the paper's ordering
 // TSP < TP < TP+SP at 128K): only the layer input is kept per layer, plus one layer's kept set
 // while it is recomputed. Transient: the peak of one layer's buffers in flight (shards, gathered
@@ -109,9 +98,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
-#include <vector>
 
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
@@ -245,60 +232,6 @@ LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy&
 // Bytes rank r receives (= sends) in an all_reduce of `count` elements over n ranks, as the
 // runtime counts it (balanced chunks).
 std::uint64_t all_reduce_bytes(std::uint64_t count, int n, int r, double element_bytes);
-
-// ---- Memory of one layer in the emulator, exact against the arena
-// ----------------------------------------
-
-using CategoryBytes = std::array<std::uint64_t, kCategoryCount>;
-
-struct Allocation {  // one arena allocation of a replayed layer
-  std::string name;  // "attention: kv_gathered [D, 2, M, kc]", ...
-  Category category;
-  std::uint64_t bytes;    // requested
-  std::uint64_t charged;  // round_up(bytes, 64), 0 for an empty request
-  std::string lifetime;   // "layer", "step" (kept for backward), or the phase it is freed with
-};
-
-struct PassMemory {
-  CategoryBytes category_peak{};               // as ArenaStats::category_peak
-  std::uint64_t peak = 0;                      // as ArenaStats::peak
-  std::map<std::string, std::uint64_t> phase;  // as Arena::phase_peaks()
-  CategoryBytes end{};                         // category_current at the end of the pass
-};
-
-struct LayerArenaMemory {
-  CategoryBytes resident{};  // after the blocks' constructors (weights, position indices)
-  PassMemory forward;        // from the constructed layer
-  PassMemory backward;       // peaks restarted at the end of forward (Arena::reset_peaks)
-  std::vector<Allocation> allocations;
-  std::uint64_t category(Category c) const { return resident[static_cast<std::size_t>(c)]; }
-};
-using TspLayerMemory = LayerArenaMemory;
-
-// Every allocation of one rank's TspLayer (constructor, forward, backward), replayed with the
-// arena's rules. `es.activation` sizes activations/K/V/workspace, `es.weight` the shards, and
-// `es.gradient` the gradients (the emulator: 4 each; index arrays es.index).
-// `steps` training steps (forward + backward) are replayed on the same layer; the passes reported
-// are those of the last step, each with peaks restarted at its start (the first forward: from the
-// constructed layer). `allocations` lists the first step. From the second step on, the gradients
-// stay allocated and — a property of TspLayer::forward worth knowing — the previous step's MLP
-// activations (xn, rstd, gate, up: TspMlp releases them only in its own next forward) are still
-// held while the next attention forward runs, and both blocks' activations are held through the
-// whole backward; so step 2 peaks higher than step 1 in "attention".
-TspLayerMemory tsp_layer_memory(const ModelShape& m, int D, const CostOptions& opt = {},
-                                const ElementSizes& es = ElementSizes::fp32_emulator(),
-                                int steps = 1);
-
-// The same replay for one rank of a baseline layer: BaselineAttention then BaselineMlp constructed,
-// forward attention then MLP, backward MLP then attention (baseline_attention.cpp,
-// baseline_mlp.cpp, baseline_region.hpp: the Megatron-SP pieces in flight, the partial row-parallel
-// output, the gathered dY). There is no layer object: the MLP input and dX buffers belong to the
-// caller. Every rank of the mesh allocates the same. `st` is tp, megatron_sp, sp or tp_sp; or
-// ulysses or ring: the attention core is constructed first (its position arrays), then the
-// SequenceShardedAttention block and the SP BaselineMlp.
-LayerArenaMemory baseline_layer_memory(const ModelShape& m, const Strategy& st,
-                                       const ElementSizes& es = ElementSizes::fp32_emulator(),
-                                       int steps = 1);
 
 // ---- Whole model, per device, real sizes (plan) -----------------------------------------------
 
