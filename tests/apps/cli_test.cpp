@@ -279,6 +279,26 @@ TEST(Cli, AnUnknownStrategyIsRejectedListingTheKnownOnes) {
   }
 }
 
+TEST(Cli, PlanDryRunRunsEveryStrategysBlocksAtTheRealSizeAndMatchesTheClosedForms) {
+  const std::string json = temp_path("plan.json");
+  const Outcome o =
+      tspemu({"plan", "paper-7b", "--seq", "128K", "--devices", "8", "--dry-run", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("process max RSS"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("DIFFER"), std::string::npos) << o.out;
+  const auto rows = read_json(json).at("tables")[0].at("dry_run");
+  ASSERT_EQ(rows.size(), 8u);  // TSP, TP, Megatron-SP, SP, Ulysses, ring, TP+SP 2x4 and 4x2
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.at("strategy").get<std::string>());
+    ASSERT_TRUE(r.at("skipped").is_null());
+    EXPECT_EQ(r.at("traffic_equals_closed_form"), true);
+    // Gigabytes per rank, measured in no memory.
+    EXPECT_GT(r.at("peak_bytes").get<double>(), 1e9);
+    EXPECT_LT(r.at("seconds").get<double>(), 10.0);
+  }
+  std::remove(json.c_str());
+}
+
 TEST(Cli, ScaleWritesJsonAndAWellFormedSvg) {
   const std::string json = temp_path("scale.json"), svg = temp_path("scale.svg");
   const Outcome o = tspemu(tiny({"scale", "--max-ranks", "2", "--repeat", "1", "--mode", "both",
