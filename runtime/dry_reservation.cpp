@@ -2,9 +2,11 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <new>
 
 namespace tspemu::detail {
@@ -17,9 +19,11 @@ std::atomic<DryReservation*> g_reservation{nullptr};
 struct sigaction g_previous_segv {};
 struct sigaction g_previous_bus {};
 
+// The raw system call: sanitizers' write interceptors are not safe to enter from a fault handler.
 void write_all(const char* s, std::size_t n) {
   while (n > 0) {
-    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    const long w = ::syscall(SYS_write, STDERR_FILENO, s, n);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return;
     s += w;
     n -= static_cast<std::size_t>(w);
@@ -30,16 +34,20 @@ void write_all(const char* s, std::size_t n) {
 void on_fault(int sig, siginfo_t* info, void* context) {
   const DryReservation* r = g_reservation.load(std::memory_order_acquire);
   if (r != nullptr && r->contains(info->si_addr)) {
-    char hex[2 + 16 + 1];
+    // Ranks that fault together: the first reports and exits, the others wait for the exit.
+    // Relaxed suffices: the flag only elects the reporter, it publishes nothing.
+    static std::atomic<bool> reporting{false};
+    if (reporting.exchange(true, std::memory_order_relaxed))
+      for (;;) ::pause();
+    char hex[2 + 16];  // "0x" and 16 digits
     auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
     hex[0] = '0';
     hex[1] = 'x';
     for (int i = 15; i >= 0; --i, a >>= 4) hex[2 + i] = "0123456789abcdef"[a & 15];
-    hex[18] = '\n';
     const char head[] = "dry run: rank code touched dry-run memory at ";
     const char tail[] = "; a kernel or copy is missing its dry_run() check\n";
     write_all(head, sizeof head - 1);
-    write_all(hex, 18);
+    write_all(hex, sizeof hex);
     write_all(tail, sizeof tail - 1);
     ::_exit(3);
   }
@@ -52,9 +60,12 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     prev.sa_handler(sig);
     return;
   }
-  // Default action: restore it and return; the faulting instruction runs again and the signal
-  // takes its default course (a core dump), as if this handler had never been installed.
-  ::sigaction(sig, &prev, nullptr);
+  // Default action (an ignored fault would only fault again): restore it and return; the faulting
+  // instruction runs again and the signal takes its default course (a core dump).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
 }
 
 void install_fault_handler() {
