@@ -1,18 +1,17 @@
 // measure_layer: one layer of a strategy run by its real blocks — dry at any size, or for real —
 // and what each rank allocated and communicated.
 //
-// What: builds one layer of the strategy's blocks on every rank (TSP: TspLayer; TP, Megatron-SP,
-// SP, TP+SP: BaselineAttention then BaselineMlp; Ulysses / ring attention: the core, then
-// SequenceShardedAttention, then the SP BaselineMlp), allocates the layer input, the attention
-// output (the MLP input; TspLayer holds its own), the output and the gradient buffers as `run`
-// does, and runs `steps` training steps (forward, then backward). Dry (the default): a World with
-// WorldOptions::dry_run, so the arena accounts without backing and kernels and copies skip their
-// bytes — the paper's 7B-class model at S = 128K on 8 ranks runs in seconds, in no memory. Real:
-// zero weights and inputs (memory and traffic do not depend on values), for checking the dry run.
-// This is where per-rank memory of a strategy comes from (tspemu plan --dry-run, run, compare,
-// the tests); the cost model keeps only closed forms (cost_model.hpp).
-// Requirements: the strategy's shape rules (TspShape::validate, BaselineShape::validate,
-// check_ulysses_shape): std::invalid_argument naming the values, before any rank runs.
+// What: builds one layer of the strategy on every rank with the strategy table's block factory
+// (strategy.hpp: TspLayer; BaselineAttention then BaselineMlp; the Ulysses / ring core, then
+// SequenceShardedAttention, then SP's BaselineMlp), allocates the layer's input, output and input
+// gradient as `run` does, and runs `steps` training steps (forward, then backward). Dry (the
+// default): a World with WorldOptions::dry_run, so the arena accounts without backing and kernels
+// and copies skip their bytes — the paper's 7B-class model at S = 128K on 8 ranks runs in seconds,
+// in no memory. Real: zero weights and inputs (memory and traffic do not depend on values), for
+// checking the dry run. This is where per-rank memory of a strategy comes from (tspemu plan
+// --dry-run, run, compare, the tests); the cost model keeps only closed forms (cost_model.hpp).
+// Requirements: the strategy's shape rules (strategy.hpp's violation()): std::invalid_argument
+// with the rule's message, before any rank runs.
 // Guarantees: per rank, the last step's counters and arena stats of each pass, peaks restarted at
 // the start of each pass (the first forward: from the constructed layer and its buffers), and the
 // bytes the blocks hold after construction. Dry and real runs report identical numbers
