@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "state.hpp"
+#include "transport/dry.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/runtime/error.hpp"
 
@@ -115,7 +116,9 @@ double relax_ns() {
 }  // namespace
 
 WorldShared::WorldShared(WorldOptions o)
-    : opts(o), transport(std::make_unique<SharedMemoryTransport>()) {
+    : opts(o),
+      transport(o.dry_run ? std::unique_ptr<Transport>(std::make_unique<DryTransport>())
+                          : std::make_unique<SharedMemoryTransport>()) {
   // Each observer checks its own option per operation (injection can change between runs).
   observers.push_back(make_injection_observer());
   observers.push_back(make_flight_observer());

@@ -75,16 +75,19 @@ std::pair<const std::byte*, std::size_t> locate(const StepMessage& m, std::size_
   return {nullptr, 0};
 }
 
+// Whether a copy between dst and src would touch dry-run memory (never backed: dry.hpp).
+bool touches_dry(const void* dst, const void* src) {
+  return DryReservation::holds(dst) || DryReservation::holds(src);
+}
+
 void copy_range(const CallState& c, int member, int step, const StepMessage& m, std::size_t offset,
-                std::span<std::byte> dst) {
+                std::span<std::byte> dst, bool skip_dry) {
   if (offset + dst.size() > m.bytes) out_of_range(c, member, step, offset, dst.size(), m.bytes);
   std::size_t done = 0;
   while (done < dst.size()) {
     const auto [src, avail] = locate(m, offset + done);
     const std::size_t len = std::min(avail, dst.size() - done);
-    // Dry run: dry memory (either side) is never touched.
-    if (src != dst.data() + done && !DryReservation::holds(src) &&
-        !DryReservation::holds(dst.data()))
+    if (src != dst.data() + done && !(skip_dry && touches_dry(dst.data(), src)))
       std::memcpy(dst.data() + done, src, len);
     done += len;
   }
@@ -125,7 +128,7 @@ void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const Call
   d.fp = fp;
   d.header = header;
   d.eager = step0.size() <= kEagerBytes;
-  if (d.eager && !step0.empty() && !DryReservation::holds(step0.data()))
+  if (d.eager && !step0.empty() && !(skip_dry_ && touches_dry(d.data, step0.data())))
     std::memcpy(d.data, step0.data(), step0.size());
   d.steps[0] = StepMessage{d.eager ? std::span<const std::byte>(d.data, step0.size()) : step0,
                            nullptr, 0, step0.size()};
@@ -173,15 +176,15 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
                                  std::span<std::byte> dst) {
   if (from == c.rank) {
     if (step > c.posted) throw std::logic_error("recv of this rank's own step before posting it");
-    copy_range(c, from, step, desc(c, from).steps[step], offset, dst);
+    copy_range(c, from, step, desc(c, from).steps[step], offset, dst, skip_dry_);
     return;
   }
   if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
   if (dst.empty()) return;
   const Descriptor& d = desc(c, from);
-  if (in_mailbox(d, step)) return copy_range(c, from, step, d.steps[step], offset, dst);
+  if (in_mailbox(d, step)) return copy_range(c, from, step, d.steps[step], offset, dst, skip_dry_);
   ReadScope read(c.comm->self(), c.op);
-  copy_range(c, from, step, d.steps[step], offset, dst);
+  copy_range(c, from, step, d.steps[step], offset, dst, skip_dry_);
 }
 
 void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
@@ -196,7 +199,7 @@ void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::siz
   std::optional<ReadScope> read;
   if (from != c.rank && !in_mailbox(d, step)) read.emplace(c.comm->self(), c.op);
   for (std::size_t i = 0; i < rows; ++i)
-    copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes});
+    copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes}, skip_dry_);
 }
 
 void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offset,
@@ -226,7 +229,9 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
       srcs[r] = p;
       run = std::min(run, avail);
     }
-    sum_ranks_into(dtype, acc + done, srcs, n, run / dtype_size(dtype));
+    bool dry = false;
+    for (int r = 0; skip_dry_ && r < n; ++r) dry = dry || touches_dry(acc + done, srcs[r]);
+    if (!dry) sum_ranks_into(dtype, acc + done, srcs, n, run / dtype_size(dtype));
     done += run;
   }
 }
@@ -292,7 +297,7 @@ bool SharedMemoryTransport::send(Comm& comm, int dst, std::uint64_t index,
   msg.bytes = data.size();
   msg.eager = data.size() <= kEagerBytes;
   msg.data_ptr = data.data();
-  if (msg.eager && !data.empty() && !DryReservation::holds(data.data()))
+  if (msg.eager && !data.empty() && !(skip_dry_ && touches_dry(msg.data, data.data())))
     std::memcpy(msg.data, data.data(), data.size());
   // relaxed: published to the receiver by the seq_cst store of `posted` below.
   msg.state.store(kPosted, std::memory_order_relaxed);
@@ -342,7 +347,7 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
   Channel& ch = comm.group().channel(src, comm.rank());
   P2PMessage& msg = ch.ring[index % kChannelDepth];
   if (msg.eager) {
-    if (!dst.empty() && !DryReservation::holds(dst.data()))
+    if (!dst.empty() && !(skip_dry_ && touches_dry(dst.data(), msg.data)))
       std::memcpy(dst.data(), msg.data, dst.size());
   } else {
     std::uint32_t expected = kPosted;
@@ -356,7 +361,7 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
       throw PeerFailure("recv #" + std::to_string(index + 1) + " on group " + comm.name() +
                         ": rank " + std::to_string(src) + " withdrew its message");
     }
-    if (!DryReservation::holds(dst.data()) && !DryReservation::holds(msg.data_ptr))
+    if (!(skip_dry_ && touches_dry(dst.data(), msg.data_ptr)))
       std::memcpy(dst.data(), msg.data_ptr, dst.size());
   }
   // Mark this message, then advance the count over the leading consumed messages: receives from

@@ -89,8 +89,9 @@ struct Channel {
   P2PMessage ring[kChannelDepth];
 };
 
-class SharedMemoryTransport final : public Transport {
+class SharedMemoryTransport : public Transport {
  public:
+  SharedMemoryTransport() = default;
   void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
             std::span<const std::byte> step0) override;
   const Fingerprint& fingerprint(const CallState& call, int member) const override;
@@ -117,7 +118,16 @@ class SharedMemoryTransport final : public Transport {
   void take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
             const OpRef& op) override;
 
+ protected:
+  // The dry-run transport (dry.hpp): the same meeting, matching and waiting, without copying the
+  // bytes of dry-run memory.
+  struct SkipDryMemory {};
+  explicit SharedMemoryTransport(SkipDryMemory) : skip_dry_(true) {}
+
  private:
+  // A copy or sum whose source or destination lies in dry-run memory is skipped (one predictable
+  // branch per copy; false for every world but a dry one).
+  const bool skip_dry_ = false;
   void publish(CallState& call, int step);
   void wait_stage(CallState& call, int member, std::uint64_t stage);
   void wait_all_done_after_abort(CallState& call) noexcept;

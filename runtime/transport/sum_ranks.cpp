@@ -3,7 +3,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "../dry_reservation.hpp"
 #include "transport.hpp"
 
 namespace tspemu::detail {
@@ -41,8 +40,7 @@ void sum_typed(T* out, const std::byte* const* srcs, int n, std::size_t count) {
 
 void sum_ranks_into(Dtype dtype, std::byte* acc, const std::byte* const* srcs, int n,
                     std::size_t count) {
-  // Dry run: a dry accumulator (and its dry sources) is never touched.
-  if (count == 0 || DryReservation::holds(acc)) return;
+  if (count == 0) return;
   switch (dtype) {
     case Dtype::f32:
       return sum_typed(reinterpret_cast<float*>(acc), srcs, n, count);

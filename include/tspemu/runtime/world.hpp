@@ -66,8 +66,9 @@ struct WorldOptions {
   bool pin_threads = false;
   // Dry run (core/dry_run.hpp): every rank's arena accounts without backing (arena.hpp) and every
   // rank thread sees dry_run() == true during a run, so kernels and copies skip their bytes and
-  // a schedule of any size measures its memory and traffic in seconds. Collectives still meet,
-  // check fingerprints and count bytes.
+  // a schedule of any size measures its memory and traffic in seconds. The world's transport is
+  // the dry-run transport: collectives still meet, check fingerprints and count bytes, but copy
+  // nothing of arena memory.
   bool dry_run = false;
 };
 
