@@ -70,9 +70,10 @@ struct RankState {
   WorldShared* world;
   int rank;
   Parker parker;
-  // True while this rank reads another rank's buffer. seq_cst store then a seq_cst load of
-  // `aborted` (begin_read) against the aborter's seq_cst store of `aborted` then load of this
-  // flag: an exposing rank that sees reading == false after an abort knows no read will start.
+  // True over a run of reads of other ranks' buffers, never over a wait. seq_cst store then a
+  // seq_cst load of `aborted` (begin_reading, shared_memory.cpp) against the aborter's seq_cst
+  // store of `aborted` then load of this flag: an exposing rank that sees reading == false after an
+  // abort knows no read will start.
   alignas(64) std::atomic<bool> reading{false};
   // Set (release) when this rank's run function has returned or thrown; acquire loads by waiters
   // turn a wait on a departed rank into HangError instead of a hang.

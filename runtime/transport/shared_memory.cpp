@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -33,25 +32,30 @@ RankState& state_of(const Comm& c, int group_rank) {
   return *c.group().world->ranks[static_cast<std::size_t>(c.world_rank(group_rank))];
 }
 
-// Brackets reads of other ranks' buffers (the abort-safe reading flag, RankState::reading).
-class ReadScope {
- public:
-  ReadScope(RankState& self, const OpRef& op) : self_(self) {
-    // seq_cst store then seq_cst load: the reader half of the handshake in RankState::reading.
-    self_.reading.store(true, std::memory_order_seq_cst);
-    if (self_.world->aborted.load(std::memory_order_seq_cst)) {
-      self_.reading.store(false, std::memory_order_release);
-      check_abort(self_, op);
-    }
+// The abort-safe reading flag (RankState::reading) is held over a run of reads of other ranks'
+// buffers: raised by the first such read, lowered only before this rank blocks (wait_stage) and
+// at finish/abandon. A call thus pays one handshake per run of reads (e.g. all of all_gather's
+// blocks), not one per read. The handshake still holds: the flag is raised, then `aborted`
+// rechecked, exactly as for one read; an exposing rank that aborts waits while the flag is up
+// (wait_all_done_after_abort), and the flag only stays up over bounded work (copies and sums,
+// never a wait), so that wait is bounded. Reads made in a run begun before the abort complete
+// from buffers their owner keeps until the flag drops; a read that begins a run after it throws.
+void begin_reading(RankState& self, const OpRef& op) {
+  // relaxed: only this thread writes its own flag.
+  if (self.reading.load(std::memory_order_relaxed)) return;
+  // seq_cst store then seq_cst load: the reader half of the handshake in RankState::reading.
+  self.reading.store(true, std::memory_order_seq_cst);
+  if (self.world->aborted.load(std::memory_order_seq_cst)) {
+    self.reading.store(false, std::memory_order_release);
+    check_abort(self, op);
   }
-  // release: our reads of peers' buffers happen before a peer that sees `false` frees them.
-  ~ReadScope() { self_.reading.store(false, std::memory_order_release); }
-  ReadScope(const ReadScope&) = delete;
-  ReadScope& operator=(const ReadScope&) = delete;
-
- private:
-  RankState& self_;
-};
+}
+void end_reading(RankState& self) {
+  // relaxed load: only this thread writes its own flag. release store: our reads of peers'
+  // buffers happen before a peer that sees `false` frees them.
+  if (self.reading.load(std::memory_order_relaxed))
+    self.reading.store(false, std::memory_order_release);
+}
 
 [[noreturn]] void out_of_range(const CallState& c, int member, int step, std::size_t offset,
                                std::size_t len, std::uint64_t bytes) {
@@ -182,8 +186,7 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
   if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
   if (dst.empty()) return;
   const Descriptor& d = desc(c, from);
-  if (in_mailbox(d, step)) return copy_range(c, from, step, d.steps[step], offset, dst, skip_dry_);
-  ReadScope read(c.comm->self(), c.op);
+  if (!in_mailbox(d, step)) begin_reading(c.comm->self(), c.op);
   copy_range(c, from, step, d.steps[step], offset, dst, skip_dry_);
 }
 
@@ -196,8 +199,7 @@ void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::siz
   if (rows == 0 || row_bytes == 0) return;
   const Descriptor& d = desc(c, from);
   const StepMessage& m = d.steps[step];
-  std::optional<ReadScope> read;
-  if (from != c.rank && !in_mailbox(d, step)) read.emplace(c.comm->self(), c.op);
+  if (from != c.rank && !in_mailbox(d, step)) begin_reading(c.comm->self(), c.op);
   for (std::size_t i = 0; i < rows; ++i)
     copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes}, skip_dry_);
 }
@@ -216,8 +218,7 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
     msgs[r] = &d.steps[step];
     in_place = in_place || (r != c.rank && !in_mailbox(d, step));
   }
-  std::optional<ReadScope> read;
-  if (in_place) read.emplace(c.comm->self(), c.op);
+  if (in_place) begin_reading(c.comm->self(), c.op);
   const std::byte* srcs[kMaxRanks];
   // One pass per run of bytes contiguous in every member's message (all of it, unless the
   // messages are made of pieces).
@@ -237,6 +238,7 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
 }
 
 void SharedMemoryTransport::finish(CallState& c) {
+  end_reading(c.comm->self());
   c.finished = true;
   slot(c, c.rank).progress.store(stage_value(c.seq, kDoneStage), std::memory_order_seq_cst);
   unpark_members(c.comm->group(), c.rank);
@@ -250,12 +252,18 @@ void SharedMemoryTransport::finish(CallState& c) {
 }
 
 void SharedMemoryTransport::abandon(CallState& c) noexcept {
+  // Lowered first: a member aborting at the same time may be waiting for it.
+  end_reading(c.comm->self());
   if (c.exposed && !c.finished) wait_all_done_after_abort(c);
 }
 
 void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t stage) {
   const std::uint64_t target = stage_value(c.seq, stage);
   auto& progress = slot(c, member).progress;
+  // seq_cst: as in the wait below. Ready: no wait, so the reading flag may stay up.
+  if (progress.load(std::memory_order_seq_cst) >= target) return;
+  // Never wait with the flag up: the member may be aborting and waiting for it to drop.
+  end_reading(c.comm->self());
   c.op.stage = stage == step_stage(0) ? "every member to enter"
                : stage == kDoneStage  ? "every member to finish"
                                       : "a member's next step";
@@ -268,7 +276,7 @@ void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t s
 void SharedMemoryTransport::wait_all_done_after_abort(CallState& c) noexcept {
   // The world is aborting (every throwing path raised it first). Our buffers may still be read by
   // a member that began reading before it saw the abort; such a read is a bounded copy. A member
-  // not reading now never will (ReadScope rechecks the abort), so wait only for those.
+  // not reading now never will (begin_reading rechecks the abort), so wait only for those.
   const std::uint64_t done = stage_value(c.seq, kDoneStage);
   const Group& g = c.comm->group();
   for (int r = 0; r < c.size; ++r) {

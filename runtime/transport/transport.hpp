@@ -15,8 +15,10 @@
 // the sender's departure and the hang timeout); finish() returns only once no member can still
 // read this rank's posted buffers, and abandon() (an unwinding call) waits the same way for reads
 // already started; fingerprints and headers of every member are known after open(). Once the
-// world aborts, a read of another rank's buffer throws PeerFailure; a read of a step-0 message
-// that came with the meet (at most kSmallMessageBytes) still completes.
+// world aborts, a read of another rank's buffer throws PeerFailure unless it continues reads
+// begun, without a wait between, before the abort (those complete: the owner keeps its buffers
+// until they end); a read of a step-0 message that came with the meet (at most
+// kSmallMessageBytes) always completes.
 // Buffers: recv_reduce's accumulator may alias this rank's own message at the same offset.
 // Cost: a transport decides how bytes move (shared_memory.hpp: one copy, straight from the
 // sender's buffer; messages of at most kSmallMessageBytes are copied at open).
