@@ -55,6 +55,9 @@ namespace {
 // (at isend when copied eagerly), a receive from irecv to its completion.
 class FlightObserver final : public Observer {
  public:
+  unsigned hooks(const WorldOptions& opts) const override {
+    return opts.flight_recorder_depth > 0 ? kHookBegin | kHookEnd : 0u;
+  }
   void on_begin(RankState& self, OpInfo& op) override {
     if (self.flight.depth() == 0) return;
     switch (op.kind) {

@@ -77,6 +77,7 @@ namespace {
 // stream, so the decisions are a function of (seed, rank, operation index) only.
 class InjectionObserver final : public Observer {
  public:
+  unsigned hooks(const WorldOptions& opts) const override { return opts.inject ? kHookBegin : 0u; }
   void on_begin(RankState& self, OpInfo& op) override {
     switch (op.kind) {
       case OpInfo::Kind::send:

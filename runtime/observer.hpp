@@ -2,7 +2,11 @@
 // an operation), the flight recorder, the trace, the simulated clock and the hang watchdog's
 // registry of pending waits — attached to every operation through one interface, so neither the
 // collective algorithms nor the transport name any of them. Adding an observer touches only
-// make_observers (world.cpp) and the observer's own file.
+// WorldShared's constructor (world.cpp) and the observer's own file.
+//
+// Cost: World::run lists, per hook, only the observers the run's options enable (hooks()), so a
+// run with nothing on pays one empty-list branch per hook and no virtual call. The options are
+// read at run start because injection may change between runs.
 //
 // Operations: a collective call (begin, meet, end), an isend (begin, end), a send's completion
 // (send_wait; send_withdraw when an unwinding send is taken back), an irecv (recv_post: begin
@@ -10,8 +14,8 @@
 // Requirements: hooks run on the rank's own thread and must not throw, except on_begin's
 // injection delay (which does not throw either); begin and end of one OpInfo are paired by the
 // runtime, observers keep per-operation state in the OpInfo.
-// Order: observers run in the order of make_observers: injection, flight recorder, simulated
-// clock, trace (the trace records the simulated times the clock computed).
+// Order: observers run in the order WorldShared's constructor adds them: injection, flight
+// recorder, simulated clock, trace (the trace records the simulated times the clock computed).
 #pragma once
 
 #include <cstdint>
@@ -58,9 +62,19 @@ struct MemberHeaders {
   const CallHeader& operator[](int member) const { return transport->header(*call, member); }
 };
 
+// The hooks an observer implements, as a bit set.
+enum ObserverHook : unsigned {
+  kHookBegin = 1u << 0,
+  kHookMeet = 1u << 1,
+  kHookEnd = 1u << 2,
+  kHookWait = 1u << 3,  // on_wait_begin and on_wait_end
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
+  // The hooks this observer needs under `opts` (0: it has nothing to do in such a run).
+  virtual unsigned hooks(const WorldOptions& opts) const = 0;
   virtual void on_begin(RankState&, OpInfo&) {}
   virtual void on_meet(RankState&, OpInfo&, const MemberHeaders&) {}
   virtual void on_end(RankState&, OpInfo&, bool /*ok*/) {}

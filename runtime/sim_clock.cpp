@@ -68,6 +68,9 @@ namespace {
 // send; a receive ends no earlier than its message arrives.
 class SimClockObserver final : public Observer {
  public:
+  unsigned hooks(const WorldOptions& opts) const override {
+    return opts.sim_clock ? kHookBegin | kHookMeet | kHookEnd : 0u;
+  }
   void on_begin(RankState& self, OpInfo& op) override {
     const SimClockModel* sim = sim_model(self);
     if (sim != nullptr && op.kind == OpInfo::Kind::send)

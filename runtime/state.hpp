@@ -114,8 +114,11 @@ struct WorldShared {
   std::shared_ptr<Group> world_group;
   // How the collectives and messages of this world move bytes (transport.hpp).
   std::unique_ptr<Transport> transport;
-  // What runs beside every operation, in order (observer.hpp).
+  // What may run beside every operation, in order (observer.hpp).
   std::vector<std::unique_ptr<Observer>> observers;
+  // The observers this run's options enable, per hook (refilled by World::run while the workers
+  // are idle; capacity reserved at construction, so a run start does not allocate).
+  std::vector<Observer*> on_begin, on_meet, on_end, on_wait;
 
   // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
   // and every waiter polls it); cleared only between runs.
@@ -153,6 +156,8 @@ struct WorldShared {
   std::atomic<int> running{0};
   bool stopping = false;  // written before the final generation bump, read after it
 
+  // Fills on_begin .. on_wait from `observers` and `opts`.
+  void select_observers();
   // Records `error` as the run's failure if it is the first, raises `aborted` and wakes everyone.
   void fail(int rank, const std::string& message, std::exception_ptr error);
   std::string first_failure();

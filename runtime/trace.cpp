@@ -216,6 +216,9 @@ namespace {
 // flow id its receive's event repeats, so the viewer draws an arrow between them.
 class TraceObserver final : public Observer {
  public:
+  unsigned hooks(const WorldOptions& opts) const override {
+    return opts.trace ? kHookBegin | kHookEnd : 0u;
+  }
   void on_begin(RankState& self, OpInfo& op) override {
     if (!self.trace) return;
     op.trace_begin_ns = self.world->now_ns();

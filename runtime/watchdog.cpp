@@ -64,6 +64,9 @@ namespace {
 // Publishes each wait that outlasts its spin phase in the rank's PendingSlot, for the scans.
 class PendingWaitObserver final : public Observer {
  public:
+  // Always: hang errors and the watchdog both read the pending waits; waits past the spin phase
+  // are the slow path.
+  unsigned hooks(const WorldOptions&) const override { return kHookWait; }
   void on_wait_begin(RankState& self, const OpRef& op, int waits_for) override {
     self.pending.publish(op, waits_for, self.world->now_ns());
   }

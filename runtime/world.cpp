@@ -43,20 +43,34 @@ CallHeader call_header(const RankState& self) {
 }
 
 void notify_begin(RankState& self, OpInfo& op) {
-  for (const auto& o : self.world->observers) o->on_begin(self, op);
+  for (Observer* o : self.world->on_begin) o->on_begin(self, op);
 }
 void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
-  for (const auto& o : self.world->observers) o->on_meet(self, op, headers);
+  for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
 }
 void notify_end(RankState& self, OpInfo& op, bool ok) {
-  for (const auto& o : self.world->observers) o->on_end(self, op, ok);
+  for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
+}
+
+void WorldShared::select_observers() {
+  on_begin.clear();
+  on_meet.clear();
+  on_end.clear();
+  on_wait.clear();
+  for (const auto& o : observers) {
+    const unsigned h = o->hooks(opts);
+    if (h & kHookBegin) on_begin.push_back(o.get());
+    if (h & kHookMeet) on_meet.push_back(o.get());
+    if (h & kHookEnd) on_end.push_back(o.get());
+    if (h & kHookWait) on_wait.push_back(o.get());
+  }
 }
 
 WaitScope::WaitScope(RankState& self, const OpRef& op, int waits_for) : self_(self) {
-  for (const auto& o : self.world->observers) o->on_wait_begin(self, op, waits_for);
+  for (Observer* o : self.world->on_wait) o->on_wait_begin(self, op, waits_for);
 }
 WaitScope::~WaitScope() {
-  for (const auto& o : self_.world->observers) o->on_wait_end(self_);
+  for (Observer* o : self_.world->on_wait) o->on_wait_end(self_);
 }
 
 Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std::vector<int> ranks)
@@ -119,12 +133,13 @@ WorldShared::WorldShared(WorldOptions o)
     : opts(o),
       transport(o.dry_run ? std::unique_ptr<Transport>(std::make_unique<DryTransport>())
                           : std::make_unique<SharedMemoryTransport>()) {
-  // Each observer checks its own option per operation (injection can change between runs).
   observers.push_back(make_injection_observer());
   observers.push_back(make_flight_observer());
   observers.push_back(make_sim_clock_observer());
   observers.push_back(make_trace_observer());
   observers.push_back(make_pending_wait_observer());
+  for (auto* hook : {&on_begin, &on_meet, &on_end, &on_wait}) hook->reserve(observers.size());
+  select_observers();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
   // the peer needs our core: yield almost at once.
@@ -323,6 +338,8 @@ void World::run(const std::function<void(Rank&)>& fn) {
   // Entries of a failed run whose members never all looked them up (see split_groups).
   w.split_groups.clear();
   w.run_groups.clear();
+  // Injection may have changed since the last run (set_injection).
+  w.select_observers();
   // A run starts together on the simulated clock: at the latest rank's time.
   std::int64_t sim_start = 0;
   for (auto& r : w.ranks) sim_start = std::max(sim_start, r->sim_ns);
