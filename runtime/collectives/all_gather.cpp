@@ -26,12 +26,14 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
             {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
             std::span<const std::byte>(send, bytes), /*counts_must_match=*/!variable);
   // Offsets of each block in recv: equal blocks, or the published counts back to back.
-  std::size_t total = 0;
-  std::size_t my_offset = 0;
-  for (std::size_t r = 0; r < n; ++r) {
-    if (r == me) my_offset = total;
-    total += call.fingerprint(static_cast<int>(r)).count;
-  }
+  // Computed once: each fingerprint() is a call into the transport and a read of the member's
+  // mailbox slot.
+  std::size_t offsets[kMaxRanks + 1];
+  offsets[0] = 0;
+  for (std::size_t r = 0; r < n; ++r)
+    offsets[r + 1] = offsets[r] + call.fingerprint(static_cast<int>(r)).count;
+  const std::size_t total = offsets[n];
+  const std::size_t my_offset = offsets[me];
   if (variable && total != recv_count) {
     std::string counts;
     for (std::size_t r = 0; r < n; ++r)
@@ -51,12 +53,10 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
   for (std::size_t i = 1; i <= n; ++i) {
     // Start with the next rank: the ranks spread their first reads over different owners.
     const std::size_t r = (me + i) % n;
-    std::size_t offset = 0;
-    for (std::size_t q = 0; q < r; ++q) offset += call.fingerprint(static_cast<int>(q)).count;
-    const std::size_t len = call.fingerprint(static_cast<int>(r)).count * es;
+    const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
     if (len == 0) continue;
     // This rank's own block is a local copy (none when sending in place).
-    call.recv(static_cast<int>(r), 0, 0, {recv + offset * es, len});
+    call.recv(static_cast<int>(r), 0, 0, {recv + offsets[r] * es, len});
     if (r != me) received += len;
   }
   call.finish();
