@@ -25,13 +25,14 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
   Call call(comm,
             {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
             std::span<const std::byte>(send, bytes), /*counts_must_match=*/!variable);
-  // Offsets of each block in recv: equal blocks, or the published counts back to back.
-  // Computed once: each fingerprint() is a call into the transport and a read of the member's
-  // mailbox slot.
+  // Offsets of each block in recv: equal blocks (the meet checked every count equals ours), or
+  // the published counts back to back, read once (each fingerprint() is a call into the
+  // transport and a read of the member's mailbox slot).
   std::size_t offsets[kMaxRanks + 1];
   offsets[0] = 0;
   for (std::size_t r = 0; r < n; ++r)
-    offsets[r + 1] = offsets[r] + call.fingerprint(static_cast<int>(r)).count;
+    offsets[r + 1] =
+        offsets[r] + (variable ? call.fingerprint(static_cast<int>(r)).count : std::size_t{count});
   const std::size_t total = offsets[n];
   const std::size_t my_offset = offsets[me];
   if (variable && total != recv_count) {
@@ -50,12 +51,13 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
                                       " on group " + comm.name() +
                                       ": send overlaps recv but is not this rank's block of it"));
   std::size_t received = 0;
-  for (std::size_t i = 1; i <= n; ++i) {
-    // Start with the next rank: the ranks spread their first reads over different owners.
+  for (std::size_t i = 0; i < n; ++i) {
+    // This rank's own block first (a local copy through the transport, which also knows dry-run
+    // memory; none when sending in place), then the next rank's: the ranks spread their first
+    // reads over different owners.
     const std::size_t r = (me + i) % n;
     const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
     if (len == 0) continue;
-    // This rank's own block is a local copy (none when sending in place).
     call.recv(static_cast<int>(r), 0, 0, {recv + offsets[r] * es, len});
     if (r != me) received += len;
   }
