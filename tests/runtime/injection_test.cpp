@@ -148,28 +148,51 @@ TEST(Injection, SameSeedReproducesTheEventOrderAndTheResult) {
   EXPECT_GE(orders.size(), 3u) << "the seeds should reorder the deliveries";
 }
 
-TEST(Injection, DelaysFollowTheRanksSeededStream) {
-  // sleep_for sleeps at least as long as asked, so a run of barriers lasts at least the sum of
-  // the delays rank 0's stream draws for them (two draws per operation: whether, how long).
-  constexpr int kBarriers = 20;
-  const Injection inj{.seed = 5, .probability = 0.5, .max_delay = std::chrono::microseconds(2000)};
+// The delays rank 0's stream draws for `barriers` barriers under `inj`, in microseconds (two
+// draws per operation: whether, how long).
+double planned_delay_us(const Injection& inj, int barriers) {
   InjectionStream replay;
   replay.reset(inj.seed, 0);
   double planned_us = 0;
-  for (int i = 0; i < kBarriers; ++i) {
+  for (int i = 0; i < barriers; ++i) {
     const double draw = replay.uniform(), length = replay.uniform();
-    if (draw < inj.probability) planned_us += length * 2000;
+    if (draw < inj.probability)
+      planned_us += length * std::chrono::duration<double, std::micro>(inj.max_delay).count();
   }
+  return planned_us;
+}
+
+double run_barriers_us(World& world, int barriers) {
+  const auto t0 = std::chrono::steady_clock::now();
+  world.run([barriers](Rank& r) {
+    for (int i = 0; i < barriers; ++i) barrier(r.comm());
+  });
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+constexpr int kBarriers = 20;
+const Injection kDelaying{
+    .seed = 5, .probability = 0.5, .max_delay = std::chrono::microseconds(2000)};
+
+TEST(Injection, DelaysFollowTheRanksSeededStream) {
+  // sleep_for sleeps at least as long as asked, so a run of barriers lasts at least the sum of
+  // the delays rank 0's stream draws for them.
+  const double planned_us = planned_delay_us(kDelaying, kBarriers);
   ASSERT_GT(planned_us, 2000) << "seed 5 should delay some barriers";
   World world({.ranks = 2});
-  world.set_injection(inj);
-  const auto t0 = std::chrono::steady_clock::now();
-  world.run([](Rank& r) {
-    for (int i = 0; i < kBarriers; ++i) barrier(r.comm());
-  });
-  const double took_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(took_us, planned_us);
+  world.set_injection(kDelaying);
+  EXPECT_GE(run_barriers_us(world, kBarriers), planned_us);
+}
+
+TEST(Injection, TurnedOnBetweenRunsDelaysTheNextRun) {
+  // The observers a run calls are chosen at its start: a world that ran without injection
+  // must still inject once it is set.
+  const double planned_us = planned_delay_us(kDelaying, kBarriers);
+  ASSERT_GT(planned_us, 2000) << "seed 5 should delay some barriers";
+  World world({.ranks = 2});
+  run_barriers_us(world, kBarriers);
+  world.set_injection(kDelaying);
+  EXPECT_GE(run_barriers_us(world, kBarriers), planned_us);
 }
 
 TEST(Injection, FailureUnderInjectionNamesTheSeed) {
