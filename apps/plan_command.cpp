@@ -236,6 +236,11 @@ std::int64_t parse_count(const std::string& flag, const std::string& text) {
   const double scale = unit.empty() ? 1 : unit == "k" ? 1024 : unit == "m" ? 1024.0 * 1024 : 0;
   if (scale == 0 || v * scale != std::floor(v * scale))
     throw ConfigError(flag + " " + text + ": a whole count, optionally with K (1024) or M");
+  // Bounded before the cast (a double beyond int64 converts to an undefined value), and so that
+  // products of counts in the figures stay far inside int64.
+  if (!(v * scale >= 1 && v * scale <= static_cast<double>(kMaxCount)))
+    throw ConfigError(flag + " " + text + ": must be between 1 and " + std::to_string(kMaxCount) +
+                      " (1T tokens)");
   return static_cast<std::int64_t>(v * scale);
 }
 
@@ -259,20 +264,26 @@ std::vector<std::int64_t> parse_sweep(const std::string& text) {
   std::vector<std::int64_t> v;
   if (const auto dots = body.find(".."); dots != std::string::npos) {
     std::string to = body.substr(dots + 2);
-    int steps = 0;
+    std::int64_t steps = 0;
     if (const auto colon = to.find(':'); colon != std::string::npos) {
-      steps = static_cast<int>(parse_count(flag, to.substr(colon + 1)));
+      steps = parse_count(flag, to.substr(colon + 1));
+      if (steps > kMaxSweepPoints)
+        throw ConfigError(flag + " " + text + ": at most " + std::to_string(kMaxSweepPoints) +
+                          " points, not " + std::to_string(steps));
       to = to.substr(0, colon);
     }
     const std::int64_t a = parse_count(flag, body.substr(0, dots)), b = parse_count(flag, to);
     if (b < a) throw ConfigError(flag + " " + text + ": TO must not be below FROM");
     if (steps == 0) {
-      for (std::int64_t s = a; s <= b; s *= 2) v.push_back(s);
+      for (std::int64_t s = a;; s *= 2) {  // at most 41 points: 1 <= a <= b <= 2^40
+        v.push_back(s);
+        if (s > b / 2) break;
+      }
     } else if (steps == 1) {
       v.push_back(a);
     } else {  // evenly spaced, rounded to multiples of 1024 when both ends are
       const std::int64_t q = (a % 1024 == 0 && b % 1024 == 0) ? 1024 : 1;
-      for (int i = 0; i < steps; ++i) v.push_back((a + (b - a) * i / (steps - 1)) / q * q);
+      for (std::int64_t i = 0; i < steps; ++i) v.push_back((a + (b - a) * i / (steps - 1)) / q * q);
     }
   } else {
     std::size_t start = 0;
@@ -280,6 +291,8 @@ std::vector<std::int64_t> parse_sweep(const std::string& text) {
       const auto comma = body.find(',', start);
       v.push_back(parse_count(flag, body.substr(start, comma - start)));
       if (comma == std::string::npos) break;
+      if (v.size() == static_cast<std::size_t>(kMaxSweepPoints))
+        throw ConfigError(flag + ": at most " + std::to_string(kMaxSweepPoints) + " points");
       start = comma + 1;
     }
   }

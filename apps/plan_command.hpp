@@ -38,6 +38,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
 int plan_command(const PlanArgs& a, std::ostream& out);
 
 // "128K" -> 131072 (K = 1024, M = 1024²); throws ConfigError naming `flag`.
+// Counts (sequence lengths, sweep steps) lie in [1, kMaxCount]; a sweep has at most
+// kMaxSweepPoints points.
+inline constexpr std::int64_t kMaxCount = std::int64_t{1} << 40;
+inline constexpr std::int64_t kMaxSweepPoints = 256;
 std::int64_t parse_count(const std::string& flag, const std::string& text);
 // "80GB" -> 8e10, "80GiB" -> 80·2³⁰ (B, KB..TB decimal, KiB..TiB binary); a unit is required.
 double parse_bytes(const std::string& flag, const std::string& text);

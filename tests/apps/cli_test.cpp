@@ -472,5 +472,32 @@ TEST(Cli, SizesAndSweepsParse) {
   EXPECT_EQ(parse_sweep("seq=1K,3K"), (std::vector<std::int64_t>{1024, 3072}));
 }
 
+// plan --sweep seq=16K..128K:2147483648 segfaulted (steps cast to int), seq=1..9e18 looped forever
+// once the doubling overflowed, and --seq 1e300 / 9e18 overflowed into wrong figures.
+TEST(Cli, CountsAndSweepsOutsideTheirBoundsAreRefusedNamingTheLimit) {
+  auto refused = [](auto&& parse, const std::string& needle) {
+    try {
+      parse();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted; expected an error containing " << needle;
+  };
+  refused([] { parse_sweep("seq=16K..128K:2147483648"); }, "at most 256 points");
+  refused([] { parse_sweep("seq=1..9e18"); }, "between 1 and 1099511627776");
+  refused([] { parse_count("--seq", "1e300"); }, "between 1 and");
+  refused([] { parse_count("--seq", "0"); }, "must be positive");
+  refused([] { parse_count("--seq", "-4K"); }, "must be positive");
+  std::string many = "seq=1";
+  for (int i = 2; i <= 257; ++i) many += "," + std::to_string(i);
+  refused([&] { parse_sweep(many); }, "at most 256 points");
+  // The largest doubling sweep ends at the bound, in 41 points.
+  const auto widest = parse_sweep("seq=1..1099511627776");
+  ASSERT_EQ(widest.size(), 41u);
+  EXPECT_EQ(widest.back(), kMaxCount);
+  EXPECT_EQ(parse_sweep("seq=1K..64K:256").size(), 256u);
+}
+
 }  // namespace
 }  // namespace tspemu::app
