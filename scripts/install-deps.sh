@@ -12,4 +12,5 @@ apt-get install -y -qq --no-install-recommends \
   libtbb-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev \
   nlohmann-json3-dev libcli11-dev pkg-config \
   python3 python3-torch python3-numpy \
-  clang-format clang libclang-rt-14-dev >/dev/null
+  clang-format clang libclang-rt-14-dev \
+  libopenmpi-dev openmpi-bin >/dev/null
