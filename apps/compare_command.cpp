@@ -55,8 +55,8 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   for (const cost::Strategy& st : strategies) {
     nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
     if (const std::string why = why_invalid(p, st); !why.empty()) {
-      std::snprintf(line, sizeof line, "%-20s %5d  skipped: %s\n", st.name().c_str(), st.ranks(),
-                    why.c_str());
+      std::snprintf(line, sizeof line, "%s %5d  skipped: %s\n", padded(st.name(), 20).c_str(),
+                    st.ranks(), why.c_str());
       out << line;
       row["skipped"] = why;
       j["rows"].push_back(row);
@@ -69,8 +69,8 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
     const StackResult r = run_stack(c);
     const Summary s = summarize(r);
     all_ok = all_ok && r.pass();
-    std::snprintf(line, sizeof line, "%-20s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s",
-                  st.name().c_str(), st.ranks(), r.seconds * 1e3, r.tokens_per_s,
+    std::snprintf(line, sizeof line, "%s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s",
+                  padded(st.name(), 20).c_str(), st.ranks(), r.seconds * 1e3, r.tokens_per_s,
                   mib(s.peak_bytes).c_str(), mib(s.forward_bytes).c_str(),
                   mib(s.backward_bytes).c_str(), r.traffic_match ? "yes" : "NO",
                   c.check ? std::to_string(r.max_err_ratio).substr(0, 6).c_str() : "-",

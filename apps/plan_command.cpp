@@ -53,12 +53,6 @@ std::pair<double, std::string> number_and_unit(const std::string& flag, const st
   return {v, lower(text.substr(used))};
 }
 
-std::string gb(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", bytes / 1e9);
-  return b;
-}
-
 std::string seq_label(std::int64_t S) {
   return S % 1024 == 0 ? std::to_string(S / 1024) + "K" : std::to_string(S);
 }
@@ -70,14 +64,18 @@ struct Row {
   cost::LayerTraffic traffic;
 };
 
-std::vector<Row> plan_rows(const cost::ModelShape& m, int n, cost::Recompute rc) {
+std::vector<Row> plan_rows(const cost::ModelShape& m, int n, const cost::MemoryAssumptions& as) {
   std::vector<Row> rows;
   for (const cost::Strategy& st : tsp::strategies_at(n)) {
     if (!tsp::strategy_info(st.scheme).device_estimate) continue;
     Row r{st, {}, {}, {}};
     try {
-      r.mem = cost::device_memory(m, st, cost::ElementSizes::bf16(), rc);
-      r.traffic = cost::layer_traffic(m, st, cost::ElementSizes::bf16());
+      r.mem = cost::device_memory(m, st, as);
+      cost::ElementSizes es = cost::ElementSizes::bf16();
+      es.activation = as.precision.activation;
+      es.weight = as.precision.weight;
+      es.gradient = as.precision.gradient;
+      r.traffic = cost::layer_traffic(m, st, es);
     } catch (const std::invalid_argument& e) {
       r.skipped = e.what();
     }
@@ -135,7 +133,7 @@ nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out)
     try {
       got = tsp::measure_layer(model, static_cast<int>(m.B), static_cast<int>(m.S), st);
     } catch (const std::invalid_argument& e) {
-      out << fmt("%-20s  skipped: %s\n", st.name().c_str(), e.what());
+      out << fmt("%s  skipped: %s\n", padded(st.name(), 20).c_str(), e.what());
       row["skipped"] = e.what();
       rows.push_back(row);
       continue;
@@ -187,7 +185,7 @@ nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out)
                              {"backward_sent_bytes", b.bytes_sent},
                              {"backward_model_received_bytes", t0.backward.received[k]}});
     }
-    out << fmt("%-20s %7.2f %8.2f", st.name().c_str(), got.seconds, gib(peak));
+    out << fmt("%s %7.2f %8.2f", padded(st.name(), 20).c_str(), got.seconds, gib(peak));
     for (std::size_t c = 0; c < kCategoryCount; ++c) out << fmt(" %8.2f", gib(cat[c]));
     out << fmt(" %10.1f %10.1f %6s\n", mib(fwd), mib(bwd), match ? "equal" : "DIFFER");
     out << kinds;
@@ -299,6 +297,53 @@ std::vector<std::int64_t> parse_sweep(const std::string& text) {
   return v;
 }
 
+cost::ModelShape plan_shape(const PlanArgs& a, std::int64_t B, std::int64_t S) {
+  cost::ModelShape m = preset_shape(a.preset);
+  auto override_with = [](std::int64_t& field, const std::optional<std::int64_t>& v,
+                          const char* flag) {
+    if (!v) return;
+    if (*v < 1) throw ConfigError(std::string(flag) + " " + std::to_string(*v) + ": must be >= 1");
+    if (*v > kMaxCount)
+      throw ConfigError(std::string(flag) + " " + std::to_string(*v) + ": must be at most " +
+                        std::to_string(kMaxCount));
+    field = *v;
+  };
+  override_with(m.layers, a.layers, "--layers");
+  override_with(m.hidden, a.hidden, "--hidden");
+  override_with(m.n_heads, a.heads, "--heads");
+  override_with(m.n_kv_heads, a.kv_heads, "--kv-heads");
+  override_with(m.ffn, a.ffn, "--ffn");
+  override_with(m.vocab, a.vocab, "--vocab");
+  if (B < 1) throw ConfigError("--batch " + std::to_string(B) + ": must be >= 1");
+  if (m.hidden % m.n_heads != 0)
+    throw ConfigError("--heads " + std::to_string(m.n_heads) + ": must divide --hidden " +
+                      std::to_string(m.hidden));
+  if (m.n_heads % m.n_kv_heads != 0)
+    throw ConfigError("--kv-heads " + std::to_string(m.n_kv_heads) + ": must divide --heads " +
+                      std::to_string(m.n_heads));
+  // The cost model forms B·S·width element counts (width up to 2h + 2·ffn, the vocabulary) and
+  // L·(layer parameters) in int64; a factor 16 leaves room for the byte counts of 8-byte elements
+  // and the sums of a few such terms.
+  auto product = [&](std::initializer_list<std::pair<std::int64_t, const char*>> factors) {
+    std::int64_t p = 16;
+    std::string named;
+    for (const auto& [v, flag] : factors) {
+      named += std::string(named.empty() ? "" : " x ") + flag + " " + std::to_string(v);
+      if (__builtin_mul_overflow(p, v, &p))
+        throw ConfigError(named + ": the product overflows 64-bit counts (16·" + named +
+                          " > 2^63); use smaller values");
+    }
+    return p;
+  };
+  const std::int64_t width = std::max({2 * m.hidden + 2 * m.ffn, m.vocab, m.hidden});
+  product({{B, "--batch"}, {S, "--seq"}, {width, "max(2·(--hidden + --ffn), --vocab)"}});
+  product({{m.layers, "--layers"}, {m.hidden, "--hidden"}, {width, "2·(--hidden + --ffn)"}});
+  product({{m.hidden, "--hidden"}, {m.vocab, "--vocab"}});
+  m.B = B;
+  m.S = S;
+  return m;
+}
+
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
   auto* cmd = app.add_subcommand(
       "plan",
@@ -325,10 +370,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
       "seq=16K..128K (doubling), seq=16K..128K:8 (8 even steps) or seq=16K,24K: a table "
       "per length and an SVG chart");
   cmd->add_option("--svg", a.svg_path, "the --sweep chart's file")->capture_default_str();
-  cmd->add_option("--recompute", a.recompute,
-                  "activations: full (keep layer inputs, recompute in backward) or none")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"full", "none"}));
+  add_assumption_options(*cmd, a.assumptions);
   cmd->add_option("--json", a.json_path, "also write the tables as JSON to this file");
   cmd->add_flag("--dry-run", a.dry_run,
                 "also run one layer of every strategy's real blocks dry at this size (fp32 "
@@ -338,24 +380,6 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
 }
 
 int plan_command(const PlanArgs& a, std::ostream& out) {
-  cost::ModelShape m = preset_shape(a.preset);
-  auto override_with = [](std::int64_t& field, std::int64_t v, const char* flag) {
-    if (v < 0)
-      throw ConfigError(std::string(flag) + " " + std::to_string(v) + ": must be positive");
-    if (v > 0) field = v;
-  };
-  override_with(m.layers, a.layers, "--layers");
-  override_with(m.hidden, a.hidden, "--hidden");
-  override_with(m.n_heads, a.heads, "--heads");
-  override_with(m.n_kv_heads, a.kv_heads, "--kv-heads");
-  override_with(m.ffn, a.ffn, "--ffn");
-  override_with(m.vocab, a.vocab, "--vocab");
-  if (m.hidden % m.n_heads != 0)
-    throw ConfigError("--heads " + std::to_string(m.n_heads) + ": must divide --hidden " +
-                      std::to_string(m.hidden));
-  if (m.n_heads % m.n_kv_heads != 0)
-    throw ConfigError("--kv-heads " + std::to_string(m.n_kv_heads) + ": must divide --heads " +
-                      std::to_string(m.n_heads));
   if (a.devices < 1 || a.devices > 4096)
     throw ConfigError("--devices " + std::to_string(a.devices) + ": must be 1 to 4096");
   if (a.batch < 1) throw ConfigError("--batch " + std::to_string(a.batch) + ": must be >= 1");
@@ -363,68 +387,87 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
   const std::vector<std::int64_t> seqs =
       a.sweep.empty() ? std::vector<std::int64_t>{parse_count("--seq", a.seq)}
                       : parse_sweep(a.sweep);
-  const cost::Recompute rc = a.recompute == "full" ? cost::Recompute::full : cost::Recompute::none;
-  m.B = a.batch;
+  const cost::MemoryAssumptions as = memory_assumptions(a.assumptions);
+  const cost::Recompute rc = as.recompute;
+  const double unit = unit_bytes(a.assumptions.units);
+  const std::string& uname = a.assumptions.units;
+  cost::ModelShape m = plan_shape(a, a.batch, *std::max_element(seqs.begin(), seqs.end()));
 
   char line[512];
   std::snprintf(line, sizeof line,
                 "tspemu plan: %s (h=%lld, L=%lld, heads %lld/%lld kv, ffn %lld, vocab %lld, "
-                "%.2fB params), %d devices of %s GB, B=%lld\nbf16 weights/grads/activations + 12 "
-                "B/param fp32 Adam state, %s recompute; bytes per layer per device in the ring "
-                "convention\n",
+                "%.2fB params), %d devices of %.2f %s, B=%lld\n",
                 a.preset.c_str(), static_cast<long long>(m.hidden),
                 static_cast<long long>(m.layers), static_cast<long long>(m.n_heads),
                 static_cast<long long>(m.n_kv_heads), static_cast<long long>(m.ffn),
                 static_cast<long long>(m.vocab), static_cast<double>(m.total_params()) / 1e9,
-                a.devices, gb(capacity).c_str(), static_cast<long long>(m.B), a.recompute.c_str());
-  out << line;
+                a.devices, capacity / unit, uname.c_str(), static_cast<long long>(m.B));
+  out << line << "assumptions (--assume " << a.assumptions.assume << "):\n";
+  for (const std::string& s : describe(as)) out << "  " << s << "\n";
+  out << "communication: bytes per layer per device in the ring convention; backward under "
+      << recompute_name(rc) << " recompute\n";
   nlohmann::json j = document("plan");
-  j["config"] = {{"preset", a.preset}, {"hidden", m.hidden},       {"layers", m.layers},
-                 {"heads", m.n_heads}, {"kv_heads", m.n_kv_heads}, {"ffn", m.ffn},
-                 {"vocab", m.vocab},   {"devices", a.devices},     {"device_bytes", capacity},
-                 {"batch", m.B},       {"recompute", a.recompute}};
+  j["config"] = {{"preset", a.preset},
+                 {"hidden", m.hidden},
+                 {"layers", m.layers},
+                 {"heads", m.n_heads},
+                 {"kv_heads", m.n_kv_heads},
+                 {"ffn", m.ffn},
+                 {"vocab", m.vocab},
+                 {"devices", a.devices},
+                 {"device_bytes", capacity},
+                 {"batch", m.B},
+                 {"recompute", recompute_name(rc)},
+                 {"assume", a.assumptions.assume},
+                 {"assumptions", describe(as)},
+                 {"units", uname}};
   j["tables"] = nlohmann::json::array();
   std::vector<std::vector<Row>> all;
+  auto u = [&](double bytes) { return fmt("%.2f", bytes / unit); };
   for (std::int64_t S : seqs) {
     m.S = S;
-    const std::vector<Row> rows = plan_rows(m, a.devices, rc);
+    const std::vector<Row> rows = plan_rows(m, a.devices, as);
     all.push_back(rows);
-    std::snprintf(line, sizeof line,
-                  "\nS = %s (%lld tokens), GB per device:\n%-20s %8s %8s %8s %8s %8s %8s %5s "
-                  "%10s %10s\n",
-                  seq_label(S).c_str(), static_cast<long long>(S), "strategy", "weights", "grads",
-                  "optim", "activ", "transnt", "total", "fits", "fwd MB/L", "bwd MB/L");
-    out << line;
+    out << fmt("\nS = %s (%lld tokens), %s per device:\n", seq_label(S).c_str(),
+               static_cast<long long>(S), uname.c_str())
+        << padded("strategy", 20)
+        << fmt(" %8s %8s %8s %8s %8s %8s %8s %8s %8s %5s %10s %10s\n", "weights", "grads", "optim",
+               "activ", "logits", "comm", "work", "overhd", "total", "fits", "fwd MB/L",
+               "bwd MB/L");
     nlohmann::json table = {{"S", S}, {"rows", nlohmann::json::array()}};
     for (const Row& r : rows) {
       nlohmann::json row = {{"strategy", r.st.name()}, {"ranks", r.st.ranks()}};
       if (!r.skipped.empty()) {
-        std::snprintf(line, sizeof line, "%-20s  skipped: %s\n", r.st.name().c_str(),
-                      r.skipped.c_str());
-        out << line;
+        out << padded(r.st.name(), 20) << "  skipped: " << r.skipped << "\n";
         row["skipped"] = r.skipped;
         table["rows"].push_back(row);
         continue;
       }
       const auto& d = r.mem;
       const bool fits = d.total() <= capacity;
-      std::snprintf(line, sizeof line, "%-20s %8s %8s %8s %8s %8s %8s %5s %10.1f %10.1f\n",
-                    r.st.name().c_str(), gb(d.weights).c_str(), gb(d.gradients).c_str(),
-                    gb(d.optimizer).c_str(), gb(d.activations).c_str(), gb(d.transient).c_str(),
-                    gb(d.total()).c_str(), fits ? "yes" : "no", r.traffic.paper_forward / 1e6,
-                    r.traffic.paper_backward / 1e6);
-      out << line;
+      out << padded(r.st.name(), 20)
+          << fmt(" %8s %8s %8s %8s %8s %8s %8s %8s %8s %5s %10.1f %10.1f\n", u(d.weights).c_str(),
+                 u(d.gradients).c_str(), u(d.optimizer()).c_str(), u(d.activations).c_str(),
+                 u(d.logits).c_str(), u(d.comm).c_str(), u(d.workspace).c_str(),
+                 u(d.overhead).c_str(), u(d.total()).c_str(), fits ? "yes" : "no",
+                 r.traffic.paper_forward / 1e6, r.traffic.paper_backward_under(rc) / 1e6);
       row.update({{"skipped", nullptr},
+                  {"params", d.params},
                   {"memory_bytes",
                    {{"weights", d.weights},
                     {"gradients", d.gradients},
-                    {"optimizer", d.optimizer},
+                    {"master", d.master},
+                    {"moments", d.moments},
+                    {"optimizer", d.optimizer()},
                     {"activations", d.activations},
-                    {"transient", d.transient},
+                    {"logits", d.logits},
+                    {"comm", d.comm},
+                    {"workspace", d.workspace},
+                    {"overhead", d.overhead},
                     {"total", d.total()}}},
                   {"fits", fits},
                   {"forward_bytes_per_layer", r.traffic.paper_forward},
-                  {"backward_bytes_per_layer", r.traffic.paper_backward}});
+                  {"backward_bytes_per_layer", r.traffic.paper_backward_under(rc)}});
       table["rows"].push_back(row);
     }
     const Row& tsp = rows[0];
@@ -450,20 +493,22 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
     j["tables"].push_back(table);
   }
   if (!a.sweep.empty()) {
-    Panel mem{"memory per device", "sequence length S", "GB per device", true, {}, {}, {}};
+    Panel mem{
+        "memory per device", "sequence length S", uname + " per device", true, {}, {}, {}, {}};
     Panel comm{"communication per layer per device (forward)",
                "sequence length S",
                "MB per layer per device",
                true,
                {},
                {},
+               {},
                {}};
     for (std::size_t i = 0; i < all[0].size(); ++i) {
-      Series sm{all[0][i].st.name(), {}}, sc{all[0][i].st.name(), {}};
+      Series sm{all[0][i].st.name(), {}, false}, sc{all[0][i].st.name(), {}, false};
       for (std::size_t k = 0; k < seqs.size(); ++k) {
         const Row& r = all[k][i];
         if (!r.skipped.empty()) continue;
-        sm.points.emplace_back(static_cast<double>(seqs[k]), r.mem.total() / 1e9);
+        sm.points.emplace_back(static_cast<double>(seqs[k]), r.mem.total() / unit);
         sc.points.emplace_back(static_cast<double>(seqs[k]), r.traffic.paper_forward / 1e6);
       }
       if (sm.points.empty()) continue;
@@ -474,7 +519,7 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
       mem.x_ticks.emplace_back(static_cast<double>(S), seq_label(S));
       comm.x_ticks.emplace_back(static_cast<double>(S), seq_label(S));
     }
-    mem.hlines.emplace_back(capacity / 1e9, "device " + gb(capacity) + " GB");
+    mem.hlines.emplace_back(capacity / unit, "device " + u(capacity) + " " + uname);
     write_svg(a.svg_path,
               "tspemu plan: " + a.preset + ", " + std::to_string(a.devices) + " devices",
               {mem, comm});

@@ -11,25 +11,28 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "memory_assumptions.hpp"
 #include "tspemu/tsp/cost_model.hpp"
 
 namespace tspemu::app {
 
 struct PlanArgs {
   std::string preset = "paper-7b";
-  std::int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;  // 0: preset
+  // Overrides of the preset's shape (absent: the preset's value; given: >= 1).
+  std::optional<std::int64_t> layers, hidden, heads, kv_heads, ffn, vocab;
   int devices = 8;
   std::string device_mem = "80GB";
   std::string seq = "128K";
   std::int64_t batch = 1;
   std::string sweep;  // "seq=16K..128K" (doubling), "seq=16K,48K" or "seq=16K..128K:4" (4 steps)
   std::string svg_path = "plan.svg";
-  std::string recompute = "full";
+  AssumptionArgs assumptions;
   std::string json_path;
   bool dry_run = false;
 };
@@ -50,5 +53,9 @@ std::vector<std::int64_t> parse_sweep(const std::string& text);
 // Preset names in table order, and the shape of one (ConfigError for an unknown name).
 std::vector<std::string> plan_presets();
 tsp::cost::ModelShape preset_shape(const std::string& name);
+// The preset with the overrides of `a` applied, every value checked: each >= 1, heads | hidden,
+// kv heads | heads, and every product the cost model forms of B, S, h, ffn, vocab and L inside
+// int64 (ConfigError naming the flags and values otherwise).
+tsp::cost::ModelShape plan_shape(const PlanArgs& a, std::int64_t B, std::int64_t S);
 
 }  // namespace tspemu::app

@@ -165,11 +165,17 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
     write_json(a.json_path, j);
   }
   if (!a.svg_path.empty()) {
-    Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}};
-    Panel eff{
-        "parallel efficiency", "ranks D", "efficiency vs D=1 / min(D, cores)", true, {}, {}, {}};
+    Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}, {}};
+    Panel eff{"parallel efficiency",
+              "ranks D",
+              "efficiency vs D=1 / min(D, cores)",
+              true,
+              {},
+              {},
+              {},
+              {}};
     for (const std::string& mode : modes) {
-      Series s1{mode, {}}, s2{mode, {}};
+      Series s1{mode, {}, false}, s2{mode, {}, false};
       for (const Point& pt : points)
         if (pt.mode == mode && pt.skipped.empty()) {
           s1.points.emplace_back(pt.D, pt.tokens_per_s);

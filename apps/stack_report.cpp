@@ -59,6 +59,12 @@ std::string mib(double bytes) {
   return fmt("%.2f", bytes / (1024.0 * 1024.0));
 }
 
+std::string padded(const std::string& s, std::size_t width) {
+  std::size_t shown = 0;
+  for (unsigned char c : s) shown += (c & 0xC0) != 0x80;  // count lead bytes, not continuations
+  return shown >= width ? s : s + std::string(width - shown, ' ');
+}
+
 nlohmann::json document(const char* command) {
   return {{"command", command}, {"schema_version", 1}};
 }

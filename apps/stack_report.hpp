@@ -31,6 +31,9 @@ nlohmann::json document(const char* command);
 void write_json(const std::string& path, const nlohmann::json& j);
 
 std::string mib(double bytes);  // "12.34"
+// s padded with spaces to `width` characters as a terminal shows them (UTF-8 code points, so
+// "TP+SP T=2×Σ=4" lines up with ASCII names); s itself when it is as wide or wider.
+std::string padded(const std::string& s, std::size_t width);
 // printf into a string (one report line, at most 511 characters).
 std::string fmt(const char* f, auto... args) {
   char b[512];

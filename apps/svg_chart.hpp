@@ -1,6 +1,9 @@
-// Line charts written as SVG by hand (no library): panels side by side, one polyline per series
-// with a legend, axes with tick labels, optional horizontal reference lines (a device's capacity).
-// x may be on a log2 scale (sequence lengths, rank counts double); y is linear from 0.
+// Charts written as SVG by hand (no library; Debian 12 packages no maintained C++ charting
+// library that writes SVG files, see `tspemu paper`): panels side by side, each either lines (one
+// polyline per series, or markers alone for measured/published points, with a legend) or stacked
+// bars (one bar per group, one colour per stack), axes with tick labels, optional horizontal
+// reference lines (a device's capacity). x may be on a log2 scale (sequence lengths, rank counts
+// double); y is linear from 0.
 #pragma once
 
 #include <string>
@@ -12,6 +15,14 @@ namespace tspemu::app {
 struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y), drawn in order
+  bool markers_only = false;                      // points as large diamonds, no line
+};
+
+// Stacked bars: values[stack][group], drawn bottom-up in stack order.
+struct Bars {
+  std::vector<std::string> groups;
+  std::vector<std::string> stacks;
+  std::vector<std::vector<double>> values;
 };
 
 struct Panel {
@@ -20,6 +31,7 @@ struct Panel {
   std::vector<Series> series;
   std::vector<std::pair<double, std::string>> hlines;   // y, label (dashed)
   std::vector<std::pair<double, std::string>> x_ticks;  // empty: every distinct x, printed %g
+  Bars bars;  // when it has groups, the panel is a bar chart and series are ignored
 };
 
 // A complete SVG document.

@@ -90,11 +90,17 @@ const char* scheme_name(Scheme s) {
 std::string Strategy::name() const {
   const tsp::StrategyInfo& e = tsp::strategy_info(scheme);
   if (e.mesh == tsp::MeshKind::grid)
-    return std::string(e.title) + " " + std::to_string(T) + "x" + std::to_string(Sp);
+    return std::string(e.title) + " T=" + std::to_string(T) + "×Σ=" + std::to_string(Sp);
   return std::string(e.title) + " " + e.degree_letter + "=" + std::to_string(ranks());
 }
 
 // ---- Traffic ----------------------------------------------------------------------------------
+
+double LayerTraffic::paper_backward_under(Recompute rc) const {
+  return paper_backward + (rc == Recompute::full        ? paper_recompute
+                           : rc == Recompute::selective ? paper_recompute_core
+                                                        : 0.0);
+}
 
 u64 Traffic::total_received() const {
   u64 t = 0;
@@ -186,6 +192,9 @@ LayerTraffic tsp_layer_traffic(const ModelShape& m, const Strategy& st, const El
                      (D - 1.0) * static_cast<double>(Ms) * es.weight +
                      (D > 1 ? D * static_cast<double>(Ms) * es.gradient : 0.0) +
                      2 * 2 * ring(static_cast<double>(m.hidden), D) * es.gradient;
+  // Recomputing the layer's forward needs no collective of its own: backward re-broadcasts the
+  // attention shards and re-gathers K/V anyway (above), and the MLP ring brings each weight shard.
+  t.paper_recompute = 0;
   return t;
 }
 
@@ -246,6 +255,9 @@ LayerTraffic mesh_layer_traffic(const ModelShape& m, const Strategy& st, const E
       2 * ring(static_cast<double>(m.attention_params() + m.mlp_params()) / T, Sp) * es.gradient;
   const double norms = 2 * 2 * ring(h, msp ? T * Sp : Sp) * es.gradient;
   t.paper_backward = tp_part + 2 * kv_vol + grads + norms;
+  // Recomputing the forward re-runs its TP collectives (the all-reduces, or Megatron-SP's
+  // all-gather + reduce-scatter); its K/V all-gather is the backward's re-gather, already counted.
+  t.paper_recompute = tp_part;
   return t;
 }
 
@@ -290,10 +302,16 @@ LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy&
     const double kv = ring(static_cast<double>(kv_count), n) * es.activation;
     t.paper_forward = 2 * q + 2 * kv;
     t.paper_backward = 3 * q + 4 * kv + grads;
+    // Q, K, V go to heads again in backward; the recomputed output's return to the sequence
+    // layout (input of W_O) is the one forward exchange backward does not repeat.
+    t.paper_recompute = q;
   } else {
     const double block = 2.0 * static_cast<double>(kv_count) * es.activation;
     t.paper_forward = (n - 1.0) * block;
     t.paper_backward = (2.0 * n - 1.0) * (n > 1 ? block : 0.0) + grads;
+    // The recomputed output and log-sum-exp need the K/V blocks round the ring once more.
+    t.paper_recompute = (n - 1.0) * block;
+    t.paper_recompute_core = t.paper_recompute;
   }
   return t;
 }
@@ -310,8 +328,71 @@ LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const Elemen
 
 namespace {
 
-LayerMemoryEstimate layer_memory_parts(const ModelShape& m, const Strategy& st,
-                                       const ElementSizes& es, const CostOptions& o) {
+// How many ways a strategy splits the embedding and LM head rows (see cost_model.hpp).
+double vocab_split(const Strategy& st, bool tsp_shards_vocab) {
+  switch (st.scheme) {
+    case Scheme::tsp:
+      return tsp_shards_vocab ? st.D : 1;
+    case Scheme::tp:
+    case Scheme::megatron_sp:
+    case Scheme::tp_sp:
+      return st.T;
+    case Scheme::sp:
+    case Scheme::ulysses:
+    case Scheme::ring:
+      return 1;
+  }
+  return 1;
+}
+
+// How many ways a strategy splits one layer's attention and MLP weights.
+i64 layer_split(const Strategy& st) {
+  switch (st.scheme) {
+    case Scheme::tsp:
+      return st.D;
+    case Scheme::tp:
+    case Scheme::megatron_sp:
+    case Scheme::tp_sp:
+      return st.T;
+    case Scheme::sp:
+    case Scheme::ulysses:
+    case Scheme::ring:
+      return 1;
+  }
+  return 1;
+}
+
+i64 params_per_rank(const Strategy& st, const ModelShape& m, bool tsp_shards_vocab) {
+  const i64 split = layer_split(st);
+  const i64 layer = (m.attention_params() + m.mlp_params()) / split + 2 * m.hidden;
+  i64 vocab = 0;
+  if (m.vocab > 0) {
+    const i64 vs = static_cast<i64>(vocab_split(st, tsp_shards_vocab));
+    if (m.vocab % vs != 0)
+      reject("vocab=" + std::to_string(m.vocab) + " is not divisible by the " + std::to_string(vs) +
+             " vocabulary shards of " + st.name());
+    vocab = (m.tie_embeddings ? 1 : 2) * (m.vocab / vs) * m.hidden + m.hidden;
+  }
+  return m.layers * layer + vocab;
+}
+
+}  // namespace
+
+ParameterState parameter_state_bytes_per_rank(const Strategy& st, const ModelShape& m,
+                                              const PrecisionModel& p, bool tsp_shards_vocab) {
+  validate(m, st, {});
+  ParameterState s;
+  s.params = static_cast<double>(params_per_rank(st, m, tsp_shards_vocab));
+  s.weights = s.params * p.weight;
+  s.gradients = s.params * p.gradient;
+  s.master = s.params * p.master;
+  s.moments = s.params * p.moments;
+  return s;
+}
+
+LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
+                                 const MemoryAssumptions& as) {
+  const CostOptions& o = as.tsp;
   validate(m, st, o);
   if (!tsp::strategy_info(st.scheme).device_estimate)
     reject(std::string("the per-device estimate does not model ") + scheme_name(st.scheme) +
@@ -319,74 +400,108 @@ LayerMemoryEstimate layer_memory_parts(const ModelShape& m, const Strategy& st,
   LayerMemoryEstimate e;
   const double h = static_cast<double>(m.hidden), F = static_cast<double>(m.ffn),
                nh = static_cast<double>(m.n_heads), kvd = static_cast<double>(m.kv_dim()),
-               BS = static_cast<double>(m.B * m.S);
+               BS = static_cast<double>(m.B * m.S), S = static_cast<double>(m.S);
   const double Pa = static_cast<double>(m.attention_params()),
                Pm = static_cast<double>(m.mlp_params());
-  const double ea = es.activation, fp32 = 4;
+  const double ea = as.precision.activation, ew = as.precision.weight, eg = as.precision.gradient,
+               fp32 = 4;
+  // The kept set per token (cost_model.hpp): the norm region (layer input, two norm outputs, MLP
+  // input: 4h, and two fp32 rstd), the split region (Q, K, V, attention output, gate, up,
+  // silu(gate)·up, fp32 lse) and, with materialized attention, the softmax (n_h·S).
+  const double norm_region = 4 * h * ea + 2 * fp32;
+  const double split_region = (2 * h + 2 * kvd + 3 * F) * ea + nh * fp32;
+  const double scores = as.materialized_attention ? nh * S * ea : 0.0;
   if (st.scheme == Scheme::tsp) {
     const double D = st.D, tok = BS / D, nb = o.head_buckets;
     e.tokens = tok;
     e.params = (Pa + Pm) / D + 2 * h;
-    // Layer input, MLP input, two normed inputs, attention output: h each; gate, up: F each;
-    // softmax lse (n_h) and two rstd in fp32.
-    e.kept = tok * (5 * h + 2 * F) * ea + tok * (nh + 2) * fp32;
-    if (o.keep_attention_shards) e.kept += Pa * es.weight;  // D shards of Pa/D (as allocated)
-    if (o.keep_kv) e.kept += 2 * BS * kvd * ea;
+    const double extra = (o.keep_attention_shards ? Pa * ew : 0.0) +  // D shards of Pa/D
+                         (o.keep_kv ? 2 * BS * kvd * ea : 0.0);
+    e.kept = tok * (norm_region + split_region + scores) + extra;
+    e.selective = tok * (norm_region + split_region) + extra;
     e.checkpoint = tok * h * ea;
     const double As = Pa / D, Ms = Pm / D, qc = h / D / nb, kc = kvd / D / nb;
-    const double attn = (o.keep_attention_shards ? 0 : As * es.weight) + As * es.gradient +
-                        (2 * tok * h + 3 * tok * qc + 4 * tok * kc + 2 * tok * kc * D) * ea +
-                        (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea;
-    const double mlp = ((D > 1 ? Ms : 0) + (D > 2 ? Ms : 0)) * es.weight +
-                       (1 + (D > 1 ? 1 : 0)) * Ms * es.gradient +
-                       (2 * tok * h + 4 * tok * F / D) * ea;
-    e.transient = std::max(attn, mlp);
+    // Attention at its peak: the broadcast shard (unless kept) and its gradient, the bucket's
+    // full-sequence K/V (unless kept) and their gradient; projections and local outputs.
+    const double attn_comm = (o.keep_attention_shards ? 0 : As * ew) + As * eg +
+                             (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea;
+    const double attn_work = (2 * tok * h + 3 * tok * qc + 4 * tok * kc + 2 * tok * kc * D) * ea;
+    // MLP ring: the shard in flight and the next (D > 2), the travelling gradient shards.
+    const double mlp_comm =
+        ((D > 1 ? Ms : 0) + (D > 2 ? Ms : 0)) * ew + (1 + (D > 1 ? 1 : 0)) * Ms * eg;
+    const double mlp_work = (2 * tok * h + 4 * tok * F / D) * ea;
+    const bool attn_peak = attn_comm + attn_work >= mlp_comm + mlp_work;
+    e.comm = attn_peak ? attn_comm : mlp_comm;
+    e.workspace = attn_peak ? attn_work : mlp_work;
     return e;
   }
   const double T = st.T, Sp = st.Sp, tok = BS / Sp;
   e.tokens = tok;
   e.params = (Pa + Pm) / T + 2 * h;
   const bool msp = st.scheme == Scheme::megatron_sp;
-  // Korthikanti et al.: without sequence parallelism the norm inputs/outputs (and the layer
-  // input) are replicated over the TP group; with Megatron-SP everything is divided by T.
-  const double replicated = 4 * h, sharded = h + 2 * F;
-  e.kept = msp ? tok * (replicated + sharded) / T * ea + tok * (nh / T + 2 / T) * fp32
-               : tok * (replicated + sharded / T) * ea + tok * (nh / T + 2) * fp32;
-  e.checkpoint = msp ? tok * h / T * ea : tok * h * ea;
+  // Korthikanti et al.: without sequence parallelism the norm region is replicated over the TP
+  // group; with Megatron-SP everything is divided by T.
+  const double norm_share = msp ? T : 1.0;
+  e.kept = tok * (norm_region / norm_share + (split_region + scores) / T);
+  e.selective = tok * (norm_region / norm_share + split_region / T);
+  e.checkpoint = tok * h * ea / norm_share;
   const double kv_l = kvd / T;
-  const double attn = (3 * tok * h / T + 4 * tok * kv_l + 2 * tok * h) * ea +
-                      (Sp > 1 ? (2 * tok * kv_l * Sp + 2 * BS * kv_l) * ea : 0.0) +
-                      2 * BS * kv_l * ea;
-  const double mlp = (4 * tok * F / T + 2 * tok * h) * ea;
-  e.transient = std::max(attn, mlp);
+  // Attention: SP's gathered K/V and their gradients, and TP's collective buffer of one
+  // [tokens, h] activation, are communication; projections and outputs workspace.
+  const double tp_buffer = T > 1 ? tok * h * ea : 0.0;
+  const double attn_comm = (Sp > 1 ? (2 * tok * kv_l * Sp + 2 * BS * kv_l) * ea : 0.0) + tp_buffer;
+  const double attn_work =
+      (3 * tok * h / T + 4 * tok * kv_l + 2 * tok * h) * ea + 2 * BS * kv_l * ea - tp_buffer;
+  const double mlp_comm = tp_buffer;
+  const double mlp_work = (4 * tok * F / T + 2 * tok * h) * ea - tp_buffer;
+  const bool attn_peak = attn_comm + attn_work >= mlp_comm + mlp_work;
+  e.comm = attn_peak ? attn_comm : mlp_comm;
+  e.workspace = attn_peak ? attn_work : mlp_work;
   return e;
 }
 
-}  // namespace
-
-LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es,
-                                 const CostOptions& o) {
-  LayerMemoryEstimate e = layer_memory_parts(m, st, es, o);
-  e.weights = e.params * es.weight;
-  e.gradients = e.params * es.gradient;
-  e.optimizer = e.params * es.optimizer_per_param;
-  return e;
-}
-
-DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es,
-                           Recompute rc, const CostOptions& o) {
-  const LayerMemoryEstimate e = layer_memory(m, st, es, o);
-  const double L = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
-  const double vocab_rows =
-      static_cast<double>((m.tie_embeddings ? 1 : 2) * m.vocab) * h;  // embedding (+ head)
-  const double shard = st.scheme == Scheme::tsp ? st.D : st.scheme == Scheme::sp ? 1 : st.T;
+DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const MemoryAssumptions& as) {
+  const LayerMemoryEstimate e = layer_memory(m, st, as);
+  if (!(as.logit_bytes >= 0) || as.logit_chunk_tokens < 0 || !(as.framework_overhead >= 0))
+    reject("logit_bytes, logit_chunk_tokens and framework_overhead must be >= 0");
+  const ParameterState ps =
+      parameter_state_bytes_per_rank(st, m, as.precision, as.tsp_shards_vocab);
+  const double L = static_cast<double>(m.layers);
   DeviceMemory d;
-  d.params = L * e.params + vocab_rows / shard + h;
-  d.weights = d.params * es.weight;
-  d.gradients = d.params * es.gradient;
-  d.optimizer = d.params * es.optimizer_per_param;
-  d.activations = rc == Recompute::none ? L * e.kept : L * e.checkpoint + e.kept;
-  d.transient = e.transient;
+  d.params = ps.params;
+  d.weights = ps.weights;
+  d.gradients = ps.gradients;
+  d.master = ps.master;
+  d.moments = ps.moments;
+  switch (as.recompute) {
+    case Recompute::none:
+      d.activations = L * e.kept;
+      break;
+    case Recompute::selective:
+      d.activations = L * e.selective;
+      break;
+    case Recompute::full:
+      d.activations = L * e.checkpoint + e.kept;
+      break;
+  }
+  // Logits: B·S·V/N per device (tokens or vocabulary split N ways), or a chunk of tokens.
+  const double N = st.ranks(), V = static_cast<double>(m.vocab);
+  double tokens = static_cast<double>(m.B * m.S) / N, width = V;
+  if (st.scheme == Scheme::tsp) {
+    if (as.tsp_shards_vocab) width = V / st.D;  // one broadcast head shard at a time
+  } else if (st.scheme == Scheme::tp || st.scheme == Scheme::megatron_sp) {
+    tokens = static_cast<double>(m.B * m.S);  // every token, vocabulary split over T
+    width = V / st.T;
+  } else {
+    tokens = static_cast<double>(m.B * m.S) / st.Sp;
+    width = V / (st.scheme == Scheme::tp_sp ? st.T : 1);
+  }
+  if (as.logit_chunk_tokens > 0)
+    tokens = std::min(tokens, static_cast<double>(as.logit_chunk_tokens));
+  d.logits = tokens * width * as.logit_bytes * (as.logit_gradient_in_place ? 1 : 2);
+  d.comm = e.comm;
+  d.workspace = e.workspace;
+  d.overhead = as.framework_overhead;
   return d;
 }
 

@@ -164,8 +164,9 @@ TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
   ASSERT_EQ(rows.size(), 7u);  // TSP, TP, Megatron-SP, SP, Ulysses, ring, TP+SP 2x2
   std::vector<std::string> names;
   for (const auto& r : rows) names.push_back(r.at("strategy"));
-  EXPECT_EQ(names, (std::vector<std::string>{"TSP D=4", "TP T=4", "TP+Megatron-SP T=4", "SP Sp=4",
-                                             "Ulysses n=4", "Ring attention n=4", "TP+SP 2x2"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"TSP D=4", "TP T=4", "TP+Megatron-SP T=4", "SP Sp=4",
+                                      "Ulysses n=4", "Ring attention n=4", "TP+SP T=2×Σ=2"}));
   EXPECT_EQ(rows[5].at("verdict"), "pass");  // ring attention shards tokens, not heads
   int ran = 0;
   for (const auto& r : rows) {
@@ -347,6 +348,14 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
       {{"plan", "--seq", "12Q"}, "--seq 12Q"},
       {{"plan", "gpt-5"}, "preset gpt-5: unknown"},
       {{"plan", "--sweep", "len=1..2"}, "--sweep"},
+      {{"plan", "--layers", "0"}, "--layers 0: must be >= 1"},
+      {{"plan", "--vocab", "-3"}, "--vocab -3: must be >= 1"},
+      {{"plan", "--batch", "0"}, "--batch 0: must be >= 1"},
+      {{"plan", "--hidden", "4611686018427387904"},
+       "--hidden 4611686018427387904: must be at most"},
+      {{"plan", "--hidden", "1099511627776", "--heads", "1", "--kv-heads", "1"},
+       "overflows 64-bit counts"},
+      {{"plan", "--seq", "1024M", "--batch", "1048576"}, "--batch 1048576 x --seq 1073741824"},
       {{"scale", "--max-ranks", "0"}, "--max-ranks 0"},
       {{"run", "--config", "/nonexistent/tspemu.json"}, "--config /nonexistent/tspemu.json"},
       {{"run", "--sim-clock", "tpu"}, "--sim-clock tpu: unknown model (nvlink or network)"},

@@ -21,6 +21,7 @@
 #include "layer_measure_checks.hpp"
 #include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
+#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
@@ -256,15 +257,15 @@ TEST(CostModel, PaperSevenBMemoryPerDeviceOrdersTspBelowTpBelowTpSpAt128K) {
     const cost::ModelShape m = cost::paper_7b(1, S);
     std::printf("7B-class, B=1, S=%lld, bf16 + fp32 Adam, full recompute (GB per device):\n",
                 static_cast<long long>(S));
-    std::printf("  %-20s %8s %8s %8s %8s %8s %8s\n", "strategy", "weights", "grads", "optim",
-                "activ", "transnt", "total");
+    std::printf("  %-20s %8s %8s %8s %8s %8s %8s %8s %8s\n", "strategy", "weights", "grads",
+                "optim", "activ", "logits", "comm", "work", "total");
     std::vector<double> total;
     for (const cost::Strategy& st : strategies) {
       const cost::DeviceMemory d = cost::device_memory(m, st);
       total.push_back(d.total());
-      std::printf("  %-20s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", st.name().c_str(), gb(d.weights),
-                  gb(d.gradients), gb(d.optimizer), gb(d.activations), gb(d.transient),
-                  gb(d.total()));
+      std::printf("  %-20s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", st.name().c_str(),
+                  gb(d.weights), gb(d.gradients), gb(d.optimizer()), gb(d.activations),
+                  gb(d.logits), gb(d.comm), gb(d.workspace), gb(d.total()));
     }
     for (std::size_t i = 1; i < total.size(); ++i)
       EXPECT_LT(total[0], total[i]) << "TSP is lowest at S=" << S << " vs " << strategies[i].name();
@@ -277,6 +278,122 @@ TEST(CostModel, PaperSevenBMemoryPerDeviceOrdersTspBelowTpBelowTpSpAt128K) {
       EXPECT_LT(total[4], total[5]) << "TP+SP 2x4 < TP+SP 1x8";
     }
   }
+}
+
+// Under full recompute every strategy's backward re-runs its forward: TSP and SP hold the
+// re-broadcast / re-gather already; TP, Megatron-SP and TP+SP add their forward TP collectives.
+TEST(CostModel, BackwardUnderFullRecomputeHoldsTheRecomputedForwardCollectivesOfEveryStrategy) {
+  const cost::ElementSizes bf16 = cost::ElementSizes::bf16();
+  const cost::ModelShape m = cost::paper_7b(1, 131072);
+  for (const cost::Strategy& st : strategies_at(8)) {
+    SCOPED_TRACE(st.name());
+    const cost::LayerTraffic t = cost::layer_traffic(m, st, bf16);
+    const double extra = t.paper_backward_under(cost::Recompute::full) - t.paper_backward;
+    EXPECT_EQ(t.paper_backward_under(cost::Recompute::none), t.paper_backward);
+    // The K/V exchange of SP's axis is the backward's own re-gather; the rest of forward is TP's.
+    const double sp_kv =
+        st.Sp > 1 && !st.attention_core()
+            ? 2 * cost::ring_volume(static_cast<double>(m.B * m.S * m.kv_dim()) / st.T, st.Sp) * 2
+            : 0.0;
+    switch (st.scheme) {
+      case cost::Scheme::tsp:
+      case cost::Scheme::sp:
+        EXPECT_EQ(extra, 0.0);
+        break;
+      case cost::Scheme::tp:
+      case cost::Scheme::megatron_sp:
+      case cost::Scheme::tp_sp:
+        EXPECT_GT(extra, 0.0);
+        EXPECT_DOUBLE_EQ(extra, t.paper_forward - sp_kv);
+        break;
+      case cost::Scheme::ulysses:  // the output's exchange back to the sequence layout
+        EXPECT_DOUBLE_EQ(extra, t.paper_forward / 4);  // g = 1: four equal exchanges
+        break;
+      case cost::Scheme::ring:  // the K/V hops again, also under selective recompute
+        EXPECT_DOUBLE_EQ(extra, t.paper_forward);
+        EXPECT_DOUBLE_EQ(t.paper_backward_under(cost::Recompute::selective),
+                         t.paper_backward + extra);
+        break;
+    }
+  }
+}
+
+// The fp32-emulator precision model's weights and gradients per rank are the bytes every
+// strategy's blocks hold after a training step (a layer stack: vocab 0, no embedding or head), on
+// every rank, dry at 4 ranks (and TP+SP 2x2), MHA and GQA.
+TEST(CostModel, EmulatorParameterStatePerRankIsWhatTheBlocksAllocate) {
+  const cost::PrecisionModel fp32 = cost::PrecisionModel::fp32_emulator();
+  EXPECT_EQ(fp32.per_param(), 16);
+  EXPECT_EQ(fp32.master, 0);
+  for (int g : {1, 2}) {
+    const ref::ModelConfig model = mesh_model(4, g);
+    cost::ModelShape m = cost::ModelShape::from(model, 1, 32);
+    m.vocab = 0;
+    for (const cost::Strategy& st : strategies_at(4)) {
+      SCOPED_TRACE(st.name() + " g=" + std::to_string(g));
+      const cost::ParameterState ps = cost::parameter_state_bytes_per_rank(st, m, fp32);
+      EXPECT_EQ(ps.moments, 2 * ps.weights);  // m and v, fp32 each
+      const LayerMeasure got = measure_layer(model, 1, 32, st, {.dry = true});
+      constexpr auto w = static_cast<std::size_t>(Category::weights),
+                     gr = static_cast<std::size_t>(Category::gradients);
+      for (const RankLayerMeasure& r : got.ranks) {
+        EXPECT_EQ(static_cast<double>(r.backward.category_current[w]), ps.weights);
+        EXPECT_EQ(static_cast<double>(r.backward.category_peak[w]), ps.weights);
+        EXPECT_EQ(static_cast<double>(r.backward.category_current[gr]), ps.gradients);
+      }
+    }
+  }
+  // The whole model adds the vocabulary: TSP splits it over D, TP over T, SP replicates.
+  const cost::ModelShape p7 = cost::paper_7b(1, 1024);
+  const double layer16 = 16.0 * 4096 * 4096, vh = 32000.0 * 4096;
+  EXPECT_EQ(cost::parameter_state_bytes_per_rank(cost::Strategy::tsp(8), p7, fp32).params,
+            32 * (layer16 / 8 + 2 * 4096) + 2 * vh / 8 + 4096);
+  EXPECT_EQ(cost::parameter_state_bytes_per_rank(cost::Strategy::tsp(8), p7, fp32, false).params,
+            32 * (layer16 / 8 + 2 * 4096) + 2 * vh + 4096);
+  EXPECT_EQ(cost::parameter_state_bytes_per_rank(cost::Strategy::sp(8), p7, fp32).params,
+            32 * (layer16 + 2 * 4096) + 2 * vh + 4096);
+  EXPECT_EQ(cost::parameter_state_bytes_per_rank(cost::Strategy::tp_sp(2, 4), p7,
+                                                 cost::PrecisionModel::megatron_bf16())
+                .total(),
+            18 * (32 * (layer16 / 2 + 2 * 4096) + 2 * vh / 2 + 4096));
+}
+
+// The memory estimate's parts move as their assumptions say: recompute none > selective >= full
+// activations; materialized attention adds n_h·S per token only without selective recompute;
+// in-place logit gradients halve the logits; a chunk bounds them; the overhead is added apart.
+TEST(CostModel, DeviceMemoryPartsFollowTheirAssumptions) {
+  const cost::ModelShape m = cost::paper_7b(1, 16384);
+  for (const cost::Strategy& st : {cost::Strategy::tsp(8), cost::Strategy::tp(8),
+                                   cost::Strategy::megatron_sp(8), cost::Strategy::tp_sp(2, 4)}) {
+    SCOPED_TRACE(st.name());
+    cost::MemoryAssumptions a;
+    const cost::DeviceMemory full = cost::device_memory(m, st, a);
+    a.recompute = cost::Recompute::none;
+    const cost::DeviceMemory none = cost::device_memory(m, st, a);
+    a.recompute = cost::Recompute::selective;
+    const cost::DeviceMemory sel = cost::device_memory(m, st, a);
+    EXPECT_GT(none.activations, full.activations);
+    EXPECT_EQ(sel.activations, none.activations);  // flash attention: nothing to drop
+    a.materialized_attention = true;
+    EXPECT_EQ(cost::device_memory(m, st, a).activations, sel.activations);
+    a.recompute = cost::Recompute::none;
+    const double scores = cost::device_memory(m, st, a).activations - none.activations;
+    // n_h·S per token per layer, bf16, split like the heads (TSP: tokens / 8; TP: heads / 8).
+    EXPECT_DOUBLE_EQ(scores, 32.0 * 16384 * 32 * 16384 * 2 / 8);
+    EXPECT_EQ(full.model_states(), full.weights + full.gradients + full.optimizer());
+    EXPECT_EQ(full.model_states(), full.params * 16);
+    cost::MemoryAssumptions b;
+    b.logit_gradient_in_place = true;
+    EXPECT_DOUBLE_EQ(cost::device_memory(m, st, b).logits, full.logits / 2);
+    b.logit_chunk_tokens = 1;
+    EXPECT_LT(cost::device_memory(m, st, b).logits, full.logits / 1000);
+    b = {};
+    b.framework_overhead = 3e9;
+    EXPECT_DOUBLE_EQ(cost::device_memory(m, st, b).total(), full.total() + 3e9);
+  }
+  cost::MemoryAssumptions bad;
+  bad.logit_bytes = -1;
+  EXPECT_THROW(cost::device_memory(m, cost::Strategy::tsp(8), bad), std::invalid_argument);
 }
 
 TEST(CostModel, RejectsShapesTheImplementationRejects) {

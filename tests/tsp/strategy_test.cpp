@@ -222,14 +222,14 @@ TEST(StrategyTable, MeshesBuildTheDegreesAndStrategiesAtListEveryFactorization) 
   EXPECT_EQ(strategy_named("sp").make(8, 2, 4).name(), "SP Sp=8");
   EXPECT_EQ(strategy_named("ulysses").make(8, 2, 4).name(), "Ulysses n=8");
   EXPECT_EQ(strategy_named("ring").make(8, 2, 4).name(), "Ring attention n=8");
-  EXPECT_EQ(strategy_named("tp-sp").make(8, 2, 4).name(), "TP+SP 2x4");
+  EXPECT_EQ(strategy_named("tp-sp").make(8, 2, 4).name(), "TP+SP T=2×Σ=4");
   for (const StrategyInfo& e : strategies()) EXPECT_EQ(e.make(8, 2, 4).ranks(), 8) << e.name;
   std::vector<std::string> at12;
   for (const Strategy& st : strategies_at(12)) at12.push_back(st.name());
-  const std::vector<std::string> want = {"TSP D=12",  "TP T=12",      "TP+Megatron-SP T=12",
-                                         "SP Sp=12",  "Ulysses n=12", "Ring attention n=12",
-                                         "TP+SP 2x6", "TP+SP 3x4",    "TP+SP 4x3",
-                                         "TP+SP 6x2"};
+  const std::vector<std::string> want = {"TSP D=12",      "TP T=12",       "TP+Megatron-SP T=12",
+                                         "SP Sp=12",      "Ulysses n=12",  "Ring attention n=12",
+                                         "TP+SP T=2×Σ=6", "TP+SP T=3×Σ=4", "TP+SP T=4×Σ=3",
+                                         "TP+SP T=6×Σ=2"};
   EXPECT_EQ(at12, want);
 }
 

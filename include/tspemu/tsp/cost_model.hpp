@@ -73,26 +73,45 @@
 // the blocks dry at any size (tsp/layer_measure.hpp: accounting-only arenas, no arithmetic), so a
 // change of an allocation in a block needs no change here.
 //
-// Whole-model per-device memory (device_memory, for `tspemu plan`): Korthikanti et al. 2022,
-// "Reducing Activation Recomputation in Large Transformer Models", adapted to the gated MLP and to
-// what the emulator keeps for backward (per token per layer: attention N, A (h each), softmax lse
-// (n_h fp32), rstd; MLP input, N (h each), gate and up (F each), rstd; the layer input h), with
-// flash-style attention (no S² scores). Sharding: TSP divides the layer and vocabulary parameters
-// by D and the tokens by D, everything per token is local; TP divides parameters by T, the
-// per-token norm inputs/outputs and the layer input (4h + h) are replicated, the rest / T;
-// Megatron-SP divides everything by T (Korthikanti's sequence-parallel case; the emulator's
-// baseline keeps N gathered instead); SP replicates parameters and divides tokens by Sp; TP+SP
-// is TP over T on S/Sp tokens. Model states: parameters per device × (weight + gradient +
-// optimizer) bytes, no ZeRO. Ulysses and ring attention are not in this estimate
-// (std::invalid_argument): their per-rank memory comes from a dry run (layer_measure.hpp).
-// Recompute::full (default; what makes 128K tokens fit, and what reproduces the paper's ordering
-// TSP < TP < TP+SP at 128K): only the layer input is kept per layer, plus one layer's kept set
-// while it is recomputed. Transient: the peak of one layer's buffers in flight (shards, gathered
-// K/V, their gradients, the MLP intermediates), following the implementations' backward buffers.
-// Logits and the loss are not included. Estimates, not measurements: the paper's absolute numbers
-// (TSP-NOTES) are not reproduced, only the ordering (the 7B-class model at 128K: TSP ≈ 25 GB, TP ≈
-// 62 GB, TP+SP 2×4 ≈ 86 GB, 1×8 ≈ 155 GB; paper 38.8, 70.0, 85.0, 140.0; TP+SP 4×2 ≈ 60 GB lands
-// just below TP here).
+// Whole-model per-device memory (device_memory, for `tspemu plan` and `tspemu paper`): the sum of
+// parts a training engineer budgets, each under a stated assumption (MemoryAssumptions):
+//   model states   parameters per device × bytes per parameter (PrecisionModel: weights,
+//                  gradients, master copy, optimizer moments); no ZeRO (one node, no data
+//                  parallelism). Sharding of the layers as the strategy's blocks; embedding and
+//                  LM head: TP, Megatron-SP and TP+SP split the vocabulary over T (Megatron's
+//                  vocab-parallel embedding), SP replicates, TSP splits it over D when
+//                  tsp_shards_vocab (as the emulator's TspModel) and replicates it otherwise.
+//   activations    what backward keeps (Korthikanti et al. 2022, "Reducing Activation
+//                  Recomputation in Large Transformer Models", adapted to RMSNorm, GQA, no dropout
+//                  and the gated MLP; per token per layer, activation bytes unless fp32):
+//                    layer input h, attention-norm output h, rstd (fp32), Q h, K h/g, V h/g,
+//                    attention output h (W_O's input), softmax log-sum-exp n_h (fp32),
+//                    MLP input h, MLP-norm output h, rstd (fp32), gate F, up F, silu(gate)·up F
+//                    (W_down's input), and with materialized attention the softmax n_h·S;
+//                  sharding per Korthikanti: without sequence parallelism the norm region (layer
+//                  input, norm outputs, MLP input, rstd) is replicated over the TP group and the
+//                  rest is split over T; Megatron-SP splits everything over T; TSP and SP hold
+//                  their B·S/D (B·S/Sp) tokens at full width.
+//                  Recompute::none keeps that set for every layer; selective (Korthikanti §5)
+//                  drops the attention core's softmax (only present with materialized attention:
+//                  flash-style attention keeps none, so selective = none); full keeps the layer
+//                  input per layer (as the strategy shards it) plus one layer's whole set while
+//                  that layer is recomputed.
+//   logits         the loss's [tokens, V] logits and their gradient, logit_bytes each element,
+//                  per device B·S·V/N for every strategy (tokens or vocabulary split N ways), or a
+//                  chunk of logit_chunk_tokens tokens; TSP with tsp_shards_vocab computes one
+//                  vocabulary shard at a time (online log-sum-exp, tsp_model.hpp): V/D wide.
+//                  Counted as live at the layers' peak: an upper bound.
+//   comm           one layer's communication buffers in flight at its peak: TSP's broadcast
+//                  weight shard and its gradient, the MLP ring's shards, the full-sequence K/V of
+//                  a bucket and its gradient; SP's gathered K/V and their gradients; TP's
+//                  collective buffer of one [tokens, h] activation.
+//   workspace      that layer's other temporaries (projections, MLP intermediates, gradients).
+//   overhead       a framework constant (GPU context, collective library buffers, allocator
+//                  reserve): 0 unless given, shown apart.
+// Ulysses and ring attention are not in this estimate (std::invalid_argument): their per-rank
+// memory comes from a dry run (layer_measure.hpp). Estimates, not measurements; `tspemu paper`
+// sets them beside the published numbers.
 #pragma once
 
 #include <array>
@@ -153,7 +172,7 @@ struct Strategy {
   // Ulysses or ring attention: tokens sequence-sharded, weights replicated, the SP MLP block.
   bool attention_core() const { return scheme == Scheme::ulysses || scheme == Scheme::ring; }
   int ranks() const { return scheme == Scheme::tsp ? D : T * Sp; }
-  std::string name() const;  // e.g. "TSP D=8", "TP+SP 2x4", "Ulysses n=4"
+  std::string name() const;  // e.g. "TSP D=8", "TP+SP T=2×Σ=4", "Ulysses n=4"
 };
 
 struct ElementSizes {
@@ -193,10 +212,29 @@ struct Traffic {
   void add(CollectiveKind k, std::uint64_t n, std::uint64_t s, std::uint64_t r);
 };
 
+// What backward keeps of the forward's activations: full recompute keeps each layer's input and
+// re-runs the layer's forward in backward (Korthikanti et al. 2022 §4); none keeps every
+// activation; selective recomputes only the attention core (§5). Declared here because the
+// backward traffic depends on it.
+enum class Recompute { none, selective, full };
+
 struct LayerTraffic {
   Traffic forward, backward;  // runtime counting, this rank
   double paper_forward = 0;   // ring cost model, bytes per rank (TSP-NOTES table)
   double paper_backward = 0;  // ring cost model, derived adjoint
+  // Ring cost model, bytes per rank: the forward collectives that recomputing the layer in
+  // backward re-runs and paper_backward does not already hold (TP's all-reduces, Megatron-SP's
+  // all-gather + reduce-scatter, Ulysses' output exchange, ring's K/V hops; 0 for TSP and SP,
+  // whose backward re-gathers K/V and re-broadcasts the shards anyway). The emulator's blocks keep
+  // their activations, so the runtime counts (forward, backward) never include it.
+  double paper_recompute = 0;
+  // Of paper_recompute, what re-running the attention core alone moves (selective recompute):
+  // ring attention's K/V hops; 0 for every other strategy (their cores are local once Q, K, V
+  // are, and backward brings those anyway).
+  double paper_recompute_core = 0;
+  // Backward bytes per rank under a recompute policy: paper_backward, plus paper_recompute (full)
+  // or paper_recompute_core (selective).
+  double paper_backward_under(Recompute rc) const;
 };
 
 // Bytes of one layer (attention block then MLP block) for `rank` (0 <= rank < ranks()), in the
@@ -235,32 +273,87 @@ std::uint64_t all_reduce_bytes(std::uint64_t count, int n, int r, double element
 
 // ---- Whole model, per device, real sizes (plan) -----------------------------------------------
 
-enum class Recompute { none, full };
-
-struct DeviceMemory {
-  double weights = 0, gradients = 0, optimizer = 0;
-  double activations = 0;  // kept for backward (+ one recomputed layer under Recompute::full)
-  double transient = 0;    // peak of one layer's buffers in flight
-  double params = 0;       // parameters held by the device
-  double total() const { return weights + gradients + optimizer + activations + transient; }
+// Bytes per parameter of the model states.
+struct PrecisionModel {
+  double weight = 2;      // the weights the GEMMs read (bf16)
+  double gradient = 2;    // the gradient buffer (bf16)
+  double master = 4;      // fp32 master copy of the weights (0: none, updated in place)
+  double moments = 8;     // Adam's m and v (fp32 each)
+  double activation = 2;  // bytes per activation element (bf16)
+  double per_param() const { return weight + gradient + master + moments; }
+  // bf16 mixed precision with fp32 Adam (ZeRO, Rajbhandari et al. 2020 §3.1: 2 + 2 + 12 = 16
+  // B/param, the "2 bytes weights + 2 bytes grads + 12 bytes fp32 Adam state" of TSP-NOTES.md).
+  static PrecisionModel mixed_bf16() { return {}; }
+  // Megatron-LM's bf16 training: fp32 main gradients (--accumulate-allreduce-grads-in-fp32, the
+  // default with bf16), so 2 + 4 + 4 + 8 = 18 B/param.
+  static PrecisionModel megatron_bf16() { return {2, 4, 4, 8, 2}; }
+  // tspemu's own emulated run: fp32 weights, gradients and activations; AdamW's fp32 m and v
+  // updating the fp32 weights in place (no master copy): 4 + 4 + 0 + 8 = 16 B/param.
+  static PrecisionModel fp32_emulator() { return {4, 4, 0, 8, 4}; }
 };
 
-// Per-layer parts, per device (bytes; params and tokens in elements / tokens).
+// One rank's parameter state, bytes (params: elements).
+struct ParameterState {
+  double params = 0;
+  double weights = 0, gradients = 0, master = 0, moments = 0;
+  double optimizer() const { return master + moments; }
+  double total() const { return weights + gradients + master + moments; }
+};
+
+// The parameters one rank of `st` holds, times p's bytes per parameter: every layer's shard of
+// the strategy's blocks (TSP: 1/D of the attention and MLP weights; TP, Megatron-SP, TP+SP: 1/T;
+// SP, Ulysses, ring: all) plus both norm weights (replicated); with m.vocab > 0 also the
+// embedding, the LM head (unless tied) and the final norm, the vocabulary split as stated above
+// (TSP: over D when tsp_shards_vocab); m.vocab == 0 is the emulator's layer stack, which has none
+// of them. Requirements: the strategy's divisibility rules (std::invalid_argument otherwise);
+// every rank holds the same count. Exact for integer byte sizes (counts below 2^53).
+ParameterState parameter_state_bytes_per_rank(const Strategy& st, const ModelShape& m,
+                                              const PrecisionModel& p,
+                                              bool tsp_shards_vocab = true);
+
+// How the memory estimate treats what the model does not fix (see the comment at the top).
+struct MemoryAssumptions {
+  PrecisionModel precision = PrecisionModel::mixed_bf16();
+  Recompute recompute = Recompute::full;
+  bool materialized_attention = false;   // keep the [S, S] softmax per head (no flash attention)
+  double logit_bytes = 4;                // fp32 logits for the loss
+  bool logit_gradient_in_place = false;  // the gradient overwrites the logits (one buffer)
+  std::int64_t logit_chunk_tokens = 0;   // 0: every token's logits at once
+  bool tsp_shards_vocab = true;
+  double framework_overhead = 0;  // bytes per device
+  CostOptions tsp;                // TSP's buckets and kept shards / K/V
+};
+
+struct DeviceMemory {
+  double params = 0;  // parameters held by the device
+  double weights = 0, gradients = 0, master = 0, moments = 0;
+  double activations = 0;  // kept for backward
+  double logits = 0;       // logits and their gradient
+  double comm = 0;         // one layer's communication buffers at its peak
+  double workspace = 0;    // that layer's other temporaries
+  double overhead = 0;     // framework constant
+  double optimizer() const { return master + moments; }
+  double model_states() const { return weights + gradients + master + moments; }
+  double total() const {
+    return model_states() + activations + logits + comm + workspace + overhead;
+  }
+};
+
+// Per-layer parts, per device: elements (params) or bytes.
 struct LayerMemoryEstimate {
   double params = 0;      // parameters of one layer held by the device
-  double weights = 0;     // params × weight bytes
-  double gradients = 0;   // params × gradient bytes
-  double optimizer = 0;   // params × optimizer bytes per parameter
-  double kept = 0;        // activations kept for backward without recompute
+  double kept = 0;        // what backward keeps without recompute (Recompute::none)
+  double selective = 0;   // what it keeps under selective recompute
   double checkpoint = 0;  // the layer input (what Recompute::full keeps)
-  double transient = 0;   // buffers in flight at the layer's peak (shards, K/V, workspace)
+  double comm = 0;        // communication buffers in flight at the layer's peak
+  double workspace = 0;   // other temporaries at that peak
   double tokens = 0;      // tokens the device processes (B·S/D; TP, Megatron-SP: B·S; B·S/Sp)
 };
 LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
-                                 const ElementSizes& es = {}, const CostOptions& opt = {});
+                                 const MemoryAssumptions& a = {});
 
-DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const ElementSizes& es = {},
-                           Recompute rc = Recompute::full, const CostOptions& opt = {});
+DeviceMemory device_memory(const ModelShape& m, const Strategy& st,
+                           const MemoryAssumptions& a = {});
 
 // The paper's 7B-class model (TSP-NOTES.md): h 4096, L 32, 32 heads, F = 4h gated, V 32000.
 ModelShape paper_7b(std::int64_t B, std::int64_t S);
