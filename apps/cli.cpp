@@ -8,6 +8,7 @@
 
 #include "compare_command.hpp"
 #include "config_file.hpp"
+#include "paper_command.hpp"
 #include "plan_command.hpp"
 #include "run_command.hpp"
 #include "scale_command.hpp"
@@ -38,7 +39,9 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   CLI::App* plan = add_plan_command(app, plan_args);
   ScaleArgs scale_args;
   CLI::App* scale = add_scale_command(app, scale_args);
-  for (CLI::App* sub : {run, compare, plan, scale}) config(sub);
+  PaperArgs paper_args;
+  CLI::App* paper = add_paper_command(app, paper_args);
+  for (CLI::App* sub : {run, compare, plan, scale, paper}) config(sub);
 
   SelfcheckOptions sc;
   auto* check = app.add_subcommand("selfcheck",
@@ -66,6 +69,7 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
     if (compare->parsed()) return compare_command(compare_args, out);
     if (plan->parsed()) return plan_command(plan_args, out);
     if (scale->parsed()) return scale_command(scale_args, out);
+    if (paper->parsed()) return paper_command(paper_args, out);
     return run_command(run_args, out);
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";

@@ -4,6 +4,7 @@
 # /usr/bin/python3 owns it). CLI11 parses the tspemu command's arguments; nlohmann-json reads and
 # writes JSON (safetensors headers, reports). clang builds the fuzzing harnesses; libFuzzer is in
 # libclang-rt-14-dev, which clang-14 only recommends (and --no-install-recommends skips).
+# chromium opens the page `tspemu paper` writes, headless, in tests/apps (every figure rendered).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -13,4 +14,5 @@ apt-get install -y -qq --no-install-recommends \
   nlohmann-json3-dev libcli11-dev pkg-config \
   python3 python3-torch python3-numpy \
   clang-format clang libclang-rt-14-dev \
-  libopenmpi-dev openmpi-bin >/dev/null
+  libopenmpi-dev openmpi-bin \
+  chromium >/dev/null
