@@ -371,6 +371,14 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
       "per length and an SVG chart");
   cmd->add_option("--svg", a.svg_path, "the --sweep chart's file")->capture_default_str();
   add_assumption_options(*cmd, a.assumptions);
+  cmd->add_option("--device", a.device,
+                  "time model's device: mi300x (1307 TFLOP/s, 448 GB/s in a node) or h100 (989 "
+                  "TFLOP/s, 450 GB/s); 50 GB/s between nodes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mi300x", "h100"}));
+  cmd->add_option("--mfu", a.mfu, "fraction of peak FLOP/s the kernels reach (default 0.4)");
+  cmd->add_option("--total-devices", a.total_devices,
+                  "GPUs in all, data-parallel replicas of each strategy (default: --devices)");
   cmd->add_option("--json", a.json_path, "also write the tables as JSON to this file");
   cmd->add_flag("--dry-run", a.dry_run,
                 "also run one layer of every strategy's real blocks dry at this size (fp32 "
@@ -388,6 +396,18 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
       a.sweep.empty() ? std::vector<std::int64_t>{parse_count("--seq", a.seq)}
                       : parse_sweep(a.sweep);
   const cost::MemoryAssumptions as = memory_assumptions(a.assumptions);
+  cost::DeviceModel dev =
+      a.device == "h100" ? cost::DeviceModel::h100() : cost::DeviceModel::mi300x();
+  if (a.mfu) {
+    if (!(*a.mfu > 0 && *a.mfu <= 1))
+      throw ConfigError("--mfu " + fmt("%g", *a.mfu) + ": must be in (0, 1]");
+    dev.mfu = *a.mfu;
+  }
+  const int total = a.total_devices == 0 ? a.devices : a.total_devices;
+  if (total < 1 || total > (1 << 20) || total % a.devices != 0)
+    throw ConfigError("--total-devices " + std::to_string(a.total_devices) +
+                      ": must be a positive multiple of --devices " + std::to_string(a.devices) +
+                      " up to 2^20");
   const cost::Recompute rc = as.recompute;
   const double unit = unit_bytes(a.assumptions.units);
   const std::string& uname = a.assumptions.units;
@@ -489,6 +509,29 @@ int plan_command(const PlanArgs& a, std::ostream& out) {
       }
       out << "\n";
     }
+    out << fmt("time per step on %d %s (MFU %.2f; cost::step_time: compute, communication with "
+               "each strategy's overlap, data-parallel gradient all-reduce):\n",
+               total, dev.name.c_str(), dev.mfu)
+        << padded("strategy", 20)
+        << fmt(" %9s %10s %10s %10s %9s %14s %12s\n", "replicas", "compute s", "comm s",
+               "exposed s", "step s", "tokens/s", "tok/s/GPU");
+    nlohmann::json times = nlohmann::json::array();
+    for (const Row& r : rows) {
+      if (!r.skipped.empty()) continue;
+      const cost::StepTime t = cost::step_time(m, r.st, dev, as, total);
+      out << padded(r.st.name(), 20)
+          << fmt(" %9d %10.3f %10.3f %10.3f %9.3f %14.0f %12.0f\n", t.replicas, t.compute, t.comm,
+                 t.exposed_comm + t.data_parallel, t.step, t.tokens_per_s, t.tokens_per_s / total);
+      times.push_back({{"strategy", r.st.name()},
+                       {"replicas", t.replicas},
+                       {"compute_s", t.compute},
+                       {"comm_s", t.comm},
+                       {"exposed_comm_s", t.exposed_comm},
+                       {"data_parallel_s", t.data_parallel},
+                       {"step_s", t.step},
+                       {"tokens_per_s", t.tokens_per_s}});
+    }
+    table["time"] = times;
     if (a.dry_run) table["dry_run"] = dry_run_rows(m, a.devices, out);
     j["tables"].push_back(table);
   }

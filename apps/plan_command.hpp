@@ -35,6 +35,10 @@ struct PlanArgs {
   AssumptionArgs assumptions;
   std::string json_path;
   bool dry_run = false;
+  // Time model (cost::step_time).
+  std::string device = "mi300x";  // mi300x | h100
+  std::optional<double> mfu;      // the device preset's 0.4 otherwise
+  int total_devices = 0;          // 0: --devices (one replica)
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);

@@ -505,4 +505,86 @@ DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const Memory
   return d;
 }
 
+// ---- Time per step ---------------------------------------------------------------------------
+
+DeviceModel DeviceModel::mi300x() {
+  DeviceModel d;
+  d.name = "mi300x";
+  d.peak_flops = 1307.4e12;
+  d.node = {"mi300x-xgmi", d.peak_flops, 2e-6, 448e9};
+  d.network = {"network", d.peak_flops, 10e-6, 50e9};
+  return d;
+}
+
+DeviceModel DeviceModel::h100() {
+  DeviceModel d;
+  d.name = "h100";
+  d.peak_flops = 989e12;
+  d.node = SimClockModel::nvlink_node();
+  d.network = SimClockModel::network();
+  return d;
+}
+
+StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& dev,
+                   const MemoryAssumptions& a, int total_devices) {
+  const int N = st.ranks();
+  if (total_devices < 1 || total_devices % N != 0)
+    reject("total_devices=" + std::to_string(total_devices) + " is not a positive multiple of " +
+           st.name() + "'s " + std::to_string(N) + " ranks");
+  if (!(dev.peak_flops > 0) || !(dev.mfu > 0 && dev.mfu <= 1) || !(dev.node.beta_bytes_s > 0) ||
+      !(dev.network.beta_bytes_s > 0) || dev.devices_per_node < 1)
+    reject("device model " + dev.name + ": peak, β > 0, MFU in (0, 1], devices per node >= 1");
+  ElementSizes es;
+  es.activation = a.precision.activation;
+  es.weight = a.precision.weight;
+  es.gradient = a.precision.gradient;
+  const LayerTraffic t = layer_traffic(m, st, es);
+  const double BS = static_cast<double>(m.B * m.S), h = static_cast<double>(m.hidden),
+               S = static_cast<double>(m.S), L = static_cast<double>(m.layers);
+  const double gemm = 2 * BS * static_cast<double>(m.attention_params() + m.mlp_params()) / N;
+  const double core = 2 * BS * S * h / N;
+  const double extra = a.recompute == Recompute::full        ? gemm + core
+                       : a.recompute == Recompute::selective ? core
+                                                             : 0.0;
+  const double rate = dev.peak_flops * dev.mfu;
+  const double layer_compute = (3 * (gemm + core) + extra) / rate;
+  const double head = 3 * 2 * BS * static_cast<double>(m.vocab) * h / N / rate;
+  // Which link each axis uses: an axis of the mesh that does not fit in a node crosses nodes.
+  const bool mesh = st.scheme == Scheme::tp || st.scheme == Scheme::megatron_sp ||
+                    st.scheme == Scheme::tp_sp || st.scheme == Scheme::sp;
+  const int first = mesh ? st.T : N;
+  const SimClockModel& first_link = first <= dev.devices_per_node ? dev.node : dev.network;
+  const SimClockModel& sp_link = N <= dev.devices_per_node ? dev.node : dev.network;
+  auto calls = [](const Traffic& x) {
+    double c = 0;
+    for (std::uint64_t v : x.calls) c += static_cast<double>(v);
+    return c;
+  };
+  const double bwd = t.paper_backward_under(a.recompute);
+  // The TP part (exposed) of a mesh strategy is paper_recompute per pass (cost_model.cpp).
+  const double tp_bytes = mesh && st.T > 1 ? t.paper_recompute : 0.0;
+  const double tp_passes = a.recompute == Recompute::full ? 3.0 : 2.0;
+  const double exposed_bytes = tp_bytes * tp_passes;
+  const double other_bytes = t.paper_forward + bwd - exposed_bytes;
+  const double latency = (calls(t.forward) + calls(t.backward)) *
+                         (std::max(first, mesh ? st.Sp : 1) - 1) * first_link.alpha_s;
+  const double exposed = exposed_bytes / first_link.beta_bytes_s;
+  const double overlapped = other_bytes / (mesh ? sp_link : first_link).beta_bytes_s + latency;
+  StepTime r;
+  r.compute = L * layer_compute + head;
+  r.comm = L * (exposed + overlapped);
+  r.exposed_comm = L * (exposed + std::max(0.0, overlapped - layer_compute));
+  r.replicas = total_devices / N;
+  if (r.replicas > 1) {
+    const double grads =
+        parameter_state_bytes_per_rank(st, m, a.precision, a.tsp_shards_vocab).gradients;
+    const double ar = 2.0 * (r.replicas - 1) / r.replicas * grads / dev.network.beta_bytes_s;
+    const double backward = r.compute * 2.0 / 3.0;
+    r.data_parallel = std::max(0.0, ar - backward);
+  }
+  r.step = r.compute + r.exposed_comm + r.data_parallel;
+  r.tokens_per_s = r.replicas * BS / r.step;
+  return r;
+}
+
 }  // namespace tspemu::tsp::cost

@@ -396,6 +396,37 @@ TEST(CostModel, DeviceMemoryPartsFollowTheirAssumptions) {
   EXPECT_THROW(cost::device_memory(m, cost::Strategy::tsp(8), bad), std::invalid_argument);
 }
 
+// The time model: compute is the FLOP count over peak·MFU (full recompute adds one forward, 4/3 of
+// none), TSP hides its communication behind compute where TP exposes its all-reduces, replicas
+// multiply tokens/s, and bad devices or counts are refused naming them.
+TEST(CostModel, StepTimeChargesFlopsOverPeakAndExposesOnlyWhatTheStrategyCannotOverlap) {
+  const cost::ModelShape m = cost::paper_7b(1, 131072);
+  const cost::DeviceModel dev = cost::DeviceModel::mi300x();
+  cost::MemoryAssumptions full, none;
+  none.recompute = cost::Recompute::none;
+  const cost::StepTime tsp = cost::step_time(m, cost::Strategy::tsp(8), dev, full, 8);
+  const cost::StepTime tp = cost::step_time(m, cost::Strategy::tp(8), dev, full, 8);
+  // Layers: (3 + 1) forwards of 2·B·S·16h² + 2·B·S²·h; LM head 3 · 2·B·S·V·h; over 8 ranks.
+  const double BS = 131072, h = 4096, fwd = 2 * BS * 16 * h * h + 2 * BS * BS * h;
+  const double flops = (32 * 4 * fwd + 3 * 2 * BS * 32000 * h) / 8;
+  EXPECT_NEAR(tsp.compute, flops / (1307.4e12 * 0.4), 1e-9 * tsp.compute);
+  EXPECT_EQ(tp.compute, tsp.compute);
+  const cost::StepTime tsp_none = cost::step_time(m, cost::Strategy::tsp(8), dev, none, 8);
+  EXPECT_NEAR(tsp.compute - tsp_none.compute, 32 * fwd / 8 / (1307.4e12 * 0.4), 1e-6);
+  EXPECT_GT(tsp.comm, 0);
+  EXPECT_EQ(tsp.exposed_comm, 0);  // less than compute, prefetched
+  EXPECT_GT(tp.exposed_comm, 0.99 * tp.comm);
+  EXPECT_GT(tsp.tokens_per_s, tp.tokens_per_s);
+  EXPECT_DOUBLE_EQ(tsp.tokens_per_s, BS / tsp.step);
+  const cost::StepTime many = cost::step_time(m, cost::Strategy::tsp(8), dev, full, 1024);
+  EXPECT_EQ(many.replicas, 128);
+  EXPECT_NEAR(many.tokens_per_s, 128 * BS / many.step, 1e-6 * many.tokens_per_s);
+  EXPECT_THROW(cost::step_time(m, cost::Strategy::tsp(8), dev, full, 12), std::invalid_argument);
+  cost::DeviceModel bad = dev;
+  bad.mfu = 0;
+  EXPECT_THROW(cost::step_time(m, cost::Strategy::tsp(8), bad, full, 8), std::invalid_argument);
+}
+
 TEST(CostModel, RejectsShapesTheImplementationRejects) {
   cost::ModelShape m = cost::paper_7b(1, 1024);
   EXPECT_THROW(cost::layer_traffic(m, cost::Strategy::tsp(3), cost::ElementSizes{}),

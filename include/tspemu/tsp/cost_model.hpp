@@ -121,6 +121,7 @@
 
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
+#include "tspemu/runtime/sim_clock.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp::cost {
@@ -354,6 +355,56 @@ LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
 
 DeviceMemory device_memory(const ModelShape& m, const Strategy& st,
                            const MemoryAssumptions& a = {});
+
+// ---- Time per training step (plan, paper) ----------------------------------------------------
+//
+// A roofline-style estimate, not a measurement. Per layer per device:
+//   compute    FLOPs / (peak · MFU): GEMMs 2·B·S·(attention + MLP params) forward, the causal
+//              attention core 2·B·S²·h forward (QKᵀ and AV, half the pairs), both split evenly over
+//              the strategy's N ranks; backward 2 × forward; full recompute + 1 forward, selective
+//              + the attention core's forward. The LM head adds 3 · 2·B·S·V·h / N once.
+//   comm       the ring convention's bytes (LayerTraffic::paper_*, activation-sized elements,
+//              backward under the recompute policy) / β, plus (n-1)·α per collective call — the
+//              simulated clock's ring formulas (sim_clock.hpp) with its SimClockModel parameters.
+//              A group that fits in one node uses the node's link, else the network's: TP+SP puts
+//              its T axis in a node and Σ across nodes when T·Σ exceeds a node.
+//   overlap    TSP: the weight broadcasts, K/V all-gathers and MLP ring hops are prefetched by its
+//              multi-stream pipeline (paper) and overlap compute: exposed max(0, comm - compute).
+//              SP: the K/V exchange and the weight-gradient all-reduces overlap (ring attention;
+//              bucketed gradient reduction). TP, Megatron-SP: their collectives sit between
+//              dependent GEMMs, fully exposed; TP+SP: the TP part exposed, the SP part overlapped.
+//   data       total_devices / N replicas; the gradient all-reduce over replicas (network link,
+//              gradient bytes per parameter) overlaps the backward: exposed max(0, t - backward).
+// tokens/s = replicas · B·S / step time.
+struct DeviceModel {
+  std::string name;
+  double peak_flops = 0;     // dense bf16 FLOP/s
+  double mfu = 0.4;          // the fraction of peak the GEMMs and attention reach
+  int devices_per_node = 8;  // devices joined by `node`
+  SimClockModel node;        // link inside a node (α, β)
+  SimClockModel network;     // link between nodes, per device
+  // AMD Instinct MI300X (datasheet): 1307.4 TFLOP/s dense bf16; 7 Infinity Fabric links of
+  // 64 GB/s per direction = 448 GB/s per device in a fully connected node of 8; one 400 Gb/s NIC
+  // per device = 50 GB/s. MFU 0.4: a stated assumption, not a measurement.
+  static DeviceModel mi300x();
+  // NVIDIA H100 SXM: 989 TFLOP/s dense bf16, NVLink 450 GB/s, 50 GB/s network (sim_clock.hpp).
+  static DeviceModel h100();
+};
+
+struct StepTime {
+  double compute = 0;        // seconds per step, all layers and the LM head
+  double comm = 0;           // all the layers' communication, seconds
+  double exposed_comm = 0;   // what is not hidden behind compute
+  double data_parallel = 0;  // exposed gradient all-reduce over replicas
+  double step = 0;           // compute + exposed_comm + data_parallel
+  int replicas = 1;
+  double tokens_per_s = 0;  // all replicas
+};
+
+// Requirements: total_devices a positive multiple of st.ranks(); dev.peak_flops, mfu in (0, 1],
+// link β > 0 (std::invalid_argument otherwise); the strategy's rules as layer_traffic.
+StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& dev,
+                   const MemoryAssumptions& a, int total_devices);
 
 // The paper's 7B-class model (TSP-NOTES.md): h 4096, L 32, 32 heads, F = 4h gated, V 32000.
 ModelShape paper_7b(std::int64_t B, std::int64_t S);
