@@ -1,9 +1,11 @@
 #include "tspemu/reference/numerics.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <vector>
 
 namespace tspemu::ref {
 
@@ -102,6 +104,38 @@ Verdict check_close(std::string_view name, std::span<const float> candidate,
       int(name.size()), name.data(), v.ok ? "PASS" : "FAIL", v.candidate.to_string().c_str(),
       v.reference.max_abs, k, v.reference.max_abs, tiny, v.bound, v.candidate.oracle_max,
       v.candidate.count);
+  return v;
+}
+
+double quantile_error(std::span<const float> candidate, std::span<const double> oracle, double q) {
+  if (candidate.size() != oracle.size()) return kInf;
+  if (candidate.empty()) return 0;
+  std::vector<double> err(candidate.size());
+  for (std::size_t i = 0; i < err.size(); ++i) {
+    const double c = double(candidate[i]);
+    err[i] = std::isfinite(c) ? std::fabs(c - oracle[i]) : kInf;
+  }
+  const auto at = static_cast<std::size_t>(std::clamp(q, 0.0, 1.0) * double(err.size() - 1));
+  std::nth_element(err.begin(), err.begin() + static_cast<std::ptrdiff_t>(at), err.end());
+  return err[at];
+}
+
+Verdict check_close_quantile(std::string_view name, std::span<const float> candidate,
+                             std::span<const float> reference32, std::span<const double> oracle,
+                             double k, double q, double tiny) {
+  Verdict v;
+  v.candidate = measure(candidate, oracle);
+  v.reference = measure(reference32, oracle);
+  if (tiny < 0) tiny = default_tiny(oracle);
+  const double cq = quantile_error(candidate, oracle, q);
+  const double rq = quantile_error(reference32, oracle, q);
+  v.bound = k * rq + tiny;
+  v.ok = v.candidate.finite && v.reference.finite && cq <= v.bound;
+  v.report = format(
+      "%.*s: %s candidate q%g=%.3e (%s) | reference32 q%g=%.3e max_abs=%.3e | bound k*ref_q+tiny "
+      "= %g*%.3e+%.3e = %.3e (oracle max %.3e, n=%zu)",
+      int(name.size()), name.data(), v.ok ? "PASS" : "FAIL", q, cq, v.candidate.to_string().c_str(),
+      q, rq, v.reference.max_abs, k, rq, tiny, v.bound, v.candidate.oracle_max, v.candidate.count);
   return v;
 }
 

@@ -199,6 +199,7 @@ class TspRankLayer final : public RankLayer {
     return layer_.attention().grad_norm();
   }
   std::span<const float> mlp_grad_norm() const override { return layer_.mlp().grad_norm(); }
+  std::vector<ParameterShard> parameters() override { return layer_.parameters(); }
 
  private:
   TspLayer layer_;
@@ -230,6 +231,11 @@ class MeshRankLayer final : public RankLayer {
   std::span<const float> mlp_grad_shard() const override { return mlp_.grad_shard(); }
   std::span<const float> attention_grad_norm() const override { return attention_->grad_norm(); }
   std::span<const float> mlp_grad_norm() const override { return mlp_.grad_norm(); }
+  std::vector<ParameterShard> parameters() override {
+    const auto a = attention_->parameters();
+    const auto m = mlp_.parameters();
+    return {a[0], a[1], m[0], m[1]};
+  }
 
  private:
   Rank& rank_;

@@ -194,24 +194,50 @@ void TspModel::backward() {
 }
 
 void TspModel::write_gradients(ref::ModelWeights<float>& full) const {
+  write_tensors(full, false);
+}
+
+void TspModel::write_weights(ref::ModelWeights<float>& full) const {
+  write_tensors(full, true);
+}
+
+std::vector<ParameterShard> TspModel::parameters() {
+  std::vector<ParameterShard> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
+  if (!s_.model.tie_embeddings)
+    p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
+  for (auto& layer : layers_) {
+    const auto lp = layer->parameters();
+    p.insert(p.end(), lp.begin(), lp.end());
+  }
+  p.push_back({"final_norm", final_norm_.span(), grad_final_norm_.span(), true, false});
+  return p;
+}
+
+void TspModel::write_tensors(ref::ModelWeights<float>& full, bool weights) const {
   const int p = rank_.id();
-  const std::size_t shard = grad_embed_.size();
-  std::copy(grad_embed_.begin(), grad_embed_.end(),
+  const Buffer<float>& embed = weights ? embed_ : grad_embed_;
+  const Buffer<float>& head = weights ? head_ : grad_head_;
+  const Buffer<float>& final_norm = weights ? final_norm_ : grad_final_norm_;
+  const std::size_t shard = embed.size();
+  std::copy(embed.begin(), embed.end(),
             full.embed.begin() + static_cast<std::ptrdiff_t>(p * shard));
   if (!s_.model.tie_embeddings)
-    std::copy(grad_head_.begin(), grad_head_.end(),
+    std::copy(head.begin(), head.end(),
               full.lm_head.begin() + static_cast<std::ptrdiff_t>(p * shard));
   for (int l = 0; l < s_.model.n_layers; ++l) {
     auto& layer = full.layers[static_cast<std::size_t>(l)];
-    unpack_attention_shard(attention(l).grad_shard().data(), s_, p, layer);
-    unpack_mlp_shard(mlp(l).grad_shard().data(), s_, p, layer);
+    const TspAttention& at = attention(l);
+    const TspMlp& ml = mlp(l);
+    unpack_attention_shard((weights ? at.weight_shard() : at.grad_shard()).data(), s_, p, layer);
+    unpack_mlp_shard((weights ? ml.weight_shard() : ml.grad_shard()).data(), s_, p, layer);
     if (p == 0) {
-      std::copy(attention(l).grad_norm().begin(), attention(l).grad_norm().end(),
-                layer.input_norm.begin());
-      std::copy(mlp(l).grad_norm().begin(), mlp(l).grad_norm().end(), layer.post_norm.begin());
+      const Buffer<float>& n1 = weights ? at.norm_weight() : at.grad_norm();
+      const Buffer<float>& n2 = weights ? ml.norm_weight() : ml.grad_norm();
+      std::copy(n1.begin(), n1.end(), layer.input_norm.begin());
+      std::copy(n2.begin(), n2.end(), layer.post_norm.begin());
     }
   }
-  if (p == 0) std::copy(grad_final_norm_.begin(), grad_final_norm_.end(), full.final_norm.begin());
+  if (p == 0) std::copy(final_norm.begin(), final_norm.end(), full.final_norm.begin());
 }
 
 }  // namespace tspemu::tsp

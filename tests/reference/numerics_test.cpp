@@ -86,5 +86,22 @@ TEST(Numerics, Fp64CheckUsesRelativeToleranceOfMagnitude) {
   EXPECT_FALSE(check_close64("t", cand, oracle, 1e-14));
 }
 
+TEST(Numerics, QuantileRuleIgnoresAFewIllConditionedElementsButNotABlock) {
+  // 200 elements: the reference is off by 1e-7 everywhere; the candidate by 1e-7 too, except
+  // one element off by 1e-3 (an Adam step at |g| ~ eps) — or, second case, 20 of them (a block).
+  std::vector<double> oracle(200, 0.5);
+  std::vector<float> ref32(200), cand(200);
+  for (std::size_t i = 0; i < 200; ++i) ref32[i] = cand[i] = static_cast<float>(0.5 + 1e-7);
+  cand[17] = 0.501f;
+  EXPECT_FALSE(check_close("w", cand, ref32, oracle, 3.0)) << "the max sees the one element";
+  EXPECT_TRUE(check_close_quantile("w", cand, ref32, oracle, 3.0));
+  for (std::size_t i = 40; i < 60; ++i) cand[i] = 0.501f;
+  const Verdict v = check_close_quantile("w", cand, ref32, oracle, 3.0);
+  EXPECT_FALSE(v) << v.report;
+  EXPECT_NE(v.report.find("q0.99"), std::string::npos) << v.report;
+  EXPECT_NEAR(quantile_error(cand, oracle, 0.99), 1e-3, 1e-6);
+  EXPECT_EQ(quantile_error(std::vector<float>(3), oracle, 0.99), HUGE_VAL) << "size mismatch";
+}
+
 }  // namespace
 }  // namespace tspemu::ref

@@ -33,12 +33,14 @@
 // Memory phases recorded in the arena: "attention" (forward), "attention.backward".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/baseline_shape.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 
 namespace tspemu::tsp {
 
@@ -60,6 +62,12 @@ class BaselineAttention {
   const Buffer<float>& grad_shard() const { return grad_; }      // packed like the weights
   const Buffer<float>& grad_norm() const { return grad_norm_; }  // [C], complete on every rank
   const Buffer<float>& weight_shard() const { return w_; }
+  // The weight shard ("attention") and the replicated norm weight ("input_norm"), with their
+  // gradients, for the optimizer (sharded_optimizer.hpp).
+  std::array<ParameterShard, 2> parameters() {
+    return {{{"attention", w_.span(), grad_.span(), false, true},
+             {"input_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
+  }
 
  private:
   void project_q(float* q);

@@ -23,11 +23,13 @@
 // Memory phases: "mlp", "mlp.backward".
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/baseline_shape.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 
 namespace tspemu::tsp {
 
@@ -47,6 +49,12 @@ class BaselineMlp {
   const Buffer<float>& grad_shard() const { return grad_; }
   const Buffer<float>& grad_norm() const { return grad_norm_; }
   const Buffer<float>& weight_shard() const { return w_; }
+  // The weight shard ("mlp") and the replicated norm weight ("post_norm"), with their
+  // gradients, for the optimizer (sharded_optimizer.hpp).
+  std::array<ParameterShard, 2> parameters() {
+    return {{{"mlp", w_.span(), grad_.span(), false, true},
+             {"post_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
+  }
 
  private:
   Rank& rank_;

@@ -40,6 +40,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
@@ -107,6 +108,9 @@ class RankLayer {
   virtual std::span<const float> mlp_grad_shard() const = 0;
   virtual std::span<const float> attention_grad_norm() const = 0;
   virtual std::span<const float> mlp_grad_norm() const = 0;
+  // The layer's parameters for the optimizer: attention shard, input norm, MLP shard, post norm
+  // (packed like the gradients; valid after the first backward, which allocates the gradients).
+  virtual std::vector<ParameterShard> parameters() = 0;
 };
 
 // ---- The table ------------------------------------------------------------------------------

@@ -21,11 +21,13 @@
 // backward neither re-broadcasts nor re-gathers; results are bitwise the same either way.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp {
@@ -48,6 +50,13 @@ class TspAttention {
   const Buffer<float>& grad_shard() const { return grad_; }      // packed like the weights
   const Buffer<float>& grad_norm() const { return grad_norm_; }  // [C], summed over all ranks
   const Buffer<float>& weight_shard() const { return w_; }
+  const Buffer<float>& norm_weight() const { return norm_w_; }  // [C], replicated
+  // The weight shard ("attention") and the replicated norm weight ("input_norm"), with their
+  // gradients, for the optimizer (sharded_optimizer.hpp).
+  std::array<ParameterShard, 2> parameters() {
+    return {{{"attention", w_.span(), grad_.span(), false, true},
+             {"input_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
+  }
 
  private:
   struct Scratch;

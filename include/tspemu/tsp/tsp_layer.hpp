@@ -5,6 +5,8 @@
 // (activations), besides what each block keeps.
 #pragma once
 
+#include <vector>
+
 #include "tspemu/tsp/tsp_attention.hpp"
 #include "tspemu/tsp/tsp_mlp.hpp"
 
@@ -26,6 +28,14 @@ class TspLayer {
     auto dmid = rank_.arena().allocate<float>(mlp_rows(), Category::workspace);
     mlp_.backward(mid_.data(), dy, dmid.data());
     attention_.backward(x, dmid.data(), dx);
+  }
+
+  // Attention shard, input norm, MLP shard, post norm (valid after the first backward, which
+  // allocates the gradients).
+  std::vector<ParameterShard> parameters() {
+    const auto a = attention_.parameters();
+    const auto m = mlp_.parameters();
+    return {a[0], a[1], m[0], m[1]};
   }
 
   const TspAttention& attention() const { return attention_; }

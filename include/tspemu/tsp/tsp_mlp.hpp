@@ -17,8 +17,10 @@
 // Memory phases: "mlp", "mlp.backward".
 #pragma once
 
+#include <array>
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp {
@@ -36,6 +38,13 @@ class TspMlp {
   const Buffer<float>& grad_shard() const { return grad_; }
   const Buffer<float>& grad_norm() const { return grad_norm_; }
   const Buffer<float>& weight_shard() const { return w_; }
+  const Buffer<float>& norm_weight() const { return norm_w_; }  // [C], replicated
+  // The weight shard ("mlp") and the replicated norm weight ("post_norm"), with their
+  // gradients, for the optimizer (sharded_optimizer.hpp).
+  std::array<ParameterShard, 2> parameters() {
+    return {{{"mlp", w_.span(), grad_.span(), false, true},
+             {"post_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
+  }
   // Elements of one [B, Tl, C] activation of this rank.
   std::size_t local_elements() const {
     return static_cast<std::size_t>(s_.B) * s_.Tl() * s_.model.hidden;

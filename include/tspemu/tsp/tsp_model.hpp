@@ -23,6 +23,7 @@
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
@@ -42,6 +43,14 @@ class TspModel {
   // writes the replicated norm gradients). Ranks write disjoint elements, so all ranks may fill
   // the same `full` concurrently.
   void write_gradients(ref::ModelWeights<float>& full) const;
+  // The same for the weights this rank holds (after optimizer updates): shards, and on rank 0
+  // the replicated norms.
+  void write_weights(ref::ModelWeights<float>& full) const;
+
+  // Every parameter this rank holds, for the optimizer (sharded_optimizer.hpp): the embedding
+  // shard, the LM head shard (untied), each layer's four (TspLayer::parameters), the final norm.
+  // Valid after the first backward, which allocates the gradients.
+  std::vector<ParameterShard> parameters();
 
   int vocab_shard_rows() const { return vocab_rows_; }
   const Buffer<float>& grad_embed_shard() const { return grad_embed_; }  // [V/D, C]
@@ -54,6 +63,8 @@ class TspModel {
 
  private:
   float* head_shard() { return s_.model.tie_embeddings ? embed_.data() : head_.data(); }
+  // Writes the weights (weights = true) or the gradients of this rank's tensors into full.
+  void write_tensors(ref::ModelWeights<float>& full, bool weights) const;
 
   Rank& rank_;
   TspShape s_;
