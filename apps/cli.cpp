@@ -13,6 +13,7 @@
 #include "run_command.hpp"
 #include "scale_command.hpp"
 #include "selfcheck.hpp"
+#include "train_command.hpp"
 
 namespace tspemu::app {
 
@@ -41,7 +42,9 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   CLI::App* scale = add_scale_command(app, scale_args);
   PaperArgs paper_args;
   CLI::App* paper = add_paper_command(app, paper_args);
-  for (CLI::App* sub : {run, compare, plan, scale, paper}) config(sub);
+  TrainArgs train_args;
+  CLI::App* train = add_train_command(app, train_args);
+  for (CLI::App* sub : {run, compare, plan, scale, paper, train}) config(sub);
 
   SelfcheckOptions sc;
   auto* check = app.add_subcommand("selfcheck",
@@ -70,6 +73,7 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
     if (plan->parsed()) return plan_command(plan_args, out);
     if (scale->parsed()) return scale_command(scale_args, out);
     if (paper->parsed()) return paper_command(paper_args, out);
+    if (train->parsed()) return train_command(train_args, out);
     return run_command(run_args, out);
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";

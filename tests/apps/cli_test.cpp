@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "cli_outcome.hpp"
 #include "plan_command.hpp"
 #include "problem_options.hpp"
 #include "tspemu/tsp/strategy.hpp"
@@ -23,23 +23,9 @@
 namespace tspemu::app {
 namespace {
 
-struct Outcome {
-  int code;
-  std::string out, err;
-};
-
-Outcome tspemu(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = tspemu_main(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string temp_path(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return (std::filesystem::temp_directory_path() /
-          (std::string("tspemu_") + info->name() + "_" + name))
-      .string();
-}
+using testing::Outcome;
+using testing::temp_path;
+using testing::tspemu;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);

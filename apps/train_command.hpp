@@ -1,0 +1,31 @@
+// `tspemu train`: N optimizer steps of one strategy and of the reference side by side on a
+// corpus, every step checked against the fp64 oracle's trajectory (train_run.hpp), with a
+// progress bar, the per-step table, model-state bytes per rank measured vs the planner, JSON and
+// an SVG chart of both loss curves and of the per-step error ratio.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "problem_options.hpp"
+#include "tspemu/reference/optimizer.hpp"
+
+namespace tspemu::app {
+
+struct TrainArgs {
+  ProblemOptions problem;
+  int steps = 60;
+  std::string optimizer = "adamw";
+  ref::OptimizerConfig opt{.lr = 3e-3};
+  std::string data;  // "" = the built-in corpus
+  bool quiet = false;
+  std::string json_path, svg_path;
+  TrainArgs();
+};
+
+CLI::App* add_train_command(CLI::App& app, TrainArgs& a);
+// 0: every step within the rule and the model-state bytes as planned; 1 otherwise. Throws
+// ConfigError / std::invalid_argument for a bad configuration before anything runs.
+int train_command(const TrainArgs& a, std::ostream& out);
+
+}  // namespace tspemu::app
