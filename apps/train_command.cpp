@@ -132,10 +132,11 @@ int train_command(const TrainArgs& a, std::ostream& out) {
       << "trained: " << r.scope << "\n"
       << "optimizer: " << c.optimizer.to_string() << " (fp32 state); corpus: " << c.corpus_name
       << " (" << c.corpus.size() << " tokens)\n"
-      << "rule at every step, against the fp64 oracle's trajectory from the same float weights: "
-         "err(parallel) <= "
-      << fmt("%g", c.stack.k) << " * err(reference fp32) + tiny, for the loss (abs) and every "
-      << "parameter after the update ("
+      << "rule at every step t, against the fp64 oracle's trajectory from the same float "
+         "weights: err(parallel_t) <= "
+      << fmt("%g", c.stack.k)
+      << " * max over steps s <= t of err(reference fp32_s) + tiny, for the loss (abs) and every "
+         "parameter after the update ("
       << (c.optimizer.kind == ref::OptimizerKind::adamw
               ? "the 99% quantile of the element errors: AdamW"
               : "max abs error: SGD")
