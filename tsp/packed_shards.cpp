@@ -9,11 +9,12 @@ namespace tspemu::tsp {
 namespace {
 
 // Copies `rows` rows of `cols` elements between strided matrices.
-void copy_block(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
-                std::size_t rows, std::size_t cols) {
+template <class T>
+void copy_block(T* dst, std::size_t dst_ld, const T* src, std::size_t src_ld, std::size_t rows,
+                std::size_t cols) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   for (std::size_t i = 0; i < rows; ++i)
-    std::memcpy(dst + i * dst_ld, src + i * src_ld, cols * sizeof(float));
+    std::memcpy(dst + i * dst_ld, src + i * src_ld, cols * sizeof(T));
 }
 
 struct AttnDims {
@@ -54,21 +55,25 @@ std::size_t attention_shard_size(const TspShape& s) {
 std::size_t mlp_shard_size(const TspShape& s) {
   return 3 * static_cast<std::size_t>(s.Fl()) * static_cast<std::size_t>(s.model.hidden);
 }
-AttentionShardView<float*> attention_view(float* p, const TspShape& s) {
+template <class T>
+AttentionShardView<T*> attention_view(T* p, const TspShape& s) {
   return attn_view(p, s);
 }
-AttentionShardView<const float*> attention_view(const float* p, const TspShape& s) {
+template <class T>
+AttentionShardView<const T*> attention_view(const T* p, const TspShape& s) {
   return attn_view(p, s);
 }
-MlpShardView<float*> mlp_view(float* p, const TspShape& s) {
+template <class T>
+MlpShardView<T*> mlp_view(T* p, const TspShape& s) {
   return mlp_view_of(p, s);
 }
-MlpShardView<const float*> mlp_view(const float* p, const TspShape& s) {
+template <class T>
+MlpShardView<const T*> mlp_view(const T* p, const TspShape& s) {
   return mlp_view_of(p, s);
 }
 
-void pack_attention_shard(const ref::LayerWeights<float>& m, const TspShape& s, int r,
-                          float* packed) {
+template <class T>
+void pack_attention_shard(const ref::LayerWeights<T>& m, const TspShape& s, int r, T* packed) {
   const AttnDims d = attn_dims(s);
   const std::size_t ru = static_cast<std::size_t>(r);
   auto v = attention_view(packed, s);
@@ -78,8 +83,8 @@ void pack_attention_shard(const ref::LayerWeights<float>& m, const TspShape& s, 
   copy_block(v.wo, d.q_rows, m.wo.data() + ru * d.q_rows, d.q_full, d.C, d.q_rows);
 }
 
-void unpack_attention_shard(const float* packed, const TspShape& s, int r,
-                            ref::LayerWeights<float>& m) {
+template <class T>
+void unpack_attention_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& m) {
   const AttnDims d = attn_dims(s);
   const std::size_t ru = static_cast<std::size_t>(r);
   auto v = attention_view(packed, s);
@@ -89,7 +94,8 @@ void unpack_attention_shard(const float* packed, const TspShape& s, int r,
   copy_block(m.wo.data() + ru * d.q_rows, d.q_full, v.wo, d.q_rows, d.C, d.q_rows);
 }
 
-void pack_mlp_shard(const ref::LayerWeights<float>& m, const TspShape& s, int r, float* packed) {
+template <class T>
+void pack_mlp_shard(const ref::LayerWeights<T>& m, const TspShape& s, int r, T* packed) {
   const std::size_t C = static_cast<std::size_t>(s.model.hidden),
                     Fl = static_cast<std::size_t>(s.Fl()),
                     F = static_cast<std::size_t>(s.model.ffn), ru = static_cast<std::size_t>(r);
@@ -99,7 +105,8 @@ void pack_mlp_shard(const ref::LayerWeights<float>& m, const TspShape& s, int r,
   copy_block(v.down, Fl, m.w_down.data() + ru * Fl, F, C, Fl);
 }
 
-void unpack_mlp_shard(const float* packed, const TspShape& s, int r, ref::LayerWeights<float>& m) {
+template <class T>
+void unpack_mlp_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& m) {
   const std::size_t C = static_cast<std::size_t>(s.model.hidden),
                     Fl = static_cast<std::size_t>(s.Fl()),
                     F = static_cast<std::size_t>(s.model.ffn), ru = static_cast<std::size_t>(r);
@@ -108,5 +115,18 @@ void unpack_mlp_shard(const float* packed, const TspShape& s, int r, ref::LayerW
   copy_block(m.w_up.data() + ru * Fl * C, C, v.up, C, Fl, C);
   copy_block(m.w_down.data() + ru * Fl, F, v.down, Fl, C, Fl);
 }
+
+#define TSPEMU_PACKED_SHARDS(T)                                                                   \
+  template AttentionShardView<T*> attention_view<T>(T*, const TspShape&);                         \
+  template AttentionShardView<const T*> attention_view<T>(const T*, const TspShape&);             \
+  template MlpShardView<T*> mlp_view<T>(T*, const TspShape&);                                     \
+  template MlpShardView<const T*> mlp_view<T>(const T*, const TspShape&);                         \
+  template void pack_attention_shard<T>(const ref::LayerWeights<T>&, const TspShape&, int, T*);   \
+  template void pack_mlp_shard<T>(const ref::LayerWeights<T>&, const TspShape&, int, T*);         \
+  template void unpack_attention_shard<T>(const T*, const TspShape&, int, ref::LayerWeights<T>&); \
+  template void unpack_mlp_shard<T>(const T*, const TspShape&, int, ref::LayerWeights<T>&);
+TSPEMU_PACKED_SHARDS(float)
+TSPEMU_PACKED_SHARDS(double)
+#undef TSPEMU_PACKED_SHARDS
 
 }  // namespace tspemu::tsp

@@ -33,8 +33,9 @@ Dims dims_of(const TspShape& s) {
 
 // Gathered K/V arrive rank-major, [D][2][B·Tl, NKVb·hs] (K then V of each rank); the attention
 // kernel wants them by global position, [B, S, NKVb·hs] each. (and back, for the gradients)
-void order_by_position(const SequenceLayout& layout, const Dims& d, const float* gathered,
-                       float* k_all, float* v_all) {
+template <class T>
+void order_by_position(const SequenceLayout& layout, const Dims& d, const T* gathered, T* k_all,
+                       T* v_all) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = d.kv_cols();
   const std::size_t block = static_cast<std::size_t>(d.M()) * row;
@@ -44,13 +45,14 @@ void order_by_position(const SequenceLayout& layout, const Dims& d, const float*
         const std::size_t src = static_cast<std::size_t>(q) * 2 * block +
                                 (static_cast<std::size_t>(b) * d.Tl + i) * row;
         const std::size_t dst = (static_cast<std::size_t>(b) * d.S + layout.position(q, i)) * row;
-        std::memcpy(k_all + dst, gathered + src, row * sizeof(float));
-        std::memcpy(v_all + dst, gathered + src + block, row * sizeof(float));
+        std::memcpy(k_all + dst, gathered + src, row * sizeof(T));
+        std::memcpy(v_all + dst, gathered + src + block, row * sizeof(T));
       }
 }
 
-void order_by_rank(const SequenceLayout& layout, const Dims& d, const float* dk_all,
-                   const float* dv_all, float* scattered) {
+template <class T>
+void order_by_rank(const SequenceLayout& layout, const Dims& d, const T* dk_all, const T* dv_all,
+                   T* scattered) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   const std::size_t row = d.kv_cols();
   const std::size_t block = static_cast<std::size_t>(d.M()) * row;
@@ -60,19 +62,21 @@ void order_by_rank(const SequenceLayout& layout, const Dims& d, const float* dk_
         const std::size_t dst = static_cast<std::size_t>(q) * 2 * block +
                                 (static_cast<std::size_t>(b) * d.Tl + i) * row;
         const std::size_t src = (static_cast<std::size_t>(b) * d.S + layout.position(q, i)) * row;
-        std::memcpy(scattered + dst, dk_all + src, row * sizeof(float));
-        std::memcpy(scattered + dst + block, dv_all + src, row * sizeof(float));
+        std::memcpy(scattered + dst, dk_all + src, row * sizeof(T));
+        std::memcpy(scattered + dst + block, dv_all + src, row * sizeof(T));
       }
 }
 
 }  // namespace
 
-TspAttention::TspAttention(Rank& rank, const TspShape& shape,
-                           const ref::LayerWeights<float>& master)
-    : TspAttention(rank, rank.comm(), shape, master) {}
+template <class T>
+BasicTspAttention<T>::BasicTspAttention(Rank& rank, const TspShape& shape,
+                                        const ref::LayerWeights<T>& master)
+    : BasicTspAttention(rank, rank.comm(), shape, master) {}
 
-TspAttention::TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
-                           const ref::LayerWeights<float>& master)
+template <class T>
+BasicTspAttention<T>::BasicTspAttention(Rank& rank, Comm& comm, const TspShape& shape,
+                                        const ref::LayerWeights<T>& master)
     : rank_(rank), comm_(comm), s_(shape), layout_(shape.layout()) {
   s_.validate();
   if (comm.size() != s_.D)
@@ -83,18 +87,19 @@ TspAttention::TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
   Arena& a = rank.arena();
   positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.Tl), Category::other);
   k_positions_ = a.allocate<std::int64_t>(static_cast<std::size_t>(d.S), Category::other);
-  w_ = a.allocate<float>(attention_shard_size(s_), Category::weights);
-  norm_w_ = a.allocate<float>(static_cast<std::size_t>(d.C), Category::weights);
+  w_ = a.allocate<T>(attention_shard_size(s_), Category::weights);
+  norm_w_ = a.allocate<T>(static_cast<std::size_t>(d.C), Category::weights);
   if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
   for (int i = 0; i < d.Tl; ++i)
     positions_[static_cast<std::size_t>(i)] = layout_.position(comm.rank(), i);
   std::iota(k_positions_.begin(), k_positions_.end(), 0);
   pack_attention_shard(master, s_, comm.rank(), w_.data());
-  std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(float));
+  std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(T));
 }
 
 // Q of one bucket of shard W for this rank's tokens, RoPE at their global positions.
-void TspAttention::project_q(const float* W, int bucket, float* q) {
+template <class T>
+void BasicTspAttention<T>::project_q(const T* W, int bucket, T* q) {
   const Dims d = dims_of(s_);
   const int qc = static_cast<int>(d.q_cols());
   // torch: q = n @ wq[bucket].T
@@ -107,13 +112,14 @@ void TspAttention::project_q(const float* W, int bucket, float* q) {
 
 // K and V of one bucket for this rank's tokens (RoPE on K), then the all-gather and the
 // reordering into the full sequence by global position.
-void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_local,
-                                         float* kv_gathered, float* k_all, float* v_all) {
+template <class T>
+void BasicTspAttention<T>::project_and_gather_kv(const T* W, int bucket, T* kv_local,
+                                                 T* kv_gathered, T* k_all, T* v_all) {
   const Dims d = dims_of(s_);
   const auto view = attention_view(W, s_);
   const int M = d.M(), C = d.C, kc = static_cast<int>(d.kv_cols());
-  float* k_local = kv_local;
-  float* v_local = kv_local + static_cast<std::size_t>(M) * kc;
+  T* k_local = kv_local;
+  T* v_local = kv_local + static_cast<std::size_t>(M) * kc;
   {
     // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
     TraceSpan span(comm_, "k/v projection", 2.0 * 2 * M * kc * C);
@@ -124,28 +130,32 @@ void TspAttention::project_and_gather_kv(const float* W, int bucket, float* kv_l
     ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
   }
   const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
-  all_gather<float>(comm_, std::span<const float>(kv_local, kv_count),
-                    std::span<float>(kv_gathered, kv_count * d.D));
+  all_gather<T>(comm_, std::span<const T>(kv_local, kv_count),
+                std::span<T>(kv_gathered, kv_count * d.D));
   order_by_position(layout_, d, kv_gathered, k_all, v_all);
 }
 
-float* TspAttention::kept_shard(int r) {
+template <class T>
+T* BasicTspAttention<T>::kept_shard(int r) {
   return r == comm_.rank() ? w_.data()
                            : kept_shards_.data() + static_cast<std::size_t>(r) * w_.size();
 }
 
-float* TspAttention::kept_k(int r, int bucket) {
+template <class T>
+T* BasicTspAttention<T>::kept_k(int r, int bucket) {
   const Dims d = dims_of(s_);
   const std::size_t full = static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
   return kept_kv_.data() + (static_cast<std::size_t>(r) * d.nb + bucket) * 2 * full;
 }
 
-float* TspAttention::kept_v(int r, int bucket) {
+template <class T>
+T* BasicTspAttention<T>::kept_v(int r, int bucket) {
   const Dims d = dims_of(s_);
   return kept_k(r, bucket) + static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
 }
 
-void TspAttention::forward(const float* x, float* y) {
+template <class T>
+void BasicTspAttention<T>::forward(const T* x, T* y) {
   const Dims d = dims_of(s_);
   Arena& a = rank_.arena();
   auto phase = a.phase("attention");
@@ -159,41 +169,40 @@ void TspAttention::forward(const float* x, float* y) {
   lse_.reset();
   kept_shards_.reset();
   kept_kv_.reset();
-  xn_ = a.allocate<float>(MC, Category::activations);
-  rstd_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
-  att_ = a.allocate<float>(static_cast<std::size_t>(d.D) * d.nb * M * d.q_cols(),
-                           Category::activations);
-  lse_ = a.allocate<float>(static_cast<std::size_t>(d.D) * d.nb * d.B * d.NHb * d.Tl,
-                           Category::activations);
-  auto wbuf = a.allocate<float>(attention_shard_size(s_), Category::comm);
-  auto q = a.allocate<float>(static_cast<std::size_t>(M) * d.q_cols(), Category::workspace);
-  auto kv_local =
-      a.allocate<float>(2 * static_cast<std::size_t>(M) * d.kv_cols(), Category::workspace);
+  xn_ = a.allocate<T>(MC, Category::activations);
+  rstd_ = a.allocate<T>(static_cast<std::size_t>(M), Category::activations);
+  att_ =
+      a.allocate<T>(static_cast<std::size_t>(d.D) * d.nb * M * d.q_cols(), Category::activations);
+  lse_ = a.allocate<T>(static_cast<std::size_t>(d.D) * d.nb * d.B * d.NHb * d.Tl,
+                       Category::activations);
+  auto wbuf = a.allocate<T>(attention_shard_size(s_), Category::comm);
+  auto q = a.allocate<T>(static_cast<std::size_t>(M) * d.q_cols(), Category::workspace);
+  auto kv_local = a.allocate<T>(2 * static_cast<std::size_t>(M) * d.kv_cols(), Category::workspace);
   auto kv_gathered =
-      a.allocate<float>(2 * static_cast<std::size_t>(M) * d.kv_cols() * d.D, Category::kv);
-  auto k_all = a.allocate<float>(full_kv, Category::kv);
-  auto v_all = a.allocate<float>(full_kv, Category::kv);
+      a.allocate<T>(2 * static_cast<std::size_t>(M) * d.kv_cols() * d.D, Category::kv);
+  auto k_all = a.allocate<T>(full_kv, Category::kv);
+  auto v_all = a.allocate<T>(full_kv, Category::kv);
   if (s_.options.keep_attention_shards)
-    kept_shards_ = a.allocate<float>(w_.size() * d.D, Category::comm);
-  if (s_.options.keep_kv) kept_kv_ = a.allocate<float>(full_kv * 2 * d.D * d.nb, Category::kv);
+    kept_shards_ = a.allocate<T>(w_.size() * d.D, Category::comm);
+  if (s_.options.keep_kv) kept_kv_ = a.allocate<T>(full_kv * 2 * d.D * d.nb, Category::kv);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
-  if (!dry_run()) std::memcpy(y, x, MC * sizeof(float));
+  if (!dry_run()) std::memcpy(y, x, MC * sizeof(T));
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
     // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
-    float* W = r == comm_.rank()                  ? w_.data()
-               : s_.options.keep_attention_shards ? kept_shard(r)
-                                                  : wbuf.data();
-    broadcast<float>(comm_, std::span<float>(W, w_.size()), r);
-    const auto view = attention_view(static_cast<const float*>(W), s_);
+    T* W = r == comm_.rank()                  ? w_.data()
+           : s_.options.keep_attention_shards ? kept_shard(r)
+                                              : wbuf.data();
+    broadcast<T>(comm_, std::span<T>(W, w_.size()), r);
+    const auto view = attention_view(static_cast<const T*>(W), s_);
     for (int bkt = 0; bkt < d.nb; ++bkt) {
-      float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
-      float* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
+      T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
+      T* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
       project_q(W, bkt, q.data());
       project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
-      float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
-      float* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
+      T* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
+      T* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       {
         // QK^T and PV over the causal half of the keys: 2 x 2 x B x NHb x Tl x S x hs / 2 FLOPs.
         TraceSpan span(comm_, "attention", 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
@@ -208,7 +217,8 @@ void TspAttention::forward(const float* x, float* y) {
   }
 }
 
-void TspAttention::backward(const float* x, const float* dy, float* dx) {
+template <class T>
+void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
   const Dims d = dims_of(s_);
   Arena& a = rank_.arena();
   auto phase = a.phase("attention.backward");
@@ -218,44 +228,43 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
   const std::size_t full_kv = static_cast<std::size_t>(d.B) * d.S * d.kv_cols();
   const std::size_t shard = attention_shard_size(s_);
   if (grad_.empty()) {
-    grad_ = a.allocate<float>(shard, Category::gradients);
-    grad_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
+    grad_ = a.allocate<T>(shard, Category::gradients);
+    grad_norm_ = a.allocate<T>(static_cast<std::size_t>(C), Category::gradients);
   }
-  auto wbuf = a.allocate<float>(s_.options.keep_attention_shards ? 0 : shard, Category::comm);
-  auto partial = a.allocate<float>(shard, Category::comm);  // this rank's share of dW of shard r
-  auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
-  auto q = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
-  auto dq = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
-  auto da = a.allocate<float>(static_cast<std::size_t>(M) * qc, Category::workspace);
-  auto kv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
-  auto dkv_local = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
-  auto kv_gathered = a.allocate<float>(2 * static_cast<std::size_t>(M) * kc * d.D, Category::kv);
-  auto k_all = a.allocate<float>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
-  auto v_all = a.allocate<float>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
-  auto dk_all = a.allocate<float>(full_kv, Category::kv);
-  auto dv_all = a.allocate<float>(full_kv, Category::kv);
+  auto wbuf = a.allocate<T>(s_.options.keep_attention_shards ? 0 : shard, Category::comm);
+  auto partial = a.allocate<T>(shard, Category::comm);  // this rank's share of dW of shard r
+  auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
+  auto q = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto dq = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto da = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
+  auto kv_local = a.allocate<T>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
+  auto dkv_local = a.allocate<T>(2 * static_cast<std::size_t>(M) * kc, Category::workspace);
+  auto kv_gathered = a.allocate<T>(2 * static_cast<std::size_t>(M) * kc * d.D, Category::kv);
+  auto k_all = a.allocate<T>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
+  auto v_all = a.allocate<T>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
+  auto dk_all = a.allocate<T>(full_kv, Category::kv);
+  auto dv_all = a.allocate<T>(full_kv, Category::kv);
 
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   for (int r = 0; r < d.D; ++r) {
-    float* W;
+    T* W;
     if (s_.options.keep_attention_shards) {
       W = kept_shard(r);
     } else {
       W = r == comm_.rank() ? w_.data() : wbuf.data();
-      broadcast<float>(comm_, std::span<float>(W, shard), r);
+      broadcast<T>(comm_, std::span<T>(W, shard), r);
     }
-    const auto view = attention_view(static_cast<const float*>(W), s_);
+    const auto view = attention_view(static_cast<const T*>(W), s_);
     const auto g = attention_view(partial.data(), s_);
-    if (!dry_run()) std::memset(partial.data(), 0, shard * sizeof(float));
+    if (!dry_run()) std::memset(partial.data(), 0, shard * sizeof(T));
     for (int bkt = 0; bkt < d.nb; ++bkt) {
       project_q(W, bkt, q.data());
-      float* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
-      float* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
+      T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
+      T* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
       if (!s_.options.keep_kv)
         project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
-      const float* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
-      const float* lse =
-          lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
+      const T* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
+      const T* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       const int ldo = d.NHl * d.hs;  // row stride of wo [C, NHl·hs]
       {
         TraceSpan span(comm_, "attention backward",
@@ -270,10 +279,10 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       // queries (reduce_scatter, rank order).
       order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());
       const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
-      reduce_scatter<float>(comm_, std::span<const float>(kv_gathered.data(), kv_count * d.D),
-                            std::span<float>(dkv_local.data(), kv_count));
-      float* dk = dkv_local.data();
-      float* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
+      reduce_scatter<T>(comm_, std::span<const T>(kv_gathered.data(), kv_count * d.D),
+                        std::span<T>(dkv_local.data(), kv_count));
+      T* dk = dkv_local.data();
+      T* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
       ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
       ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
       // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (likewise k, v)
@@ -288,14 +297,17 @@ void TspAttention::backward(const float* x, const float* dy, float* dx) {
       ref::matmul_nn(dxn.data(), dv, view.wv + ko, M, C, kc, true);
     }
     // Every rank's partial dW of shard r, summed at its owner in rank order.
-    reduce<float>(comm_, std::span<const float>(partial.data(), shard),
-                  r == comm_.rank() ? grad_.span() : std::span<float>(), r);
+    reduce<T>(comm_, std::span<const T>(partial.data(), shard),
+              r == comm_.rank() ? grad_.span() : std::span<T>(), r);
   }
-  if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+  if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(T));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   if (!dry_run())
     for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
-  all_reduce<float>(comm_, grad_norm_.span());
+  all_reduce<T>(comm_, grad_norm_.span());
 }
+
+template class BasicTspAttention<float>;
+template class BasicTspAttention<double>;
 
 }  // namespace tspemu::tsp

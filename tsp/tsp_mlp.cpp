@@ -12,11 +12,13 @@
 
 namespace tspemu::tsp {
 
-TspMlp::TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master)
-    : TspMlp(rank, rank.comm(), shape, master) {}
+template <class T>
+BasicTspMlp<T>::BasicTspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<T>& master)
+    : BasicTspMlp(rank, rank.comm(), shape, master) {}
 
-TspMlp::TspMlp(Rank& rank, Comm& comm, const TspShape& shape,
-               const ref::LayerWeights<float>& master)
+template <class T>
+BasicTspMlp<T>::BasicTspMlp(Rank& rank, Comm& comm, const TspShape& shape,
+                            const ref::LayerWeights<T>& master)
     : rank_(rank), comm_(comm), s_(shape) {
   s_.validate();
   if (comm.size() != s_.D)
@@ -24,14 +26,15 @@ TspMlp::TspMlp(Rank& rank, Comm& comm, const TspShape& shape,
                                 std::to_string(comm.size()) +
                                 " ranks but D=" + std::to_string(s_.D));
   Arena& a = rank.arena();
-  w_ = a.allocate<float>(mlp_shard_size(s_), Category::weights);
-  norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
+  w_ = a.allocate<T>(mlp_shard_size(s_), Category::weights);
+  norm_w_ = a.allocate<T>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
   if (dry_run()) return;  // unbacked buffers; `master` may be empty (core/dry_run.hpp)
   pack_mlp_shard(master, s_, comm.rank(), w_.data());
-  std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(float));
+  std::memcpy(norm_w_.data(), master.post_norm.data(), norm_w_.size() * sizeof(T));
 }
 
-void TspMlp::forward(const float* x, float* y) {
+template <class T>
+void BasicTspMlp<T>::forward(const T* x, T* y) {
   Arena& a = rank_.arena();
   auto phase = a.phase("mlp");
   const int D = s_.D, p = comm_.rank(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
@@ -41,32 +44,32 @@ void TspMlp::forward(const float* x, float* y) {
   rstd_.reset();
   gate_.reset();
   up_.reset();
-  xn_ = a.allocate<float>(MC, Category::activations);
-  rstd_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
-  gate_ = a.allocate<float>(MF * D, Category::activations);
-  up_ = a.allocate<float>(MF * D, Category::activations);
-  auto h = a.allocate<float>(MF, Category::workspace);
+  xn_ = a.allocate<T>(MC, Category::activations);
+  rstd_ = a.allocate<T>(static_cast<std::size_t>(M), Category::activations);
+  gate_ = a.allocate<T>(MF * D, Category::activations);
+  up_ = a.allocate<T>(MF * D, Category::activations);
+  auto h = a.allocate<T>(MF, Category::workspace);
   // Two ring buffers: the one being received into is never the one being sent (that send has
   // completed a step earlier), and the rank's own shard is never overwritten.
-  Buffer<float> ring[2];
-  if (D > 1) ring[0] = a.allocate<float>(shard, Category::comm);
-  if (D > 2) ring[1] = a.allocate<float>(shard, Category::comm);
+  Buffer<T> ring[2];
+  if (D > 1) ring[0] = a.allocate<T>(shard, Category::comm);
+  if (D > 2) ring[1] = a.allocate<T>(shard, Category::comm);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
-  if (!dry_run()) std::memcpy(y, x, MC * sizeof(float));
-  const float* cur = w_.data();
+  if (!dry_run()) std::memcpy(y, x, MC * sizeof(T));
+  const T* cur = w_.data();
   for (int k = 0; k < D; ++k) {
     SendHandle sent;
     RecvHandle received;
-    float* next = ring[k % 2].data();
+    T* next = ring[k % 2].data();
     if (k < D - 1) {
-      sent = isend<float>(comm_, std::span<const float>(cur, shard), (p + 1) % D);
-      received = irecv<float>(comm_, std::span<float>(next, shard), (p + D - 1) % D);
+      sent = isend<T>(comm_, std::span<const T>(cur, shard), (p + 1) % D);
+      received = irecv<T>(comm_, std::span<T>(next, shard), (p + D - 1) % D);
     }
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur, s_);
-    float* g = gate_.data() + MF * o;
-    float* u = up_.data() + MF * o;
+    T* g = gate_.data() + MF * o;
+    T* u = up_.data() + MF * o;
     {
       // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
       TraceSpan span(comm_, "mlp", 3 * 2.0 * M * Fl * C);
@@ -83,43 +86,44 @@ void TspMlp::forward(const float* x, float* y) {
   }
 }
 
-void TspMlp::backward(const float* x, const float* dy, float* dx) {
+template <class T>
+void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
   Arena& a = rank_.arena();
   auto phase = a.phase("mlp.backward");
   const int D = s_.D, p = comm_.rank(), M = s_.B * s_.Tl(), C = s_.model.hidden, Fl = s_.Fl();
   const std::size_t MC = static_cast<std::size_t>(M) * C, MF = static_cast<std::size_t>(M) * Fl;
   const std::size_t shard = w_.size();
   if (grad_.empty()) {
-    grad_ = a.allocate<float>(shard, Category::gradients);
-    grad_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
+    grad_ = a.allocate<T>(shard, Category::gradients);
+    grad_norm_ = a.allocate<T>(static_cast<std::size_t>(C), Category::gradients);
   }
-  auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
-  auto h = a.allocate<float>(MF, Category::workspace);
-  auto dh = a.allocate<float>(MF, Category::workspace);
-  auto dg = a.allocate<float>(MF, Category::workspace);
-  auto du = a.allocate<float>(MF, Category::workspace);
+  auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
+  auto h = a.allocate<T>(MF, Category::workspace);
+  auto dh = a.allocate<T>(MF, Category::workspace);
+  auto dg = a.allocate<T>(MF, Category::workspace);
+  auto du = a.allocate<T>(MF, Category::workspace);
   // Weight ring as in forward, plus a gradient ring one shard behind it.
-  Buffer<float> wring[2], gring[2];
-  if (D > 1) wring[0] = a.allocate<float>(shard, Category::comm);
-  if (D > 2) wring[1] = a.allocate<float>(shard, Category::comm);
-  gring[0] = a.allocate<float>(shard, Category::comm, /*zero=*/true);
-  if (D > 1) gring[1] = a.allocate<float>(shard, Category::comm);
+  Buffer<T> wring[2], gring[2];
+  if (D > 1) wring[0] = a.allocate<T>(shard, Category::comm);
+  if (D > 2) wring[1] = a.allocate<T>(shard, Category::comm);
+  gring[0] = a.allocate<T>(shard, Category::comm, /*zero=*/true);
+  if (D > 1) gring[1] = a.allocate<T>(shard, Category::comm);
 
-  const float* cur_w = w_.data();
-  float* cur_g = gring[0].data();  // the gradient of shard p starts here, at zero
+  const T* cur_w = w_.data();
+  T* cur_g = gring[0].data();  // the gradient of shard p starts here, at zero
   for (int k = 0; k < D; ++k) {
     SendHandle w_sent;
     RecvHandle w_received;
-    float* next_w = wring[k % 2].data();
+    T* next_w = wring[k % 2].data();
     if (k < D - 1) {
-      w_sent = isend<float>(comm_, std::span<const float>(cur_w, shard), (p + 1) % D);
-      w_received = irecv<float>(comm_, std::span<float>(next_w, shard), (p + D - 1) % D);
+      w_sent = isend<T>(comm_, std::span<const T>(cur_w, shard), (p + 1) % D);
+      w_received = irecv<T>(comm_, std::span<T>(next_w, shard), (p + D - 1) % D);
     }
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur_w, s_);
     const auto gv = mlp_view(cur_g, s_);
-    const float* g = gate_.data() + MF * o;
-    const float* u = up_.data() + MF * o;
+    const T* g = gate_.data() + MF * o;
+    const T* u = up_.data() + MF * o;
     {
       TraceSpan span(comm_, "mlp backward", 6 * 2.0 * M * Fl * C);
       ref::silu_mul_forward(h.data(), g, u, MF);
@@ -136,9 +140,9 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
     if (D > 1) {
       // The gradient shard moves on to the next rank, which adds its tokens' share; after D hops
       // shard o is back at its owner, complete.
-      float* next_g = gring[(k + 1) % 2].data();
-      SendHandle g_sent = isend<float>(comm_, std::span<const float>(cur_g, shard), (p + 1) % D);
-      RecvHandle g_received = irecv<float>(comm_, std::span<float>(next_g, shard), (p + D - 1) % D);
+      T* next_g = gring[(k + 1) % 2].data();
+      SendHandle g_sent = isend<T>(comm_, std::span<const T>(cur_g, shard), (p + 1) % D);
+      RecvHandle g_received = irecv<T>(comm_, std::span<T>(next_g, shard), (p + D - 1) % D);
       if (k < D - 1) {
         w_received.wait();
         w_sent.wait();
@@ -150,13 +154,16 @@ void TspMlp::backward(const float* x, const float* dy, float* dx) {
     }
   }
   if (!dry_run()) {
-    std::memcpy(grad_.data(), cur_g, shard * sizeof(float));
-    std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(float));
+    std::memcpy(grad_.data(), cur_g, shard * sizeof(T));
+    std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(T));
   }
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   if (!dry_run())
     for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
-  all_reduce<float>(comm_, grad_norm_.span());
+  all_reduce<T>(comm_, grad_norm_.span());
 }
+
+template class BasicTspMlp<float>;
+template class BasicTspMlp<double>;
 
 }  // namespace tspemu::tsp

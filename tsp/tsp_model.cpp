@@ -11,7 +11,9 @@
 
 namespace tspemu::tsp {
 
-TspModel::TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<float>& master)
+template <class T>
+BasicTspModel<T>::BasicTspModel(Rank& rank, const TspShape& shape,
+                                const ref::ModelWeights<T>& master)
     : rank_(rank), s_(shape) {
   s_.validate_whole_model();
   const int V = s_.model.vocab, C = s_.model.hidden, D = s_.D;
@@ -19,21 +21,22 @@ TspModel::TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<fl
   Arena& a = rank.arena();
   const std::size_t shard = static_cast<std::size_t>(vocab_rows_) * C;
   const std::size_t first = static_cast<std::size_t>(rank.id()) * shard;
-  embed_ = a.allocate<float>(shard, Category::weights);
-  std::memcpy(embed_.data(), master.embed.data() + first, shard * sizeof(float));
+  embed_ = a.allocate<T>(shard, Category::weights);
+  std::memcpy(embed_.data(), master.embed.data() + first, shard * sizeof(T));
   if (!s_.model.tie_embeddings) {
-    head_ = a.allocate<float>(shard, Category::weights);
-    std::memcpy(head_.data(), master.lm_head.data() + first, shard * sizeof(float));
+    head_ = a.allocate<T>(shard, Category::weights);
+    std::memcpy(head_.data(), master.lm_head.data() + first, shard * sizeof(T));
   }
-  final_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::weights);
-  std::memcpy(final_norm_.data(), master.final_norm.data(), final_norm_.size() * sizeof(float));
+  final_norm_ = a.allocate<T>(static_cast<std::size_t>(C), Category::weights);
+  std::memcpy(final_norm_.data(), master.final_norm.data(), final_norm_.size() * sizeof(T));
   for (int l = 0; l < s_.model.n_layers; ++l) {
     layers_.push_back(
-        std::make_unique<TspLayer>(rank, s_, master.layers[static_cast<std::size_t>(l)]));
+        std::make_unique<BasicTspLayer<T>>(rank, s_, master.layers[static_cast<std::size_t>(l)]));
   }
 }
 
-double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets) {
+template <class T>
+double BasicTspModel<T>::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   Arena& a = rank_.arena();
   const int D = s_.D, C = s_.model.hidden, L = s_.model.n_layers, Vl = vocab_rows_;
   const int M = s_.B * s_.Tl();
@@ -56,20 +59,20 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   xn_final_.reset();
   rstd_final_.reset();
   lse_.reset();
-  for (int l = 0; l <= L; ++l) x_.push_back(a.allocate<float>(MC, Category::activations));
-  auto wbuf = a.allocate<float>(shard, Category::comm);
+  for (int l = 0; l <= L; ++l) x_.push_back(a.allocate<T>(MC, Category::activations));
+  auto wbuf = a.allocate<T>(shard, Category::comm);
 
   {
     auto phase = a.phase("embedding");
     for (int r = 0; r < D; ++r) {
-      float* E = r == rank_.id() ? embed_.data() : wbuf.data();
-      broadcast<float>(rank_.comm(), std::span<float>(E, shard), r);
+      T* E = r == rank_.id() ? embed_.data() : wbuf.data();
+      broadcast<T>(rank_.comm(), std::span<T>(E, shard), r);
       for (int t = 0; t < M; ++t) {
         const int id = tokens_[static_cast<std::size_t>(t)];
         if (id / Vl == r)
           std::memcpy(x_[0].data() + static_cast<std::size_t>(t) * C,
                       E + static_cast<std::size_t>(id % Vl) * C,
-                      static_cast<std::size_t>(C) * sizeof(float));
+                      static_cast<std::size_t>(C) * sizeof(T));
       }
     }
   }
@@ -79,30 +82,30 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   }
 
   auto phase = a.phase("head");
-  xn_final_ = a.allocate<float>(MC, Category::activations);
-  rstd_final_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
-  lse_ = a.allocate<float>(static_cast<std::size_t>(M), Category::activations);
-  auto logits = a.allocate<float>(static_cast<std::size_t>(M) * Vl, Category::workspace);
-  auto run_max = a.allocate<float>(static_cast<std::size_t>(M), Category::workspace);
-  auto run_sum = a.allocate<float>(static_cast<std::size_t>(M), Category::workspace);
-  auto target_logit = a.allocate<float>(static_cast<std::size_t>(M), Category::workspace);
+  xn_final_ = a.allocate<T>(MC, Category::activations);
+  rstd_final_ = a.allocate<T>(static_cast<std::size_t>(M), Category::activations);
+  lse_ = a.allocate<T>(static_cast<std::size_t>(M), Category::activations);
+  auto logits = a.allocate<T>(static_cast<std::size_t>(M) * Vl, Category::workspace);
+  auto run_max = a.allocate<T>(static_cast<std::size_t>(M), Category::workspace);
+  auto run_sum = a.allocate<T>(static_cast<std::size_t>(M), Category::workspace);
+  auto target_logit = a.allocate<T>(static_cast<std::size_t>(M), Category::workspace);
   ref::rmsnorm_forward(xn_final_.data(), rstd_final_.data(), x_[static_cast<std::size_t>(L)].data(),
                        final_norm_.data(), M, C, s_.model.norm_eps);
   for (int t = 0; t < M; ++t) {
-    run_max[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
+    run_max[static_cast<std::size_t>(t)] = -std::numeric_limits<T>::infinity();
     run_sum[static_cast<std::size_t>(t)] = 0.f;
   }
   for (int r = 0; r < D; ++r) {
-    float* H = r == rank_.id() ? head_shard() : wbuf.data();
-    broadcast<float>(rank_.comm(), std::span<float>(H, shard), r);
+    T* H = r == rank_.id() ? head_shard() : wbuf.data();
+    broadcast<T>(rank_.comm(), std::span<T>(H, shard), r);
     // torch: logits[:, r·Vl:(r+1)·Vl] = xn @ head[r·Vl:(r+1)·Vl].T
     ref::matmul_nt(logits.data(), xn_final_.data(), H, M, Vl, C);
     for (int t = 0; t < M; ++t) {
-      const float* row = logits.data() + static_cast<std::size_t>(t) * Vl;
-      float m = run_max[static_cast<std::size_t>(t)];
+      const T* row = logits.data() + static_cast<std::size_t>(t) * Vl;
+      T m = run_max[static_cast<std::size_t>(t)];
       for (int j = 0; j < Vl; ++j) m = std::max(m, row[j]);
       // Online logsumexp: rescale the running sum to the new maximum.
-      float s =
+      T s =
           run_sum[static_cast<std::size_t>(t)] * std::exp(run_max[static_cast<std::size_t>(t)] - m);
       for (int j = 0; j < Vl; ++j) s += std::exp(row[j] - m);
       run_max[static_cast<std::size_t>(t)] = m;
@@ -122,34 +125,35 @@ double TspModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   return loss_sum / (static_cast<double>(s_.B) * s_.S);
 }
 
-void TspModel::backward() {
+template <class T>
+void BasicTspModel<T>::backward() {
   Arena& a = rank_.arena();
   const int D = s_.D, C = s_.model.hidden, L = s_.model.n_layers, Vl = vocab_rows_;
   const int M = s_.B * s_.Tl();
   const std::size_t MC = static_cast<std::size_t>(M) * C, shard = static_cast<std::size_t>(Vl) * C;
-  const float inv_n = static_cast<float>(1.0 / (static_cast<double>(s_.B) * s_.S));
+  const T inv_n = static_cast<T>(1.0 / (static_cast<double>(s_.B) * s_.S));
   if (grad_embed_.empty()) {
-    grad_embed_ = a.allocate<float>(shard, Category::gradients);
-    if (!s_.model.tie_embeddings) grad_head_ = a.allocate<float>(shard, Category::gradients);
-    grad_final_norm_ = a.allocate<float>(static_cast<std::size_t>(C), Category::gradients);
+    grad_embed_ = a.allocate<T>(shard, Category::gradients);
+    if (!s_.model.tie_embeddings) grad_head_ = a.allocate<T>(shard, Category::gradients);
+    grad_final_norm_ = a.allocate<T>(static_cast<std::size_t>(C), Category::gradients);
   }
-  auto wbuf = a.allocate<float>(shard, Category::comm);
-  auto partial = a.allocate<float>(shard, Category::comm);
-  auto head_grad = a.allocate<float>(shard, Category::workspace);  // this rank's own head shard's
-  auto dx = a.allocate<float>(MC, Category::workspace);
-  auto dprev = a.allocate<float>(MC, Category::workspace);
+  auto wbuf = a.allocate<T>(shard, Category::comm);
+  auto partial = a.allocate<T>(shard, Category::comm);
+  auto head_grad = a.allocate<T>(shard, Category::workspace);  // this rank's own head shard's
+  auto dx = a.allocate<T>(MC, Category::workspace);
+  auto dprev = a.allocate<T>(MC, Category::workspace);
   {
     auto phase = a.phase("head.backward");
-    auto dxn = a.allocate<float>(MC, Category::workspace, /*zero=*/true);
-    auto dlogits = a.allocate<float>(static_cast<std::size_t>(M) * Vl, Category::workspace);
+    auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
+    auto dlogits = a.allocate<T>(static_cast<std::size_t>(M) * Vl, Category::workspace);
     for (int r = 0; r < D; ++r) {
-      float* H = r == rank_.id() ? head_shard() : wbuf.data();
-      broadcast<float>(rank_.comm(), std::span<float>(H, shard), r);
+      T* H = r == rank_.id() ? head_shard() : wbuf.data();
+      broadcast<T>(rank_.comm(), std::span<T>(H, shard), r);
       ref::matmul_nt(dlogits.data(), xn_final_.data(), H, M, Vl, C);
       // torch: dlogits = (softmax(logits) - onehot(target)) / N
       for (int t = 0; t < M; ++t) {
-        float* row = dlogits.data() + static_cast<std::size_t>(t) * Vl;
-        const float lse = lse_[static_cast<std::size_t>(t)];
+        T* row = dlogits.data() + static_cast<std::size_t>(t) * Vl;
+        const T lse = lse_[static_cast<std::size_t>(t)];
         for (int j = 0; j < Vl; ++j) row[j] = std::exp(row[j] - lse);
         const int target = targets_[static_cast<std::size_t>(t)];
         if (target / Vl == r) row[target % Vl] -= 1.f;
@@ -158,14 +162,14 @@ void TspModel::backward() {
       // torch: dxn += dlogits @ head_r ;  dhead_r = dlogits.T @ xn (this rank's share)
       ref::matmul_nn(dxn.data(), dlogits.data(), H, M, C, Vl, true);
       ref::matmul_tn(partial.data(), dlogits.data(), xn_final_.data(), Vl, C, M);
-      reduce<float>(rank_.comm(), std::span<const float>(partial.data(), shard),
-                    r == rank_.id() ? head_grad.span() : std::span<float>(), r);
+      reduce<T>(rank_.comm(), std::span<const T>(partial.data(), shard),
+                r == rank_.id() ? head_grad.span() : std::span<T>(), r);
     }
-    std::memset(grad_final_norm_.data(), 0, grad_final_norm_.size() * sizeof(float));
+    std::memset(grad_final_norm_.data(), 0, grad_final_norm_.size() * sizeof(T));
     ref::rmsnorm_backward(dx.data(), grad_final_norm_.data(), dxn.data(),
                           x_[static_cast<std::size_t>(L)].data(), final_norm_.data(),
                           rstd_final_.data(), M, C);
-    all_reduce<float>(rank_.comm(), grad_final_norm_.span());
+    all_reduce<T>(rank_.comm(), grad_final_norm_.span());
   }
   for (int l = L - 1; l >= 0; --l) {
     layers_[static_cast<std::size_t>(l)]->backward(x_[static_cast<std::size_t>(l)].data(),
@@ -175,34 +179,37 @@ void TspModel::backward() {
   auto phase = a.phase("embedding.backward");
   for (int r = 0; r < D; ++r) {
     // torch: dembed[tokens] += dx, for this rank's tokens whose ids are in shard r
-    std::memset(partial.data(), 0, shard * sizeof(float));
+    std::memset(partial.data(), 0, shard * sizeof(T));
     for (int t = 0; t < M; ++t) {
       const int id = tokens_[static_cast<std::size_t>(t)];
       if (id / Vl != r) continue;
-      float* dst = partial.data() + static_cast<std::size_t>(id % Vl) * C;
-      const float* src = dx.data() + static_cast<std::size_t>(t) * C;
+      T* dst = partial.data() + static_cast<std::size_t>(id % Vl) * C;
+      const T* src = dx.data() + static_cast<std::size_t>(t) * C;
       for (int c = 0; c < C; ++c) dst[c] += src[c];
     }
-    reduce<float>(rank_.comm(), std::span<const float>(partial.data(), shard),
-                  r == rank_.id() ? grad_embed_.span() : std::span<float>(), r);
+    reduce<T>(rank_.comm(), std::span<const T>(partial.data(), shard),
+              r == rank_.id() ? grad_embed_.span() : std::span<T>(), r);
   }
   if (s_.model.tie_embeddings) {
     for (std::size_t i = 0; i < shard; ++i) grad_embed_[i] += head_grad[i];
   } else {
-    std::memcpy(grad_head_.data(), head_grad.data(), shard * sizeof(float));
+    std::memcpy(grad_head_.data(), head_grad.data(), shard * sizeof(T));
   }
 }
 
-void TspModel::write_gradients(ref::ModelWeights<float>& full) const {
+template <class T>
+void BasicTspModel<T>::write_gradients(ref::ModelWeights<T>& full) const {
   write_tensors(full, false);
 }
 
-void TspModel::write_weights(ref::ModelWeights<float>& full) const {
+template <class T>
+void BasicTspModel<T>::write_weights(ref::ModelWeights<T>& full) const {
   write_tensors(full, true);
 }
 
-std::vector<ParameterShard> TspModel::parameters() {
-  std::vector<ParameterShard> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
+template <class T>
+std::vector<BasicParameterShard<T>> BasicTspModel<T>::parameters() {
+  std::vector<BasicParameterShard<T>> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
   if (!s_.model.tie_embeddings)
     p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
   for (auto& layer : layers_) {
@@ -213,11 +220,12 @@ std::vector<ParameterShard> TspModel::parameters() {
   return p;
 }
 
-void TspModel::write_tensors(ref::ModelWeights<float>& full, bool weights) const {
+template <class T>
+void BasicTspModel<T>::write_tensors(ref::ModelWeights<T>& full, bool weights) const {
   const int p = rank_.id();
-  const Buffer<float>& embed = weights ? embed_ : grad_embed_;
-  const Buffer<float>& head = weights ? head_ : grad_head_;
-  const Buffer<float>& final_norm = weights ? final_norm_ : grad_final_norm_;
+  const Buffer<T>& embed = weights ? embed_ : grad_embed_;
+  const Buffer<T>& head = weights ? head_ : grad_head_;
+  const Buffer<T>& final_norm = weights ? final_norm_ : grad_final_norm_;
   const std::size_t shard = embed.size();
   std::copy(embed.begin(), embed.end(),
             full.embed.begin() + static_cast<std::ptrdiff_t>(p * shard));
@@ -226,18 +234,21 @@ void TspModel::write_tensors(ref::ModelWeights<float>& full, bool weights) const
               full.lm_head.begin() + static_cast<std::ptrdiff_t>(p * shard));
   for (int l = 0; l < s_.model.n_layers; ++l) {
     auto& layer = full.layers[static_cast<std::size_t>(l)];
-    const TspAttention& at = attention(l);
-    const TspMlp& ml = mlp(l);
+    const BasicTspAttention<T>& at = attention(l);
+    const BasicTspMlp<T>& ml = mlp(l);
     unpack_attention_shard((weights ? at.weight_shard() : at.grad_shard()).data(), s_, p, layer);
     unpack_mlp_shard((weights ? ml.weight_shard() : ml.grad_shard()).data(), s_, p, layer);
     if (p == 0) {
-      const Buffer<float>& n1 = weights ? at.norm_weight() : at.grad_norm();
-      const Buffer<float>& n2 = weights ? ml.norm_weight() : ml.grad_norm();
+      const Buffer<T>& n1 = weights ? at.norm_weight() : at.grad_norm();
+      const Buffer<T>& n2 = weights ? ml.norm_weight() : ml.grad_norm();
       std::copy(n1.begin(), n1.end(), layer.input_norm.begin());
       std::copy(n2.begin(), n2.end(), layer.post_norm.begin());
     }
   }
   if (p == 0) std::copy(final_norm.begin(), final_norm.end(), full.final_norm.begin());
 }
+
+template class BasicTspModel<float>;
+template class BasicTspModel<double>;
 
 }  // namespace tspemu::tsp

@@ -21,7 +21,7 @@
 
 namespace tspemu::tsp {
 
-template <class P>  // P = float* or const float*
+template <class P>  // P = T* or const T*
 struct AttentionShardView {
   P wq, wk, wv, wo;
 };
@@ -32,20 +32,25 @@ struct MlpShardView {
 
 std::size_t attention_shard_size(const TspShape& s);
 std::size_t mlp_shard_size(const TspShape& s);
-AttentionShardView<float*> attention_view(float* packed, const TspShape& s);
-AttentionShardView<const float*> attention_view(const float* packed, const TspShape& s);
-MlpShardView<float*> mlp_view(float* packed, const TspShape& s);
-MlpShardView<const float*> mlp_view(const float* packed, const TspShape& s);
+// T = float or double, here and below.
+template <class T>
+AttentionShardView<T*> attention_view(T* packed, const TspShape& s);
+template <class T>
+AttentionShardView<const T*> attention_view(const T* packed, const TspShape& s);
+template <class T>
+MlpShardView<T*> mlp_view(T* packed, const TspShape& s);
+template <class T>
+MlpShardView<const T*> mlp_view(const T* packed, const TspShape& s);
 
 // Cut shard r of the master layer into `packed`.
-void pack_attention_shard(const ref::LayerWeights<float>& master, const TspShape& s, int r,
-                          float* packed);
-void pack_mlp_shard(const ref::LayerWeights<float>& master, const TspShape& s, int r,
-                    float* packed);
+template <class T>
+void pack_attention_shard(const ref::LayerWeights<T>& master, const TspShape& s, int r, T* packed);
+template <class T>
+void pack_mlp_shard(const ref::LayerWeights<T>& master, const TspShape& s, int r, T* packed);
 // Write shard r back into full-size tensors (for gradients gathered from every rank).
-void unpack_attention_shard(const float* packed, const TspShape& s, int r,
-                            ref::LayerWeights<float>& full);
-void unpack_mlp_shard(const float* packed, const TspShape& s, int r,
-                      ref::LayerWeights<float>& full);
+template <class T>
+void unpack_attention_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& full);
+template <class T>
+void unpack_mlp_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& full);
 
 }  // namespace tspemu::tsp

@@ -13,12 +13,15 @@
 
 namespace tspemu::tsp {
 
-struct ParameterShard {
+template <class T>
+struct BasicParameterShard {
   const char* name;  // "attention", "input_norm", "mlp", "post_norm", "embed", ...
-  std::span<float> weight;
-  std::span<const float> grad;
+  std::span<T> weight;
+  std::span<const T> grad;
   bool replicated = false;  // a norm weight, whole on every rank
   bool decay = true;        // AdamW weight decay applies (matrices: yes; norms: no)
 };
+
+using ParameterShard = BasicParameterShard<float>;
 
 }  // namespace tspemu::tsp

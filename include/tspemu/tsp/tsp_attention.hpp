@@ -19,6 +19,7 @@
 // Memory phases recorded in the arena: "attention" (forward), "attention.backward".
 // Options (TspOptions): keep the broadcast shards and/or the gathered K/V from forward, so the
 // backward neither re-broadcasts nor re-gathers; results are bitwise the same either way.
+// Scalar type: T = float (TspAttention) or double (the same schedule in fp64; see tsp_model.hpp).
 #pragma once
 
 #include <array>
@@ -32,40 +33,41 @@
 
 namespace tspemu::tsp {
 
-class TspAttention {
+template <class T>
+class BasicTspAttention {
  public:
   // Cuts this rank's shard (and the replicated norm weight) from the master layer.
-  TspAttention(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+  BasicTspAttention(Rank& rank, const TspShape& shape, const ref::LayerWeights<T>& master);
   // The same on a sub-group (e.g. the TSP row of a data-parallel x TSP mesh): `comm` has D ranks
   // and this rank holds shard comm.rank(); `comm` must outlive the block. The world form is this
   // with rank.comm().
-  TspAttention(Rank& rank, Comm& comm, const TspShape& shape,
-               const ref::LayerWeights<float>& master);
+  BasicTspAttention(Rank& rank, Comm& comm, const TspShape& shape,
+                    const ref::LayerWeights<T>& master);
 
-  void forward(const float* x, float* y);  // [B, Tl, C] this rank's tokens
+  void forward(const T* x, T* y);  // [B, Tl, C] this rank's tokens
   // x: forward's input; dy: gradient of y; dx overwritten. Gradients of this rank's shard and of
   // the norm weight are overwritten (see grad_shard, grad_norm).
-  void backward(const float* x, const float* dy, float* dx);
+  void backward(const T* x, const T* dy, T* dx);
 
-  const Buffer<float>& grad_shard() const { return grad_; }      // packed like the weights
-  const Buffer<float>& grad_norm() const { return grad_norm_; }  // [C], summed over all ranks
-  const Buffer<float>& weight_shard() const { return w_; }
-  const Buffer<float>& norm_weight() const { return norm_w_; }  // [C], replicated
+  const Buffer<T>& grad_shard() const { return grad_; }      // packed like the weights
+  const Buffer<T>& grad_norm() const { return grad_norm_; }  // [C], summed over all ranks
+  const Buffer<T>& weight_shard() const { return w_; }
+  const Buffer<T>& norm_weight() const { return norm_w_; }  // [C], replicated
   // The weight shard ("attention") and the replicated norm weight ("input_norm"), with their
   // gradients, for the optimizer (sharded_optimizer.hpp).
-  std::array<ParameterShard, 2> parameters() {
+  std::array<BasicParameterShard<T>, 2> parameters() {
     return {{{"attention", w_.span(), grad_.span(), false, true},
              {"input_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
   }
 
  private:
   struct Scratch;
-  void project_q(const float* W, int bucket, float* q);
-  void project_and_gather_kv(const float* W, int bucket, float* kv_local, float* kv_gathered,
-                             float* k_all, float* v_all);
-  float* kept_shard(int r);          // options.keep_attention_shards
-  float* kept_k(int r, int bucket);  // options.keep_kv
-  float* kept_v(int r, int bucket);
+  void project_q(const T* W, int bucket, T* q);
+  void project_and_gather_kv(const T* W, int bucket, T* kv_local, T* kv_gathered, T* k_all,
+                             T* v_all);
+  T* kept_shard(int r);          // options.keep_attention_shards
+  T* kept_k(int r, int bucket);  // options.keep_kv
+  T* kept_v(int r, int bucket);
 
   Rank& rank_;
   Comm& comm_;  // the D ranks of the TSP group
@@ -73,16 +75,20 @@ class TspAttention {
   SequenceLayout layout_;
   Buffer<std::int64_t> positions_;    // [Tl] global positions of this rank's tokens (other)
   Buffer<std::int64_t> k_positions_;  // [S] 0..S-1: gathered K/V is in global order (other)
-  Buffer<float> w_;                   // packed shard (weights)
-  Buffer<float> norm_w_;              // [C] (weights, replicated)
-  Buffer<float> grad_;                // packed shard (gradients)
-  Buffer<float> grad_norm_;           // [C] (gradients)
-  Buffer<float> xn_;                  // [B·Tl, C] (activations)
-  Buffer<float> rstd_;                // [B·Tl]
-  Buffer<float> att_;          // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
-  Buffer<float> lse_;          // [D][buckets][B, NHb, Tl]
-  Buffer<float> kept_shards_;  // [D][packed shard] (comm), only with keep_attention_shards
-  Buffer<float> kept_kv_;      // [D][buckets][2][B, S, NKVb·hs] (kv), only with keep_kv
+  Buffer<T> w_;                       // packed shard (weights)
+  Buffer<T> norm_w_;                  // [C] (weights, replicated)
+  Buffer<T> grad_;                    // packed shard (gradients)
+  Buffer<T> grad_norm_;               // [C] (gradients)
+  Buffer<T> xn_;                      // [B·Tl, C] (activations)
+  Buffer<T> rstd_;                    // [B·Tl]
+  Buffer<T> att_;          // [D][buckets][B·Tl, NHb·hs] attention outputs (activations)
+  Buffer<T> lse_;          // [D][buckets][B, NHb, Tl]
+  Buffer<T> kept_shards_;  // [D][packed shard] (comm), only with keep_attention_shards
+  Buffer<T> kept_kv_;      // [D][buckets][2][B, S, NKVb·hs] (kv), only with keep_kv
 };
+
+using TspAttention = BasicTspAttention<float>;
+extern template class BasicTspAttention<float>;
+extern template class BasicTspAttention<double>;
 
 }  // namespace tspemu::tsp

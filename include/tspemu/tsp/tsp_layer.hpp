@@ -12,41 +12,44 @@
 
 namespace tspemu::tsp {
 
-class TspLayer {
+template <class T>
+class BasicTspLayer {
  public:
-  TspLayer(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master)
+  BasicTspLayer(Rank& rank, const TspShape& shape, const ref::LayerWeights<T>& master)
       : rank_(rank), attention_(rank, shape, master), mlp_(rank, shape, master) {}
 
-  void forward(const float* x, float* y) {  // [B, Tl, C]
+  void forward(const T* x, T* y) {  // [B, Tl, C]
     mid_.reset();
-    mid_ = rank_.arena().allocate<float>(mlp_rows(), Category::activations);
+    mid_ = rank_.arena().template allocate<T>(mlp_rows(), Category::activations);
     attention_.forward(x, mid_.data());
     mlp_.forward(mid_.data(), y);
   }
   // x: forward's input; dx overwritten; the blocks' gradients overwritten.
-  void backward(const float* x, const float* dy, float* dx) {
-    auto dmid = rank_.arena().allocate<float>(mlp_rows(), Category::workspace);
+  void backward(const T* x, const T* dy, T* dx) {
+    auto dmid = rank_.arena().template allocate<T>(mlp_rows(), Category::workspace);
     mlp_.backward(mid_.data(), dy, dmid.data());
     attention_.backward(x, dmid.data(), dx);
   }
 
   // Attention shard, input norm, MLP shard, post norm (valid after the first backward, which
   // allocates the gradients).
-  std::vector<ParameterShard> parameters() {
+  std::vector<BasicParameterShard<T>> parameters() {
     const auto a = attention_.parameters();
     const auto m = mlp_.parameters();
     return {a[0], a[1], m[0], m[1]};
   }
 
-  const TspAttention& attention() const { return attention_; }
-  const TspMlp& mlp() const { return mlp_; }
+  const BasicTspAttention<T>& attention() const { return attention_; }
+  const BasicTspMlp<T>& mlp() const { return mlp_; }
 
  private:
   std::size_t mlp_rows() const { return mlp_.local_elements(); }
   Rank& rank_;
-  TspAttention attention_;
-  TspMlp mlp_;
-  Buffer<float> mid_;  // attention output = MLP input (activations)
+  BasicTspAttention<T> attention_;
+  BasicTspMlp<T> mlp_;
+  Buffer<T> mid_;  // attention output = MLP input (activations)
 };
+
+using TspLayer = BasicTspLayer<float>;
 
 }  // namespace tspemu::tsp

@@ -15,6 +15,7 @@
 // Kept for backward (activations): N_p, rstd, and gate/up pre-activations of every shard —
 // [B·Tl, F] each, this rank's tokens only. Transient: two ring buffers (comm) of one shard each.
 // Memory phases: "mlp", "mlp.backward".
+// Scalar type: T = float (TspMlp) or double (the same schedule in fp64; see tsp_model.hpp).
 #pragma once
 
 #include <array>
@@ -25,23 +26,24 @@
 
 namespace tspemu::tsp {
 
-class TspMlp {
+template <class T>
+class BasicTspMlp {
  public:
-  TspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<float>& master);
+  BasicTspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<T>& master);
   // The same on a sub-group of D ranks (this rank holds shard comm.rank()); `comm` must outlive
   // the block.
-  TspMlp(Rank& rank, Comm& comm, const TspShape& shape, const ref::LayerWeights<float>& master);
+  BasicTspMlp(Rank& rank, Comm& comm, const TspShape& shape, const ref::LayerWeights<T>& master);
 
-  void forward(const float* x, float* y);  // [B, Tl, C]
-  void backward(const float* x, const float* dy, float* dx);
+  void forward(const T* x, T* y);  // [B, Tl, C]
+  void backward(const T* x, const T* dy, T* dx);
 
-  const Buffer<float>& grad_shard() const { return grad_; }
-  const Buffer<float>& grad_norm() const { return grad_norm_; }
-  const Buffer<float>& weight_shard() const { return w_; }
-  const Buffer<float>& norm_weight() const { return norm_w_; }  // [C], replicated
+  const Buffer<T>& grad_shard() const { return grad_; }
+  const Buffer<T>& grad_norm() const { return grad_norm_; }
+  const Buffer<T>& weight_shard() const { return w_; }
+  const Buffer<T>& norm_weight() const { return norm_w_; }  // [C], replicated
   // The weight shard ("mlp") and the replicated norm weight ("post_norm"), with their
   // gradients, for the optimizer (sharded_optimizer.hpp).
-  std::array<ParameterShard, 2> parameters() {
+  std::array<BasicParameterShard<T>, 2> parameters() {
     return {{{"mlp", w_.span(), grad_.span(), false, true},
              {"post_norm", norm_w_.span(), grad_norm_.span(), true, false}}};
   }
@@ -54,14 +56,18 @@ class TspMlp {
   Rank& rank_;
   Comm& comm_;  // the D ranks of the TSP group
   TspShape s_;
-  Buffer<float> w_;          // packed MLP shard p (weights)
-  Buffer<float> norm_w_;     // [C] (weights, replicated)
-  Buffer<float> grad_;       // packed gradient of shard p
-  Buffer<float> grad_norm_;  // [C]
-  Buffer<float> xn_;         // [B·Tl, C]
-  Buffer<float> rstd_;       // [B·Tl]
-  Buffer<float> gate_;       // [D][B·Tl, Fl] by shard index o
-  Buffer<float> up_;         // [D][B·Tl, Fl]
+  Buffer<T> w_;          // packed MLP shard p (weights)
+  Buffer<T> norm_w_;     // [C] (weights, replicated)
+  Buffer<T> grad_;       // packed gradient of shard p
+  Buffer<T> grad_norm_;  // [C]
+  Buffer<T> xn_;         // [B·Tl, C]
+  Buffer<T> rstd_;       // [B·Tl]
+  Buffer<T> gate_;       // [D][B·Tl, Fl] by shard index o
+  Buffer<T> up_;         // [D][B·Tl, Fl]
 };
+
+using TspMlp = BasicTspMlp<float>;
+extern template class BasicTspMlp<float>;
+extern template class BasicTspMlp<double>;
 
 }  // namespace tspemu::tsp

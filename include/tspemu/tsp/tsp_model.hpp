@@ -14,6 +14,10 @@
 // gradients to the owner (as the attention shards). With tied embeddings the owner adds the head
 // and embedding gradients of its shard. Norm weights are replicated; their gradients are
 // all-reduced.
+// Scalar type: T = float is TspModel, what every command runs; T = double (with the blocks
+// BasicTspAttention<double>, BasicTspMlp<double> and the same collectives on doubles) runs the
+// same schedule in fp64, so it can be compared with the fp64 oracle to ~1e-12 relative — a far
+// sharper check than the fp32 rule (tests/tsp/tsp_model_double_test.cpp).
 // Requirements: TspShape::validate() and D | V.
 #pragma once
 
@@ -29,9 +33,10 @@
 
 namespace tspemu::tsp {
 
-class TspModel {
+template <class T>
+class BasicTspModel {
  public:
-  TspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<float>& master);
+  BasicTspModel(Rank& rank, const TspShape& shape, const ref::ModelWeights<T>& master);
 
   // tokens, targets: this rank's [B, Tl] (SequenceLayout::scatter of the full [B, S]). Returns
   // the mean cross-entropy over all B·S tokens, identical on every rank.
@@ -42,41 +47,47 @@ class TspModel {
   // Writes the gradients this rank owns into their places in full-size tensors (rank 0 also
   // writes the replicated norm gradients). Ranks write disjoint elements, so all ranks may fill
   // the same `full` concurrently.
-  void write_gradients(ref::ModelWeights<float>& full) const;
+  void write_gradients(ref::ModelWeights<T>& full) const;
   // The same for the weights this rank holds (after optimizer updates): shards, and on rank 0
   // the replicated norms.
-  void write_weights(ref::ModelWeights<float>& full) const;
+  void write_weights(ref::ModelWeights<T>& full) const;
 
   // Every parameter this rank holds, for the optimizer (sharded_optimizer.hpp): the embedding
   // shard, the LM head shard (untied), each layer's four (TspLayer::parameters), the final norm.
   // Valid after the first backward, which allocates the gradients.
-  std::vector<ParameterShard> parameters();
+  std::vector<BasicParameterShard<T>> parameters();
 
   int vocab_shard_rows() const { return vocab_rows_; }
-  const Buffer<float>& grad_embed_shard() const { return grad_embed_; }  // [V/D, C]
-  const Buffer<float>& grad_head_shard() const { return grad_head_; }    // [V/D, C]; empty if tied
-  const Buffer<float>& grad_final_norm() const { return grad_final_norm_; }
-  const TspAttention& attention(int layer) const {
+  const Buffer<T>& grad_embed_shard() const { return grad_embed_; }  // [V/D, C]
+  const Buffer<T>& grad_head_shard() const { return grad_head_; }    // [V/D, C]; empty if tied
+  const Buffer<T>& grad_final_norm() const { return grad_final_norm_; }
+  const BasicTspAttention<T>& attention(int layer) const {
     return layers_[static_cast<std::size_t>(layer)]->attention();
   }
-  const TspMlp& mlp(int layer) const { return layers_[static_cast<std::size_t>(layer)]->mlp(); }
+  const BasicTspMlp<T>& mlp(int layer) const {
+    return layers_[static_cast<std::size_t>(layer)]->mlp();
+  }
 
  private:
-  float* head_shard() { return s_.model.tie_embeddings ? embed_.data() : head_.data(); }
+  T* head_shard() { return s_.model.tie_embeddings ? embed_.data() : head_.data(); }
   // Writes the weights (weights = true) or the gradients of this rank's tensors into full.
-  void write_tensors(ref::ModelWeights<float>& full, bool weights) const;
+  void write_tensors(ref::ModelWeights<T>& full, bool weights) const;
 
   Rank& rank_;
   TspShape s_;
   int vocab_rows_;
-  std::vector<std::unique_ptr<TspLayer>> layers_;
-  Buffer<float> embed_;       // [V/D, C] (weights)
-  Buffer<float> head_;        // [V/D, C] (weights), empty when tied
-  Buffer<float> final_norm_;  // [C]
-  Buffer<float> grad_embed_, grad_head_, grad_final_norm_;
-  Buffer<std::int32_t> tokens_, targets_;      // this rank's [B·Tl], from forward (activations)
-  std::vector<Buffer<float>> x_;               // L+1 × [B·Tl, C]: x_[l] enters layer l
-  Buffer<float> xn_final_, rstd_final_, lse_;  // [B·Tl, C], [B·Tl], [B·Tl]
+  std::vector<std::unique_ptr<BasicTspLayer<T>>> layers_;
+  Buffer<T> embed_;       // [V/D, C] (weights)
+  Buffer<T> head_;        // [V/D, C] (weights), empty when tied
+  Buffer<T> final_norm_;  // [C]
+  Buffer<T> grad_embed_, grad_head_, grad_final_norm_;
+  Buffer<std::int32_t> tokens_, targets_;  // this rank's [B·Tl], from forward (activations)
+  std::vector<Buffer<T>> x_;               // L+1 × [B·Tl, C]: x_[l] enters layer l
+  Buffer<T> xn_final_, rstd_final_, lse_;  // [B·Tl, C], [B·Tl], [B·Tl]
 };
+
+using TspModel = BasicTspModel<float>;
+extern template class BasicTspModel<float>;
+extern template class BasicTspModel<double>;
 
 }  // namespace tspemu::tsp
