@@ -82,10 +82,16 @@ nlohmann::json train_json(const TrainConfig& c, const TrainResult& r) {
 }
 
 void write_chart(const std::string& path, const TrainConfig& c, const TrainResult& r) {
-  Panel loss{"loss per step", "step", "loss", false, {}, {}, {}};
+  Panel loss;  // assigned, not aggregate-initialized: Panel grows fields
+  loss.title = "loss per step";
+  loss.x_label = "step";
+  loss.y_label = "loss";
   Series p{c.stack.strategy.name() + " (fp32)", {}}, ref32{"reference fp32", {}},
       o64{"oracle fp64", {}};
-  Panel ratio{"parallel error / rule bound, per step", "step", "ratio", false, {}, {}, {}};
+  Panel ratio;
+  ratio.title = "parallel error / rule bound, per step";
+  ratio.x_label = "step";
+  ratio.y_label = "ratio";
   Series rs{"max over the loss and every parameter", {}};
   for (const TrainStep& s : r.steps) {
     p.points.emplace_back(s.step, s.loss);

@@ -140,30 +140,18 @@ std::uint64_t category_bytes(const ArenaStats& s, Category c) {
   return s.category_current[static_cast<std::size_t>(c)];
 }
 
-// The planner's per-rank model states (see the header).
+// The planner's per-rank model states (see the header): cost::parameter_state_bytes_per_rank
+// for tspemu's fp32 run (fp32 weights and gradients, AdamW's fp32 m and v, no master copy; SGD
+// without moments); the layer stack has no vocabulary (vocab 0).
 ModelStateBytes planned_state(const TrainConfig& c, bool whole) {
   const StackConfig& s = c.stack;
-  const cost::ModelShape ms = cost::ModelShape::from(s.model, s.B, s.S);
-  const double adam_per_param = c.optimizer.state_per_param() * 4.0;
-  const cost::ElementSizes es{4, 4, 4, adam_per_param, 8};
-  const auto L = static_cast<double>(s.model.n_layers);
-  if (whole) {
-    const cost::DeviceMemory d = cost::device_memory(ms, s.strategy, es, cost::Recompute::full,
-                                                     {.head_buckets = s.head_buckets});
-    return {static_cast<std::uint64_t>(d.weights), static_cast<std::uint64_t>(d.gradients),
-            static_cast<std::uint64_t>(d.optimizer)};
-  }
-  if (tsp::strategy_info(s.strategy.scheme).device_estimate) {
-    const cost::LayerMemoryEstimate e =
-        cost::layer_memory(ms, s.strategy, es, {.head_buckets = s.head_buckets});
-    return {static_cast<std::uint64_t>(L * e.weights), static_cast<std::uint64_t>(L * e.gradients),
-            static_cast<std::uint64_t>(L * e.optimizer)};
-  }
-  const tsp::RankLayerMeasure dry =
-      tsp::measure_layer(s.model, s.B, s.S, s.strategy, {.head_buckets = s.head_buckets}).ranks[0];
-  const std::uint64_t w = dry.resident[static_cast<std::size_t>(Category::weights)];
-  const auto n = static_cast<std::uint64_t>(s.model.n_layers);
-  return {n * w, n * w, n * w / 4 * static_cast<std::uint64_t>(adam_per_param)};
+  cost::ModelShape ms = cost::ModelShape::from(s.model, s.B, s.S);
+  if (!whole) ms.vocab = 0;
+  cost::PrecisionModel p = cost::PrecisionModel::fp32_emulator();
+  p.moments = c.optimizer.state_per_param() * 4.0;
+  const cost::ParameterState st = cost::parameter_state_bytes_per_rank(s.strategy, ms, p);
+  return {static_cast<std::uint64_t>(st.weights), static_cast<std::uint64_t>(st.gradients),
+          static_cast<std::uint64_t>(st.optimizer())};
 }
 
 void validate(const TrainConfig& c, bool whole) {

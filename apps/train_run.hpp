@@ -32,10 +32,10 @@
 //   bound, each from one element. tiny = 4 fp32 ulps of the oracle tensor's largest magnitude.
 //   The run stops at the first step that breaks the rule, naming the tensor.
 // Memory: after the first step, each rank's weights, gradients and optimizer bytes (its arena's
-//   current bytes by category) against the planner's figures for the same configuration:
-//   cost::device_memory (TSP, whole model) or L × cost::layer_memory (a baseline's stack) with
-//   fp32 weights and gradients and 8 B per parameter held for Adam's m and v (0 for SGD);
-//   strategies outside the planner's estimate (Ulysses, ring) against L × their dry-run layer.
+//   current bytes by category) against the planner's cost::parameter_state_bytes_per_rank for
+//   the same configuration with PrecisionModel::fp32_emulator() — fp32 weights and gradients,
+//   8 B per parameter held for AdamW's m and v, no master copy (SGD: no moments) — the whole
+//   model for TSP, the layer stack (no vocabulary) for the baselines.
 #pragma once
 
 #include <cstdint>

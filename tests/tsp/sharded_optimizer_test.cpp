@@ -25,8 +25,14 @@ namespace {
 // element-wise function, so its trajectory stays within the rule of the fp32 reference's.
 constexpr double kOracleFactor = 3.0;
 constexpr int kSteps = 3;
-// fp32 weights, gradients and Adam moments (m, v): the emulator's sizes.
-const cost::ElementSizes kAdamFp32{4, 4, 4, 8, 8};
+// The planner's parameter state of tspemu's fp32 run: fp32 weights, gradients and AdamW moments
+// (SGD: none), no master copy.
+cost::ParameterState planned(const cost::Strategy& st, const cost::ModelShape& m,
+                             const ref::OptimizerConfig& oc) {
+  cost::PrecisionModel p = cost::PrecisionModel::fp32_emulator();
+  p.moments = oc.state_per_param() * 4.0;
+  return cost::parameter_state_bytes_per_rank(st, m, p);
+}
 
 const ref::OptimizerConfig kAdamw{.lr = 1e-2, .weight_decay = 0.1};
 const ref::OptimizerConfig kSgd{.kind = ref::OptimizerKind::sgd, .lr = 0.5, .weight_decay = 0.1};
@@ -140,14 +146,13 @@ void check_tsp_model(int D, bool tied, const ref::OptimizerConfig& oc) {
       EXPECT_EQ(norms[static_cast<std::size_t>(r)], norms[0])
           << what << ": rank " << r << "'s norm weights differ from rank 0's";
   }
-  const cost::DeviceMemory planned = cost::device_memory(
-      cost::ModelShape::from(s.model, 1, s.S), cost::Strategy::tsp(D),
-      oc.kind == ref::OptimizerKind::adamw ? kAdamFp32 : cost::ElementSizes::fp32_emulator());
+  const cost::ParameterState plan =
+      planned(cost::Strategy::tsp(D), cost::ModelShape::from(s.model, 1, s.S), oc);
   for (int r = 0; r < D; ++r) {
     const ArenaStats& st = stats[static_cast<std::size_t>(r)];
-    EXPECT_EQ(category(st, Category::weights), planned.weights) << "rank " << r;
-    EXPECT_EQ(category(st, Category::gradients), planned.gradients) << "rank " << r;
-    EXPECT_EQ(category(st, Category::optimizer), planned.optimizer) << "rank " << r;
+    EXPECT_EQ(category(st, Category::weights), plan.weights) << "rank " << r;
+    EXPECT_EQ(category(st, Category::gradients), plan.gradients) << "rank " << r;
+    EXPECT_EQ(category(st, Category::optimizer), plan.optimizer()) << "rank " << r;
     EXPECT_EQ(category(st, Category::optimizer),
               oc.kind == ref::OptimizerKind::adamw ? 2 * category(st, Category::weights) : 0)
         << "rank " << r;
@@ -277,12 +282,12 @@ void check_stack(const cost::Strategy& st, const ref::OptimizerConfig& oc) {
     const std::size_t want =
         oc.kind == ref::OptimizerKind::adamw ? 2 * category(s, Category::weights) : 0;
     EXPECT_EQ(category(s, Category::optimizer), want) << st.name() << " rank " << r;
-    if (info.device_estimate && oc.kind == ref::OptimizerKind::adamw) {
-      const cost::LayerMemoryEstimate e =
-          cost::layer_memory(cost::ModelShape::from(m, B, S), st, kAdamFp32);
-      EXPECT_EQ(category(s, Category::optimizer), m.n_layers * e.optimizer)
-          << st.name() << " rank " << r << ": the planner's 8 B per parameter held";
-    }
+    cost::ModelShape ms = cost::ModelShape::from(m, B, S);
+    ms.vocab = 0;  // the layer stack
+    const cost::ParameterState plan = planned(st, ms, oc);
+    EXPECT_EQ(category(s, Category::weights), plan.weights) << st.name() << " rank " << r;
+    EXPECT_EQ(category(s, Category::optimizer), plan.optimizer())
+        << st.name() << " rank " << r << ": the planner's 8 B per parameter held";
   }
 }
 
