@@ -91,6 +91,9 @@ struct RankState {
   std::unique_ptr<RankTrace> trace;
   std::int64_t sim_ns = 0;
   RankComputeObserver compute{this};
+  // Own thread only (reset by World::run before the run starts): how many groups hold an eager
+  // broadcast this rank was root of and has not met the members of yet (Slot::unmet).
+  int unmet_calls = 0;
   // Own thread only (reset by World::run before the run starts): this rank's injection stream.
   InjectionStream inject;
 };

@@ -102,8 +102,11 @@ Channel& Group::channel(int src, int dst) {
 }
 
 void Group::reset() {
-  for (std::size_t i = 0; i < world_ranks.size(); ++i)
+  for (std::size_t i = 0; i < world_ranks.size(); ++i) {
     slots[i].progress.store(0, std::memory_order_relaxed);
+    slots[i].unmet = 0;
+    slots[i].unawaited = 0;
+  }
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     delete channels[i].exchange(nullptr, std::memory_order_relaxed);
 }
@@ -231,6 +234,8 @@ void run_rank(WorldShared& w, int id) {
     ScopedComputeObserver observer(observed ? &st.compute : nullptr);
     ScopedDryRun dry(w.opts.dry_run);
     (*w.fn)(rank);
+    // Meets the members of this rank's last eager broadcasts (transport.hpp: open_rooted).
+    w.transport->settle(st);
   } catch (...) {
     auto e = std::current_exception();
     w.fail(id, what_of(e), e);
@@ -348,6 +353,7 @@ void World::run(const std::function<void(Rank&)>& fn) {
     if (w.opts.inject) r->inject.reset(w.opts.inject->seed, r->rank);
     r->flight.clear();
     r->scan_valid = false;
+    r->unmet_calls = 0;
     r->exited.store(false, std::memory_order_relaxed);
     r->reading.store(false, std::memory_order_relaxed);
     r->arena.reset_peaks();

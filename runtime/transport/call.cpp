@@ -17,8 +17,21 @@ bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_mat
 
 }  // namespace
 
+std::string disagreement(const std::string& group, std::uint64_t seq, int size,
+                         const Fingerprint* const* fps, bool counts_must_match) {
+  bool ok = true;
+  for (int r = 1; r < size; ++r) ok = ok && compatible(*fps[0], *fps[r], counts_must_match);
+  if (ok) return {};
+  std::ostringstream m;
+  m << "collective #" << seq << " on group " << group << " disagrees:";
+  for (int r = 0; r < size; ++r)
+    if (r == 0 || !compatible(*fps[0], *fps[r], counts_must_match))
+      m << (r ? ", " : " ") << "rank " << r << " called " << describe(*fps[r]);
+  return m.str();
+}
+
 Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
-           bool counts_must_match)
+           bool counts_must_match, bool root_returns_early)
     : t_(transport_of(comm)) {
   RankState& self = comm.self();
   st_.comm = &comm;
@@ -37,21 +50,18 @@ Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
   op_.members = st_.size;
   notify_begin(self, op_);
   try {
-    t_.open(st_, fp, call_header(self), step0);
+    // The eager broadcast root meets nobody (open_rooted); observers of the meet need every
+    // member's header, so a run with any of them meets.
+    const bool met = root_returns_early && self.world->on_meet.empty()
+                         ? t_.open_rooted(st_, fp, call_header(self), step0)
+                         : (t_.open(st_, fp, call_header(self), step0), true);
+    if (!met) return;  // the transport compares the fingerprints once it meets the members
     // Every member compares every fingerprint with member 0's, so all of them reach the same
     // verdict and the same message.
-    const Fingerprint& ref = fingerprint(0);
-    bool ok = true;
-    for (int r = 1; r < st_.size; ++r)
-      ok = ok && compatible(ref, fingerprint(r), counts_must_match);
-    if (!ok) {
-      std::ostringstream m;
-      m << "collective #" << st_.seq << " on group " << comm.name() << " disagrees:";
-      for (int r = 0; r < st_.size; ++r)
-        if (r == 0 || !compatible(ref, fingerprint(r), counts_must_match))
-          m << (r ? ", " : " ") << "rank " << r << " called " << describe(fingerprint(r));
-      detail::raise(self, CollectiveMismatch(m.str()));
-    }
+    const Fingerprint* fps[kMaxRanks];
+    for (int r = 0; r < st_.size; ++r) fps[r] = &fingerprint(r);
+    const std::string differ = disagreement(comm.name(), st_.seq, st_.size, fps, counts_must_match);
+    if (!differ.empty()) detail::raise(self, CollectiveMismatch(differ));
     notify_meet(self, op_, MemberHeaders{&t_, &st_});
   } catch (...) {
     t_.abandon(st_);

@@ -26,8 +26,10 @@ namespace tspemu::detail {
 
 class Call {
  public:
+  // root_returns_early: broadcast's eager form (Transport::open_rooted); the root of such a
+  // call knows only its own fingerprint, and may return before the members arrive.
   Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
-       bool counts_must_match = true);
+       bool counts_must_match = true, bool root_returns_early = false);
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;

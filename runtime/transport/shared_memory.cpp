@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../dry_reservation.hpp"
 #include "../state.hpp"
@@ -69,8 +70,8 @@ void end_reading(RankState& self) {
 // Where byte `pos` of a message is and how many bytes follow it contiguously (0: past the end).
 std::pair<const std::byte*, std::size_t> locate(const StepMessage& m, std::size_t pos) {
   if (m.pieces == nullptr)
-    return pos < m.single.size() ? std::pair{m.single.data() + pos, m.single.size() - pos}
-                                 : std::pair{nullptr, std::size_t{0}};
+    return pos < m.bytes ? std::pair{m.single + pos, m.bytes - pos}
+                         : std::pair{nullptr, std::size_t{0}};
   for (std::size_t i = 0; i < m.piece_count; ++i) {
     const std::size_t size = m.pieces[i].size();
     if (pos < size) return {m.pieces[i].data() + pos, size - pos};
@@ -119,6 +120,35 @@ bool message_consumed(const Channel& ch, std::uint64_t index) {
          ch.ring[index % kChannelDepth].state.load(std::memory_order_seq_cst) == kConsumed;
 }
 
+// Meets the members of call #slot.unmet, an eager broadcast whose root this rank (member `me` of
+// g) was, and compares their fingerprints with its own (shared_memory.hpp: Eager broadcast). The
+// members' descriptors of that call are stable here: a member rewrites them only at call
+// #unmet+2, after seeing this rank open #unmet+1, which it has not yet.
+void settle_unmet(RankState& self, Group& g, int me) {
+  Slot& own = g.slots[static_cast<std::size_t>(me)];
+  const std::uint64_t seq = own.unmet;
+  // Cleared first: if a wait below throws, the run is failing and nothing is left to settle.
+  own.unmet = 0;
+  --self.unmet_calls;
+  const int n = g.size();
+  const Fingerprint& mine = own.desc[seq % 2].fp;
+  const OpRef op{collective_name(mine.kind),         seq, &g, -1, "every member to enter",
+                 mine.count * dtype_size(mine.dtype)};
+  const std::uint64_t entered = stage_value(seq, step_stage(0));
+  for (int i = 1; i < n; ++i) {
+    const int r = (me + i) % n;
+    const auto& progress = g.slots[static_cast<std::size_t>(r)].progress;
+    // seq_cst: acquires member r's descriptor of #seq (pairs with its seq_cst store in publish)
+    // and is the load half of the Parker handshake.
+    wait_until(self, g.world_ranks[static_cast<std::size_t>(r)], op,
+               [&] { return progress.load(std::memory_order_seq_cst) >= entered; });
+  }
+  const Fingerprint* fps[kMaxRanks];
+  for (int r = 0; r < n; ++r) fps[r] = &g.slots[static_cast<std::size_t>(r)].desc[seq % 2].fp;
+  const std::string differ = disagreement(g.name, seq, n, fps, /*counts_must_match=*/true);
+  if (!differ.empty()) raise(self, CollectiveMismatch(differ));
+}
+
 }  // namespace
 
 void SharedMemoryTransport::publish(CallState& c, int step) {
@@ -126,22 +156,62 @@ void SharedMemoryTransport::publish(CallState& c, int step) {
   unpark_members(c.comm->group(), c.rank);
 }
 
-void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
-                                 std::span<const std::byte> step0) {
+void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                                  std::span<const std::byte> step0) {
+  if (slot(c, c.rank).unmet != 0) settle_unmet(c.comm->self(), c.comm->group(), c.rank);
   Descriptor& d = desc(c, c.rank);
   d.fp = fp;
   d.header = header;
   d.eager = step0.size() <= kEagerBytes;
   if (d.eager && !step0.empty() && !(skip_dry_ && touches_dry(d.data, step0.data())))
     std::memcpy(d.data, step0.data(), step0.size());
-  d.steps[0] = StepMessage{d.eager ? std::span<const std::byte>(d.data, step0.size()) : step0,
-                           nullptr, 0, step0.size()};
+  d.step0 = StepMessage{d.eager ? d.data : step0.data(), nullptr, 0, step0.size()};
   c.exposed = !d.eager;
   c.posted = 0;
   publish(c, 0);
+}
+
+void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                                 std::span<const std::byte> step0) {
+  enter(c, fp, header, step0);
   for (int i = 1; i < c.size; ++i) {
     // Meet the ranks after this one first: spreads the initial polling over the group.
     wait_stage(c, (c.rank + i) % c.size, step_stage(0));
+  }
+}
+
+bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
+                                        const CallHeader& header,
+                                        std::span<const std::byte> step0) {
+  Slot& own = slot(c, c.rank);
+  if (c.rank != fp.root || step0.size() > kEagerBytes) {
+    open(c, fp, header, step0);
+    // Receivers post nothing; when the root's payload came in its mailbox too, no member exposes
+    // a buffer, so no member waits for anyone's done stage.
+    if (c.rank != fp.root && fp.root >= 0 && fp.root < c.size && desc(c, fp.root).eager)
+      own.unawaited = c.seq;
+    return true;
+  }
+  enter(c, fp, header, step0);
+  own.unmet = c.seq;
+  own.unawaited = c.seq;
+  ++c.comm->self().unmet_calls;
+  return false;
+}
+
+void SharedMemoryTransport::settle(RankState& self) {
+  if (self.unmet_calls == 0) return;
+  WorldShared& w = *self.world;
+  std::vector<std::shared_ptr<Group>> groups{w.world_group};
+  {
+    std::lock_guard<std::mutex> lock(w.groups_mu);
+    groups.insert(groups.end(), w.run_groups.begin(), w.run_groups.end());
+  }
+  for (const auto& g : groups) {
+    const auto at = std::find(g->world_ranks.begin(), g->world_ranks.end(), self.rank);
+    if (at == g->world_ranks.end()) continue;
+    const int me = static_cast<int>(at - g->world_ranks.begin());
+    if (g->slots[static_cast<std::size_t>(me)].unmet != 0) settle_unmet(self, *g, me);
   }
 }
 
@@ -156,8 +226,8 @@ const CallHeader& SharedMemoryTransport::header(const CallState& c, int member) 
 void SharedMemoryTransport::post(CallState& c, int step, std::span<const std::byte> data) {
   check_step(c, step);
   Descriptor& d = desc(c, c.rank);
-  for (int s = c.posted + 1; s < step; ++s) d.steps[s] = StepMessage{};
-  d.steps[step] = StepMessage{data, nullptr, 0, data.size()};
+  for (int s = c.posted + 1; s < step; ++s) d.step(s) = StepMessage{};
+  d.step(step) = StepMessage{data.data(), nullptr, 0, data.size()};
   c.exposed = c.exposed || !data.empty();
   c.posted = step;
   publish(c, step);
@@ -169,8 +239,8 @@ void SharedMemoryTransport::post(CallState& c, int step, Pieces pieces) {
   Descriptor& d = desc(c, c.rank);
   std::uint64_t bytes = 0;
   for (const auto& p : pieces) bytes += p.size();
-  for (int s = c.posted + 1; s < step; ++s) d.steps[s] = StepMessage{};
-  d.steps[step] = StepMessage{{}, pieces.data(), pieces.size(), bytes};
+  for (int s = c.posted + 1; s < step; ++s) d.step(s) = StepMessage{};
+  d.step(step) = StepMessage{nullptr, pieces.data(), pieces.size(), bytes};
   c.exposed = c.exposed || bytes > 0;
   c.posted = step;
   publish(c, step);
@@ -180,14 +250,14 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
                                  std::span<std::byte> dst) {
   if (from == c.rank) {
     if (step > c.posted) throw std::logic_error("recv of this rank's own step before posting it");
-    copy_range(c, from, step, desc(c, from).steps[step], offset, dst, skip_dry_);
+    copy_range(c, from, step, desc(c, from).step(step), offset, dst, skip_dry_);
     return;
   }
   if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
   if (dst.empty()) return;
   const Descriptor& d = desc(c, from);
   if (!in_mailbox(d, step)) begin_reading(c.comm->self(), c.op);
-  copy_range(c, from, step, d.steps[step], offset, dst, skip_dry_);
+  copy_range(c, from, step, d.step(step), offset, dst, skip_dry_);
 }
 
 void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
@@ -198,7 +268,7 @@ void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::siz
   if (from != c.rank && step > 0) wait_stage(c, from, step_stage(step));
   if (rows == 0 || row_bytes == 0) return;
   const Descriptor& d = desc(c, from);
-  const StepMessage& m = d.steps[step];
+  const StepMessage& m = d.step(step);
   if (from != c.rank && !in_mailbox(d, step)) begin_reading(c.comm->self(), c.op);
   for (std::size_t i = 0; i < rows; ++i)
     copy_range(c, from, step, m, offset + i * stride, {dst + i * dst_stride, row_bytes}, skip_dry_);
@@ -215,7 +285,7 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
   bool in_place = false;  // some member's message is read from its own buffer
   for (int r = 0; r < n; ++r) {
     const Descriptor& d = desc(c, r);
-    msgs[r] = &d.steps[step];
+    msgs[r] = &d.step(step);
     in_place = in_place || (r != c.rank && !in_mailbox(d, step));
   }
   if (in_place) begin_reading(c.comm->self(), c.op);
@@ -240,6 +310,7 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
 void SharedMemoryTransport::finish(CallState& c) {
   end_reading(c.comm->self());
   c.finished = true;
+  if (slot(c, c.rank).unawaited == c.seq) return;
   slot(c, c.rank).progress.store(stage_value(c.seq, kDoneStage), std::memory_order_seq_cst);
   unpark_members(c.comm->group(), c.rank);
   if (!c.exposed) return;

@@ -11,6 +11,18 @@
 //      waits for every member to be done before it returns, because its caller may reuse them.
 // Double buffering by s % 2 is safe: rank r writes desc[s % 2] only after seeing every member
 // open #s-1, and a member opens #s-1 only after it finished reading everything of #s-2.
+//
+// Eager broadcast (open_rooted). The root of a broadcast of at most kEagerBytes copies its payload
+// into desc[s % 2].data, publishes, and returns without waiting for anyone: its caller may reuse
+// its buffer at once, because the receivers read the mailbox copy, never the buffer. The mailbox
+// copy is not overwritten before every receiver has read it: the root writes desc[s % 2] again
+// only at call #s+2, and by the rule above only after seeing every member open #s+1, which a
+// receiver does after it finished reading #s. What the root skipped — seeing every member open
+// #s — is done before its next call on the group writes desc[(s+1) % 2] (settle_unmet), so that
+// rule still holds for #s+1; the root compares the members' fingerprints of #s with its own then,
+// as each receiver already did at its meet of #s (receivers meet every member as in open), so a
+// mismatched call still fails on every rank that met the others, and on the root at its next call
+// or at the end of its run (settle).
 // Point-to-point messages use one Channel per ordered pair with kChannelDepth messages in flight.
 #pragma once
 
@@ -39,25 +51,40 @@ constexpr std::uint64_t stage_value(std::uint64_t seq, std::uint64_t stage) {
 
 // Where one step's message is: one span, or an array of pieces owned by the poster.
 struct StepMessage {
-  std::span<const std::byte> single;
+  const std::byte* single = nullptr;                   // the message, unless it is in pieces
   const std::span<const std::byte>* pieces = nullptr;  // null: the message is `single`
-  std::size_t piece_count = 0;
+  std::uint64_t piece_count = 0;
   std::uint64_t bytes = 0;
 };
+static_assert(sizeof(StepMessage) == 32);
 
+// Cache-line layout: a reader of a one-step call (every small collective) needs the fingerprint,
+// the header, the eager flag and step 0's location — all in line 0 — and, when eager, the payload,
+// which starts line 1. Later steps' locations follow the payload: only large calls read them.
 struct Descriptor {
   Fingerprint fp;
   CallHeader header;
-  StepMessage steps[kMaxSteps];
   bool eager = false;  // step 0 copied into `data`
+  StepMessage step0;
   alignas(64) std::byte data[kEagerBytes];
+  StepMessage later[kMaxSteps - 1];  // steps 1 ..
+  StepMessage& step(int s) { return s == 0 ? step0 : later[s - 1]; }
+  const StepMessage& step(int s) const { return s == 0 ? step0 : later[s - 1]; }
 };
+static_assert(sizeof(Fingerprint) + sizeof(CallHeader) + 8 + sizeof(StepMessage) <= 64,
+              "line 0 of a Descriptor holds everything but the payload of a one-step call");
 
 struct alignas(64) Slot {
   // Written by the owner only. seq_cst store publishes desc[s % 2] (and each step's message,
   // and completion); pairs with the seq_cst loads in SharedMemoryTransport::wait_stage. seq_cst
   // rather than release because the same store is half of the Parker's Dekker handshake.
   std::atomic<std::uint64_t> progress{0};
+  // Owner only (and Group::reset between runs): call #unmet was an eager broadcast whose root
+  // returned without meeting the members (open_rooted); 0 when none.
+  std::uint64_t unmet = 0;
+  // Owner only: call #unawaited exposed no member's buffer (an eager broadcast), so nobody waits
+  // for its done stage and finish() does not publish it.
+  std::uint64_t unawaited = 0;
   alignas(64) Descriptor desc[2];
 };
 
@@ -94,6 +121,9 @@ class SharedMemoryTransport : public Transport {
   SharedMemoryTransport() = default;
   void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
             std::span<const std::byte> step0) override;
+  bool open_rooted(CallState& call, const Fingerprint& fp, const CallHeader& header,
+                   std::span<const std::byte> step0) override;
+  void settle(RankState& self) override;
   const Fingerprint& fingerprint(const CallState& call, int member) const override;
   const CallHeader& header(const CallState& call, int member) const override;
   void post(CallState& call, int step, Pieces pieces) override;
@@ -129,6 +159,10 @@ class SharedMemoryTransport : public Transport {
   // branch per copy; false for every world but a dry one).
   const bool skip_dry_ = false;
   void publish(CallState& call, int step);
+  // Writes this rank's descriptor of the call (after meeting the members of an unmet eager
+  // broadcast, see above) and publishes step 0.
+  void enter(CallState& call, const Fingerprint& fp, const CallHeader& header,
+             std::span<const std::byte> step0);
   void wait_stage(CallState& call, int member, std::uint64_t stage);
   void wait_all_done_after_abort(CallState& call) noexcept;
 };

@@ -87,6 +87,19 @@ class Transport {
   // Collectives. `call` has comm, rank, size, seq and op set.
   virtual void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
                     std::span<const std::byte> step0) = 0;
+  // Broadcast's eager form: as open(), except that the root, when its step 0 is at most
+  // kSmallMessageBytes, returns once step 0 is published, without meeting the members (every
+  // other member meets as in open()). Returns whether this rank met every member. When it did not,
+  // only its own fingerprint is known; the transport meets the members of that call and compares
+  // their fingerprints with this rank's later, before this rank's next call on the group opens or
+  // at settle(), raising CollectiveMismatch (disagreement()) on a difference. The default meets.
+  virtual bool open_rooted(CallState& call, const Fingerprint& fp, const CallHeader& header,
+                           std::span<const std::byte> step0) {
+    open(call, fp, header, step0);
+    return true;
+  }
+  // Ends this rank's run: completes the meets open_rooted() deferred, on every group.
+  virtual void settle(RankState& /*self*/) {}
   virtual const Fingerprint& fingerprint(const CallState& call, int member) const = 0;
   virtual const CallHeader& header(const CallState& call, int member) const = 0;
   virtual void post(CallState& call, int step, Pieces pieces) = 0;
@@ -125,6 +138,12 @@ class Transport {
   virtual void take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
                     const OpRef& op) = 0;
 };
+
+// The CollectiveMismatch message of call #seq on `group` whose members' fingerprints are
+// *fps[0] .. *fps[size - 1], each compared with member 0's (kind, dtype, root, and the count when
+// counts_must_match); empty when they all agree. Every member formats the same message.
+std::string disagreement(const std::string& group, std::uint64_t seq, int size,
+                         const Fingerprint* const* fps, bool counts_must_match);
 
 // acc[0, count) = sum over r in [0, n) of srcs[r][0, count), rank order; safe when acc aliases a
 // source (tiled: a tile is read from every source before it is written).
