@@ -104,7 +104,8 @@ Channel& Group::channel(int src, int dst) {
 void Group::reset() {
   for (std::size_t i = 0; i < world_ranks.size(); ++i) {
     slots[i].progress.store(0, std::memory_order_relaxed);
-    slots[i].unmet = 0;
+    slots[i].unmet_first = 0;
+    slots[i].unmet_last = 0;
     slots[i].unawaited = 0;
   }
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)

@@ -19,7 +19,7 @@ Slot& slot(const CallState& c, int member) {
   return c.comm->group().slots[static_cast<std::size_t>(member)];
 }
 Descriptor& desc(const CallState& c, int member) {
-  return slot(c, member).desc[c.seq % 2];
+  return slot(c, member).desc[c.seq % kDescriptors];
 }
 
 void unpark_members(const Group& g, int me) {
@@ -120,33 +120,42 @@ bool message_consumed(const Channel& ch, std::uint64_t index) {
          ch.ring[index % kChannelDepth].state.load(std::memory_order_seq_cst) == kConsumed;
 }
 
-// Meets the members of call #slot.unmet, an eager broadcast whose root this rank (member `me` of
-// g) was, and compares their fingerprints with its own (shared_memory.hpp: Eager broadcast). The
-// members' descriptors of that call are stable here: a member rewrites them only at call
-// #unmet+2, after seeing this rank open #unmet+1, which it has not yet.
-void settle_unmet(RankState& self, Group& g, int me) {
+// Meets the members of this rank's unmet eager broadcasts up to call #upto (member `me` of g)
+// and compares every member's fingerprint of each (shared_memory.hpp: Eager broadcast). The
+// members' fingerprints of those calls are stable here (Slot::fps).
+void settle_unmet(RankState& self, Group& g, int me, std::uint64_t upto) {
   Slot& own = g.slots[static_cast<std::size_t>(me)];
-  const std::uint64_t seq = own.unmet;
-  // Cleared first: if a wait below throws, the run is failing and nothing is left to settle.
-  own.unmet = 0;
-  --self.unmet_calls;
+  const std::uint64_t first = own.unmet_first;
+  const std::uint64_t last = std::min(own.unmet_last, upto);
+  if (first == 0 || last < first) return;
+  // Moved on first: if a wait below throws, the run is failing and nothing is left to settle.
+  if (last == own.unmet_last) {
+    own.unmet_first = own.unmet_last = 0;
+    --self.unmet_calls;
+  } else {
+    own.unmet_first = last + 1;
+  }
   const int n = g.size();
-  const Fingerprint& mine = own.desc[seq % 2].fp;
-  const OpRef op{collective_name(mine.kind),         seq, &g, -1, "every member to enter",
-                 mine.count * dtype_size(mine.dtype)};
-  const std::uint64_t entered = stage_value(seq, step_stage(0));
+  const Fingerprint& newest = own.fps[last % (2 * kDescriptors)];
+  const OpRef op{collective_name(newest.kind),           last, &g, -1, "every member to enter",
+                 newest.count * dtype_size(newest.dtype)};
+  // Progress is monotonic: a member that entered #last entered every earlier call.
+  const std::uint64_t entered = stage_value(last, step_stage(0));
   for (int i = 1; i < n; ++i) {
     const int r = (me + i) % n;
     const auto& progress = g.slots[static_cast<std::size_t>(r)].progress;
-    // seq_cst: acquires member r's descriptor of #seq (pairs with its seq_cst store in publish)
-    // and is the load half of the Parker handshake.
+    // seq_cst: acquires member r's descriptors up to #last (pairs with its seq_cst store in
+    // publish) and is the load half of the Parker handshake.
     wait_until(self, g.world_ranks[static_cast<std::size_t>(r)], op,
                [&] { return progress.load(std::memory_order_seq_cst) >= entered; });
   }
-  const Fingerprint* fps[kMaxRanks];
-  for (int r = 0; r < n; ++r) fps[r] = &g.slots[static_cast<std::size_t>(r)].desc[seq % 2].fp;
-  const std::string differ = disagreement(g.name, seq, n, fps, /*counts_must_match=*/true);
-  if (!differ.empty()) raise(self, CollectiveMismatch(differ));
+  for (std::uint64_t u = first; u <= last; ++u) {
+    const Fingerprint* fps[kMaxRanks];
+    for (int r = 0; r < n; ++r)
+      fps[r] = &g.slots[static_cast<std::size_t>(r)].fps[u % (2 * kDescriptors)];
+    const std::string differ = disagreement(g.name, u, n, fps, /*counts_must_match=*/true);
+    if (!differ.empty()) raise(self, CollectiveMismatch(differ));
+  }
 }
 
 }  // namespace
@@ -157,8 +166,15 @@ void SharedMemoryTransport::publish(CallState& c, int step) {
 }
 
 void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const CallHeader& header,
-                                  std::span<const std::byte> step0) {
-  if (slot(c, c.rank).unmet != 0) settle_unmet(c.comm->self(), c.comm->group(), c.rank);
+                                  std::span<const std::byte> step0, bool rooted) {
+  // Descriptor c.seq % kDescriptors is free once every member entered #seq - kDescriptors + 1: a
+  // call that meets settles every unmet call before it, an eager broadcast only what that needs.
+  if (slot(c, c.rank).unmet_first != 0)
+    settle_unmet(c.comm->self(), c.comm->group(), c.rank,
+                 !rooted                ? c.seq - 1
+                 : c.seq < kDescriptors ? 0
+                                        : c.seq + 1 - kDescriptors);
+  slot(c, c.rank).fps[c.seq % (2 * kDescriptors)] = fp;
   Descriptor& d = desc(c, c.rank);
   d.fp = fp;
   d.header = header;
@@ -173,7 +189,7 @@ void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const Cal
 
 void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
                                  std::span<const std::byte> step0) {
-  enter(c, fp, header, step0);
+  enter(c, fp, header, step0, /*rooted=*/false);
   for (int i = 1; i < c.size; ++i) {
     // Meet the ranks after this one first: spreads the initial polling over the group.
     wait_stage(c, (c.rank + i) % c.size, step_stage(0));
@@ -183,19 +199,36 @@ void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const Call
 bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
                                         const CallHeader& header,
                                         std::span<const std::byte> step0) {
-  Slot& own = slot(c, c.rank);
-  if (c.rank != fp.root || step0.size() > kEagerBytes) {
+  // Every member decides alike from its own fingerprint; members whose fingerprints differ are
+  // caught below or when the call is settled.
+  if (fp.count * dtype_size(fp.dtype) > kEagerBytes || fp.root < 0 || fp.root >= c.size) {
     open(c, fp, header, step0);
-    // Receivers post nothing; when the root's payload came in its mailbox too, no member exposes
-    // a buffer, so no member waits for anyone's done stage.
-    if (c.rank != fp.root && fp.root >= 0 && fp.root < c.size && desc(c, fp.root).eager)
-      own.unawaited = c.seq;
     return true;
   }
-  enter(c, fp, header, step0);
-  own.unmet = c.seq;
+  enter(c, fp, header, step0, /*rooted=*/true);
+  Slot& own = slot(c, c.rank);
+  if (own.unmet_first == 0) {
+    own.unmet_first = c.seq;
+    ++c.comm->self().unmet_calls;
+  }
+  own.unmet_last = c.seq;
+  // No member exposes a buffer (receivers post nothing, the root's payload is in its mailbox), so
+  // nobody waits for a done stage.
   own.unawaited = c.seq;
-  ++c.comm->self().unmet_calls;
+  if (c.rank == fp.root) return false;
+  wait_stage(c, fp.root, step_stage(0));
+  const Fingerprint& theirs = desc(c, fp.root).fp;
+  if (!(theirs == fp)) {
+    // The root's call and this one, in rank order (the format of disagreement()).
+    const bool root_first = fp.root < c.rank;
+    const Fingerprint* pair[2] = {root_first ? &theirs : &fp, root_first ? &fp : &theirs};
+    const int ranks[2] = {std::min(fp.root, c.rank), std::max(fp.root, c.rank)};
+    raise(c.comm->self(),
+          CollectiveMismatch("collective #" + std::to_string(c.seq) + " on group " +
+                             c.comm->name() + " disagrees: rank " + std::to_string(ranks[0]) +
+                             " called " + describe(*pair[0]) + ", rank " +
+                             std::to_string(ranks[1]) + " called " + describe(*pair[1])));
+  }
   return false;
 }
 
@@ -211,7 +244,7 @@ void SharedMemoryTransport::settle(RankState& self) {
     const auto at = std::find(g->world_ranks.begin(), g->world_ranks.end(), self.rank);
     if (at == g->world_ranks.end()) continue;
     const int me = static_cast<int>(at - g->world_ranks.begin());
-    if (g->slots[static_cast<std::size_t>(me)].unmet != 0) settle_unmet(self, *g, me);
+    settle_unmet(self, *g, me, g->slots[static_cast<std::size_t>(me)].unmet_last);
   }
 }
 

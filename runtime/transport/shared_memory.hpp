@@ -1,28 +1,34 @@
 // SharedMemoryTransport: the transport of ranks that share one address space (transport.hpp).
 //
-// Mailbox layout. Each group has one Slot per member. A collective call #s on rank r:
-//   1. open: writes its Descriptor into slot[r].desc[s % 2] (fingerprint, header, step 0: where
-//      the message is, and for messages of at most kEagerBytes a copy of it), then stores
+// Mailbox layout. Each group has one Slot per member, with a ring of kDescriptors descriptors.
+// A collective call #s on rank r:
+//   1. open: writes its Descriptor into slot[r].desc[s % kDescriptors] (fingerprint, header, step
+//      0: where the message is, and for messages of at most kEagerBytes a copy of it), then stores
 //      slot[r].progress = stage_value(s, step 0 posted) and waits until every member has;
 //   2. post(step): records where the step's message is, then stores stage_value(s, step posted);
 //   3. recv / recv_reduce: wait for the owner's stage, then copy straight from the owner's buffer
 //      (single copy) or its eager copy, under the abort-safe reading flag (RankState::reading);
 //   4. finish: stores stage_value(s, done); a rank whose own buffers were read in place (not eager)
 //      waits for every member to be done before it returns, because its caller may reuse them.
-// Double buffering by s % 2 is safe: rank r writes desc[s % 2] only after seeing every member
-// open #s-1, and a member opens #s-1 only after it finished reading everything of #s-2.
+// Reusing descriptor s % kDescriptors is safe once every member opened #s - kDescriptors + 1: a
+// member opens that call only after it finished reading everything of the calls before it. A
+// call that meets every member knows this from the meet of #s-1.
 //
-// Eager broadcast (open_rooted). The root of a broadcast of at most kEagerBytes copies its payload
-// into desc[s % 2].data, publishes, and returns without waiting for anyone: its caller may reuse
-// its buffer at once, because the receivers read the mailbox copy, never the buffer. The mailbox
-// copy is not overwritten before every receiver has read it: the root writes desc[s % 2] again
-// only at call #s+2, and by the rule above only after seeing every member open #s+1, which a
-// receiver does after it finished reading #s. What the root skipped — seeing every member open
-// #s — is done before its next call on the group writes desc[(s+1) % 2] (settle_unmet), so that
-// rule still holds for #s+1; the root compares the members' fingerprints of #s with its own then,
-// as each receiver already did at its meet of #s (receivers meet every member as in open), so a
-// mismatched call still fails on every rank that met the others, and on the root at its next call
-// or at the end of its run (settle).
+// Eager broadcast (open_rooted; a payload of at most kEagerBytes). Nobody meets everybody: the
+// root copies its payload into its descriptor's `data`, publishes and returns; each receiver
+// publishes its own descriptor, waits for the root's alone, checks the root's fingerprint against
+// its own and copies the payload from the mailbox. Buffer reuse: the root's caller may reuse its
+// buffer at once, because the receivers read the mailbox copy, never the buffer. The mailbox copy
+// is not overwritten before every receiver has read it: the root writes that descriptor again only
+// at call #s + kDescriptors, and before it does (enter -> settle_unmet) it waits until every member
+// opened #s + 1, which a receiver does after it finished reading #s. (The fingerprints compared
+// when settling live in a longer ring, Slot::fps.) So a rank runs at most
+// kDescriptors - 1 calls ahead of the slowest member in a run of eager broadcasts, and any call
+// that meets settles every eager broadcast before it. Settling call #u also compares every
+// member's fingerprint of #u (as a meet does), raising CollectiveMismatch: a disagreement that a
+// receiver's check against the root cannot see (e.g. two ranks that each call themselves the root)
+// fails on every rank at its next meeting call on the group, or at the end of its run (settle).
+// Nobody exposes a buffer in an eager broadcast, so no done stage is published (Slot::unawaited).
 // Point-to-point messages use one Channel per ordered pair with kChannelDepth messages in flight.
 #pragma once
 
@@ -38,6 +44,9 @@ namespace tspemu::detail {
 
 inline constexpr std::size_t kEagerBytes = kSmallMessageBytes;
 inline constexpr std::uint64_t kChannelDepth = 4;
+// Descriptors per slot: how many calls of a run of eager broadcasts a rank may be ahead of the
+// slowest member (every other call meets all members, so needs two).
+inline constexpr std::uint64_t kDescriptors = 16;
 
 // Progress values of call #seq: step s posted is s + 1, done is kMaxSteps + 1.
 inline constexpr std::uint64_t kStagesPerCall = kMaxSteps + 2;
@@ -79,13 +88,20 @@ struct alignas(64) Slot {
   // and completion); pairs with the seq_cst loads in SharedMemoryTransport::wait_stage. seq_cst
   // rather than release because the same store is half of the Parker's Dekker handshake.
   std::atomic<std::uint64_t> progress{0};
-  // Owner only (and Group::reset between runs): call #unmet was an eager broadcast whose root
-  // returned without meeting the members (open_rooted); 0 when none.
-  std::uint64_t unmet = 0;
+  // Owner only (and Group::reset between runs): calls #unmet_first .. #unmet_last were eager
+  // broadcasts this rank has not yet seen every member enter (open_rooted); 0 when none.
+  std::uint64_t unmet_first = 0;
+  std::uint64_t unmet_last = 0;
   // Owner only: call #unawaited exposed no member's buffer (an eager broadcast), so nobody waits
   // for its done stage and finish() does not publish it.
   std::uint64_t unawaited = 0;
-  alignas(64) Descriptor desc[2];
+  // Each call's fingerprint again, kept twice as long as its descriptor: settling an eager
+  // broadcast #u reads every member's fingerprint of #u while the members may already reuse
+  // descriptor u % kDescriptors (they need every member to have opened #u + 1, not settled #u).
+  // Entry u is rewritten at call #u + 2·kDescriptors, which needs every member to have opened
+  // #u + kDescriptors + 1, and a rank settles #u before it opens #u + kDescriptors - 1.
+  alignas(64) Fingerprint fps[2 * kDescriptors];
+  alignas(64) Descriptor desc[kDescriptors];
 };
 
 struct P2PMessage {
@@ -162,7 +178,7 @@ class SharedMemoryTransport : public Transport {
   // Writes this rank's descriptor of the call (after meeting the members of an unmet eager
   // broadcast, see above) and publishes step 0.
   void enter(CallState& call, const Fingerprint& fp, const CallHeader& header,
-             std::span<const std::byte> step0);
+             std::span<const std::byte> step0, bool rooted);
   void wait_stage(CallState& call, int member, std::uint64_t stage);
   void wait_all_done_after_abort(CallState& call) noexcept;
 };

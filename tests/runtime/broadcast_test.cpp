@@ -49,6 +49,32 @@ TEST(Broadcast, EagerRootReturnsBeforeTheReceiversEnterAndMayReuseItsBuffer) {
   }
 }
 
+// Runs of eager broadcasts longer than the mailbox ring (a root may run ahead of the receivers)
+// with rotating roots and sizes up to the eager limit, between collectives that meet: every
+// receiver gets every payload exactly, on 8 ranks (oversubscribed on small machines).
+TEST(Broadcast, LongRunsOfEagerBroadcastsWithRotatingRootsStayExact) {
+  World& world = shared_world(8);
+  world.run([](Rank& r) {
+    const int n = r.size();
+    for (int run = 0; run < 4; ++run) {
+      for (int i = 0; i < 50; ++i) {
+        const int root = (i * 3 + run) % n;
+        const std::size_t count = 1 + static_cast<std::size_t>(i % 64);  // up to 256 bytes
+        std::vector<float> a(count, -1.0f);
+        if (r.id() == root)
+          for (std::size_t k = 0; k < count; ++k) a[k] = static_cast<float>(i * 100 + root + k);
+        broadcast<float>(r.comm(), a, root);
+        for (std::size_t k = 0; k < count; ++k)
+          ASSERT_EQ(a[k], static_cast<float>(i * 100 + root + k))
+              << "rank " << r.id() << " run " << run << " call " << i;
+      }
+      std::vector<float> one = {1.0f};
+      all_reduce<float>(r.comm(), std::span(one));
+      ASSERT_EQ(one[0], static_cast<float>(n));
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, BroadcastTest, ::testing::ValuesIn(world_sizes()),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
