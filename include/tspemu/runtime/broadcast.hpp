@@ -2,8 +2,14 @@
 // Layout: one buffer of `count` elements on every rank; in place by definition (the root's is the
 // source, every other rank's is overwritten). All ranks must pass the same count and root.
 // Cost: one step; every non-root rank copies count elements straight from the root's buffer
-// (single copy; the root returns when every rank has copied). Payloads of at most 256 bytes are
-// copied eagerly into the mailbox and the root returns at once.
+// (single copy; the root returns when every rank has copied).
+// Eager form (payloads of at most 256 bytes): the root copies its buffer into the mailbox and
+// returns at once, so it may reuse the buffer immediately; each other rank waits for the root
+// alone. A rank may thus be up to 15 such broadcasts ahead of the slowest member. Mismatched
+// calls are still errors on every rank: a rank whose call differs from the root's throws
+// CollectiveMismatch at once; the others (the root among them) at their next collective on the
+// group that meets every member, or when their run function returns (World::run then throws).
+// A failure of another rank likewise reaches them there, not inside the broadcast.
 #pragma once
 
 #include <cstddef>
