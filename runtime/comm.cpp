@@ -10,6 +10,23 @@
 
 namespace tspemu {
 
+namespace {
+
+// The same in every process (Group::wire_id): splitmix64 over the parent's id, the split call's
+// number and the color. Distinct groups of one run collide with probability ~2^-64 per pair.
+std::uint64_t split_wire_id(std::uint64_t parent, std::uint64_t seq, int color) {
+  std::uint64_t x = parent;
+  for (std::uint64_t v : {seq, static_cast<std::uint64_t>(static_cast<std::uint32_t>(color))}) {
+    x += v + 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+  }
+  return x == 0 ? 1 : x;  // 0 is the world group
+}
+
+}  // namespace
+
 Comm::Comm(std::shared_ptr<detail::Group> group, int rank, detail::RankState* self)
     : group_(std::move(group)),
       rank_(rank),
@@ -61,6 +78,9 @@ Comm Comm::split(int color, int key, const std::string& group_name) {
     world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(r)]);
   }
   auto& w = *group_->world;
+  // Only the members hosted by this process look the group up here (all of them in one process).
+  int local_members = 0;
+  for (int r : world_ranks) local_members += w.hosts(r) ? 1 : 0;
   std::shared_ptr<detail::Group> g;
   {
     std::lock_guard lock(w.groups_mu);
@@ -70,13 +90,13 @@ Comm Comm::split(int color, int key, const std::string& group_name) {
     if (it == w.split_groups.end()) {
       std::string n = group_name.empty() ? group_->name + "/" + std::to_string(color) : group_name;
       auto made = std::make_shared<detail::Group>(&w, w.next_group_id++, n, world_ranks);
-      it = w.split_groups
-               .emplace(key,
-                        detail::WorldShared::PendingGroup{made, static_cast<int>(members.size())})
-               .first;
+      made->wire_id = split_wire_id(group_->wire_id, seq, color);
+      if (w.link != nullptr) w.link->add_group(*made);
+      it =
+          w.split_groups.emplace(key, detail::WorldShared::PendingGroup{made, local_members}).first;
     }
     g = it->second.group;
-    if (it->second.lookups_left == static_cast<int>(members.size())) {
+    if (it->second.lookups_left == local_members) {
       w.run_groups.push_back(g);
       if (w.opts.trace) w.group_names[g->id] = g->name;
     }

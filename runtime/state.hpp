@@ -32,6 +32,25 @@ namespace tspemu::detail {
 struct WorldShared;
 struct Group;
 
+// The other processes of a world that spans several (WorldOptions::mpi, transport/mpi.hpp): what
+// the world tells them besides the transport's traffic. Absent (null) in a one-process world.
+class ProcessLink {
+ public:
+  virtual ~ProcessLink() = default;
+  // Makes a group made in this process reachable by the other processes' messages for it.
+  virtual void add_group(Group& group) = 0;
+  // Between runs, on the caller's thread: drops the last run's state and meets every process, so
+  // no process starts run `generation` before every other one has reset its groups for it.
+  virtual void start_run(std::uint32_t generation) = 0;
+  // After this process's ranks have returned, on the caller's thread: waits until every process
+  // has ended the run and, if one of them failed, until its failure is recorded here, so every
+  // process's run ends the same way.
+  virtual void end_run() = 0;
+  // The first failure this process saw, to end every other process's run with it.
+  virtual void local_failure(int rank, const std::string& message,
+                             const std::exception_ptr& error) noexcept = 0;
+};
+
 struct Group {
   Group(WorldShared* world, std::uint64_t id, std::string name, std::vector<int> world_ranks);
   int size() const { return static_cast<int>(world_ranks.size()); }
@@ -40,8 +59,13 @@ struct Group {
 
   WorldShared* world;
   std::uint64_t id;
+  // The group's name in every process (ids count the groups of one process): the world group is
+  // 0, a split's group mixes its parent's, the split call's number and the color.
+  std::uint64_t wire_id = 0;
   std::string name;
   std::vector<int> world_ranks;
+  // The processes other than this one hosting members (ascending); empty in a one-process world.
+  std::vector<int> other_processes;
   // The shared-memory transport's mailbox of this group (transport/shared_memory.hpp).
   std::unique_ptr<Slot[]> slots;
   // Made on first use by either end. acq_rel CAS installs a fully built Channel; acquire loads
@@ -106,7 +130,16 @@ struct WorldShared {
   // A yield that took longer than this ran another thread on our core: stop yielding and park
   // (a parked rank is woken ahead of a CPU-bound thread; a yielding one waits out its slice).
   std::chrono::nanoseconds long_yield;
+  // Every world rank's state; in a world spanning processes, only the ranks [first_local,
+  // first_local + local_ranks) run here (the others' states hold the mirrors' parkers only).
   std::vector<std::unique_ptr<RankState>> ranks;
+  int first_local = 0;
+  int local_ranks = 0;
+  int processes = 1;
+  bool hosts(int world_rank) const {
+    return world_rank >= first_local && world_rank < first_local + local_ranks;
+  }
+  int process_of(int world_rank) const { return world_rank / local_ranks; }
   // Origin of every timestamp of the world (flight recorder, pending waits, traces).
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   std::int64_t now_ns() const {
@@ -117,6 +150,8 @@ struct WorldShared {
   std::shared_ptr<Group> world_group;
   // How the collectives and messages of this world move bytes (transport.hpp).
   std::unique_ptr<Transport> transport;
+  // The transport's link to the other processes (the same object), or null.
+  ProcessLink* link = nullptr;
   // What may run beside every operation, in order (observer.hpp).
   std::vector<std::unique_ptr<Observer>> observers;
   // The observers this run's options enable, per hook (refilled by World::run while the workers
@@ -162,7 +197,9 @@ struct WorldShared {
   // Fills on_begin .. on_wait from `observers` and `opts`.
   void select_observers();
   // Records `error` as the run's failure if it is the first, raises `aborted` and wakes everyone.
-  void fail(int rank, const std::string& message, std::exception_ptr error);
+  // A first failure raised in this process (not `from_other_process`) goes to the other ones.
+  void fail(int rank, const std::string& message, std::exception_ptr error,
+            bool from_other_process = false);
   std::string first_failure();
 };
 

@@ -139,6 +139,10 @@ std::string describe_pending(WorldShared& w, std::int64_t now_ns) {
   for (std::size_t i = 0; i < w.ranks.size(); ++i) {
     RankState& r = *w.ranks[i];
     m << "\n  rank " << i << ": ";
+    if (!w.hosts(static_cast<int>(i))) {
+      m << "in process " << w.process_of(static_cast<int>(i));
+      continue;
+    }
     // acquire: pairs with the release store of exited in the worker loop.
     if (r.exited.load(std::memory_order_acquire)) {
       m << "returned from its run function";

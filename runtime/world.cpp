@@ -11,6 +11,9 @@
 
 #include "state.hpp"
 #include "transport/dry.hpp"
+#if TSPEMU_HAVE_MPI
+#include "transport/mpi.hpp"
+#endif
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/runtime/error.hpp"
 
@@ -82,6 +85,11 @@ Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std
       channels(new std::atomic<Channel*>[world_ranks.size() * world_ranks.size()]) {
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     channels[i].store(nullptr, std::memory_order_relaxed);
+  for (int r : world_ranks)
+    if (!w->hosts(r)) other_processes.push_back(w->process_of(r));
+  std::sort(other_processes.begin(), other_processes.end());
+  other_processes.erase(std::unique(other_processes.begin(), other_processes.end()),
+                        other_processes.end());
 }
 
 Group::~Group() {
@@ -133,10 +141,28 @@ double relax_ns() {
 
 }  // namespace
 
-WorldShared::WorldShared(WorldOptions o)
-    : opts(o),
-      transport(o.dry_run ? std::unique_ptr<Transport>(std::make_unique<DryTransport>())
-                          : std::make_unique<SharedMemoryTransport>()) {
+std::unique_ptr<Transport> make_transport(WorldShared& w) {
+  if (w.opts.mpi) {
+#if TSPEMU_HAVE_MPI
+    if (w.opts.dry_run)
+      throw std::invalid_argument(
+          "World: dry_run and mpi together are not supported (a dry run "
+          "plans in one process)");
+    auto t = std::make_unique<MpiTransport>(w);
+    w.link = t.get();
+    return t;
+#else
+    throw std::invalid_argument(
+        "World: mpi = true, but this tspemu was built without MPI "
+        "(configure with -DTSPEMU_MPI=ON and OpenMPI installed)");
+#endif
+  }
+  if (w.opts.dry_run) return std::make_unique<DryTransport>();
+  return std::make_unique<SharedMemoryTransport>();
+}
+
+WorldShared::WorldShared(WorldOptions o) : opts(o), local_ranks(o.ranks) {
+  transport = make_transport(*this);
   observers.push_back(make_injection_observer());
   observers.push_back(make_flight_observer());
   observers.push_back(make_sim_clock_observer());
@@ -169,15 +195,19 @@ WorldShared::WorldShared(WorldOptions o)
   long_yield = oversubscribed ? std::chrono::nanoseconds::max() : std::chrono::microseconds(20);
 }
 
-void WorldShared::fail(int rank, const std::string& message, std::exception_ptr error) {
+void WorldShared::fail(int rank, const std::string& message, std::exception_ptr error,
+                       bool from_other_process) {
+  bool first = false;
   {
     std::lock_guard lock(failure_mu);
     if (failed_rank < 0) {
+      first = true;
       failed_rank = rank;
       failure_message = message;
-      failure = std::move(error);
+      failure = error;
     }
   }
+  if (first && link != nullptr && !from_other_process) link->local_failure(rank, message, error);
   // seq_cst: pairs with the seq_cst loads in check_abort/begin_read (see RankState::reading).
   aborted.store(true, std::memory_order_seq_cst);
   for (auto& r : ranks) r->parker.unpark();
@@ -289,14 +319,17 @@ World::World(WorldOptions opts) {
         &w, i, opts.arena_capacity, opts.flight_recorder_depth, opts.ranks, opts.dry_run));
   }
   w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
+  if (w.link != nullptr) w.link->add_group(*w.world_group);
   if (opts.trace) {
     w.group_names[0] = "world";
-    for (auto& r : w.ranks) {
+    for (int i = w.first_local; i < w.first_local + w.local_ranks; ++i) {
+      auto& r = w.ranks[static_cast<std::size_t>(i)];
       r->trace = std::make_unique<RankTrace>(opts.trace_capacity, w.t0);
       r->arena.set_trace(r->trace.get());
     }
   }
-  for (int i = 0; i < opts.ranks; ++i) w.threads.emplace_back(detail::worker, std::ref(w), i);
+  for (int i = w.first_local; i < w.first_local + w.local_ranks; ++i)
+    w.threads.emplace_back(detail::worker, std::ref(w), i);
 }
 
 World::~World() {
@@ -307,6 +340,9 @@ World::~World() {
   for (auto& t : w.threads) t.join();
 }
 
+bool World::hosts(int rank) const {
+  return shared_->hosts(rank);
+}
 int World::size() const {
   return shared_->opts.ranks;
 }
@@ -359,14 +395,16 @@ void World::run(const std::function<void(Rank&)>& fn) {
     r->reading.store(false, std::memory_order_relaxed);
     r->arena.reset_peaks();
   }
+  if (w.link != nullptr) w.link->start_run(w.generation.load(std::memory_order_relaxed) + 1);
   w.fn = &fn;
-  w.running.store(w.opts.ranks, std::memory_order_relaxed);
+  w.running.store(w.local_ranks, std::memory_order_relaxed);
   w.generation.fetch_add(1, std::memory_order_release);
   w.generation.notify_all();
   for (int left = w.running.load(std::memory_order_acquire); left != 0;
        left = w.running.load(std::memory_order_acquire))
     w.running.wait(left, std::memory_order_acquire);
   w.fn = nullptr;
+  if (w.link != nullptr) w.link->end_run();
   if (w.failure) {
     // Every rank has stopped (the acquire loads of `running` above publish their recorders).
     const std::int64_t now = w.now_ns();
@@ -374,6 +412,7 @@ void World::run(const std::function<void(Rank&)>& fn) {
         "last operations of each rank (oldest first; all of them in flight_record()):";
     std::string all = "flight recorder (last operations of each rank, oldest first):";
     for (std::size_t i = 0; i < w.ranks.size(); ++i) {
+      if (!w.hosts(static_cast<int>(i))) continue;  // recorded by its own process
       const auto& f = w.ranks[i]->flight;
       const std::string head = "\nrank " + std::to_string(i) + ", " + std::to_string(f.total()) +
                                " operations in this run:";

@@ -179,8 +179,12 @@ class SharedMemoryTransport : public Transport {
   // broadcast, see above) and publishes step 0.
   void enter(CallState& call, const Fingerprint& fp, const CallHeader& header,
              std::span<const std::byte> step0, bool rooted);
-  void wait_stage(CallState& call, int member, std::uint64_t stage);
   void wait_all_done_after_abort(CallState& call) noexcept;
+
+ protected:
+  // Waits until `member`'s progress reaches `stage` of this call (the MPI transport's mirrors of
+  // members in other processes are waited for the same way: mpi.hpp).
+  void wait_stage(CallState& call, int member, std::uint64_t stage);
 };
 
 }  // namespace tspemu::detail

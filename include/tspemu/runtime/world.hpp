@@ -70,6 +70,14 @@ struct WorldOptions {
   // the dry-run transport: collectives still meet, check fingerprints and count bytes, but copy
   // nothing of arena memory.
   bool dry_run = false;
+  // Span the processes of MPI_COMM_WORLD (transport/mpi.hpp; only when built with MPI): every
+  // process constructs the World with the same options and makes the same run() calls; `ranks`
+  // (global ids) are spread as ranks / P consecutive ranks per process (P must divide ranks), and
+  // each process runs fn on its own ranks only. Collectives and messages between ranks of one
+  // process stay in shared memory; results, fingerprint checks and failures are as in one process.
+  // MPI is initialized by the first such World (MPI_THREAD_MULTIPLE) unless the program did,
+  // and finalized at exit.
+  bool mpi = false;
 };
 
 inline constexpr int kMaxRanks = 256;
@@ -104,6 +112,9 @@ class World {
 
   int size() const;
   const WorldOptions& options() const;
+  // Whether `rank` runs in this process (always, unless options().mpi). Inspecting a rank hosted
+  // elsewhere (arena, counters, trace, simulated clock) shows an untouched state.
+  bool hosts(int rank) const;
   void run(const std::function<void(Rank&)>& fn);
 
   // Inspection between runs (not during one).

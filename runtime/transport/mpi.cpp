@@ -1,0 +1,1019 @@
+#include "mpi.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "../parker.hpp"
+#include "tspemu/runtime/error.hpp"
+
+namespace tspemu::detail {
+
+namespace {
+
+// Control messages (to a process's progress thread) use one tag; replies to reads use tags that
+// name the reader, the member read and the run (so a reply to a read cancelled by a failed run
+// never matches a read of a later run).
+constexpr int kControlTag = 1;
+constexpr int kReplyTagBase = 16;
+constexpr int kReplyTagLimit = kReplyTagBase + (64 << 16);
+int reply_tag(std::uint32_t generation, int reader_world_rank, int member) {
+  return kReplyTagBase + static_cast<int>(((generation & 0x3fu) << 16) |
+                                          (static_cast<unsigned>(reader_world_rank) << 8) |
+                                          static_cast<unsigned>(member));
+}
+
+enum WireType : std::uint32_t { kOpen = 1, kPost, kDone, kMessage, kRead, kAbort };
+
+struct WireHead {
+  std::uint32_t type = 0;
+  std::uint32_t generation = 0;  // World::run number: a message of an earlier run is dropped
+  std::uint64_t group = 0;       // Group::wire_id
+  std::uint64_t seq = 0;
+  std::int32_t member = 0;  // the sender's group rank
+  std::int32_t step = 0;
+  std::uint64_t bytes = 0;  // open/post: the step message's size
+};
+struct OpenBody {
+  Fingerprint fp;
+  CallHeader header;
+  std::uint8_t eager = 0;  // step 0 follows
+};
+struct MessageBody {
+  std::int32_t dst = 0;
+  std::uint64_t index = 0;
+  MessageHeader header;
+};
+struct ReadBody {
+  std::uint64_t offset = 0, stride = 0, row_bytes = 0, rows = 0;
+  std::int32_t reader = 0;  // world rank
+  std::int32_t tag = 0;
+};
+struct AbortBody {
+  std::int32_t rank = 0;
+  std::int32_t kind = 0;  // FailureKind
+};
+enum FailureKind : std::int32_t { kOther, kMismatch, kPeer, kHang, kOom };
+
+template <class Body>
+std::vector<std::byte> encode(const WireHead& h, const Body& b, std::span<const std::byte> extra) {
+  std::vector<std::byte> out(sizeof h + sizeof b + extra.size());
+  std::memcpy(out.data(), &h, sizeof h);
+  std::memcpy(out.data() + sizeof h, &b, sizeof b);
+  if (!extra.empty()) std::memcpy(out.data() + sizeof h + sizeof b, extra.data(), extra.size());
+  return out;
+}
+template <class Body>
+Body body_of(const std::vector<std::byte>& m) {
+  Body b;
+  std::memcpy(&b, m.data() + sizeof(WireHead), sizeof b);
+  return b;
+}
+template <class Body>
+std::span<const std::byte> extra_of(const std::vector<std::byte>& m) {
+  return std::span<const std::byte>(m).subspan(sizeof(WireHead) + sizeof(Body));
+}
+
+int checked_int(std::uint64_t n, const char* what) {
+  if (n > static_cast<std::uint64_t>(INT_MAX))
+    throw std::length_error(std::string("MPI transport: ") + what + " of " + std::to_string(n) +
+                            " bytes exceeds one MPI message (" + std::to_string(INT_MAX) + ")");
+  return static_cast<int>(n);
+}
+
+void check_mpi(int rc, const char* call) {
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw std::runtime_error(std::string(call) + " failed: " + std::string(text, len));
+  }
+}
+
+// MPI itself, once per process: initialized by the first World spanning processes (unless the
+// program did), finalized at exit after every live world's progress thread has stopped.
+struct MpiProcess {
+  std::mutex mu;
+  std::vector<MpiTransport::Progress*> live;
+  bool we_initialized = false;
+  static MpiProcess& get();
+};
+void stop_progress(MpiTransport::Progress& p);
+
+void finalize_at_exit() {
+  MpiProcess& m = MpiProcess::get();
+  {
+    std::lock_guard lock(m.mu);
+    for (auto* p : m.live) stop_progress(*p);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+MpiProcess& MpiProcess::get() {
+  static MpiProcess* m = [] {
+    auto* made = new MpiProcess();  // never destroyed: finalize_at_exit runs after main
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                "MPI_Init_thread");
+      made->we_initialized = true;
+      std::atexit(finalize_at_exit);
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw std::runtime_error("World(mpi): MPI provides thread level " + std::to_string(provided) +
+                               ", MPI_THREAD_MULTIPLE is needed (MPI_Init_thread)");
+    void* ub = nullptr;
+    int has = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has);
+    if (has && *static_cast<int*>(ub) < kReplyTagLimit)
+      throw std::runtime_error("World(mpi): MPI_TAG_UB " + std::to_string(*static_cast<int*>(ub)) +
+                               " is below the " + std::to_string(kReplyTagLimit) + " tags needed");
+    return made;
+  }();
+  return *m;
+}
+
+}  // namespace
+
+// One read of another process's message, owned by the reading rank's thread until `state` leaves
+// kPending.
+struct MpiTransport::Fetch {
+  enum : int { kPending = 0, kArrived = 1, kCancelled = 2 };
+  std::byte* dst = nullptr;
+  std::size_t rows = 0, row_bytes = 0, dst_stride = 0;
+  int source = 0;  // process
+  int tag = 0;
+  RankState* waiter = nullptr;
+  std::vector<std::byte> request;
+  // Written by the progress thread when the reply has arrived (or the receive was cancelled);
+  // seq_cst store then the waiter's unpark, pairing with the seq_cst load in the waiter's
+  // wait_until condition: the Parker's Dekker handshake (parker.hpp). The reply's bytes in dst
+  // happen before it (MPI_Testsome returned on this thread before the store).
+  std::atomic<int> state{kPending};
+};
+
+struct MpiTransport::Progress {
+  struct Command {
+    // kBarrier: every process meets; kAgree: also *value = the maximum over processes.
+    enum Kind { kSend, kFetch, kCancel, kBarrier, kAgree } kind = kSend;
+    int dest = -1;
+    std::vector<std::byte> bytes;
+    Fetch* fetch = nullptr;
+    std::atomic<int>* flag = nullptr;
+    int* value = nullptr;
+  };
+  struct Outstanding {
+    enum Kind { kOwnedSend, kFetchRecv, kReply, kBarrier } kind = kOwnedSend;
+    std::vector<std::byte> buffer;
+    Fetch* fetch = nullptr;
+    int owner = -1;  // kReply: the world rank whose posted buffer is being sent
+    std::atomic<int>* flag = nullptr;
+  };
+  struct Incoming {
+    MessageHeader header;
+    std::vector<std::byte> payload;
+  };
+  using MessageKey = std::tuple<std::uint64_t, int, int, std::uint64_t>;  // group, src, dst, index
+
+  explicit Progress(WorldShared& world) : w(world) {}
+
+  WorldShared& w;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int process = 0;
+  std::thread thread;
+  Parker parker;
+  // The run whose messages are taken (World::run's generation); a message of another run is
+  // dropped. Set by start_run between runs while holding groups_mu and incoming_mu, and read by
+  // the progress thread under the lock of what the message would change, so no message of the
+  // last run lands in state reset for the next one (relaxed: the mutexes order it). Rank threads
+  // read it during a run, after World::run's release bump of the generation published it.
+  std::atomic<std::uint32_t> generation{0};
+  std::uint32_t run() const { return generation.load(std::memory_order_relaxed); }
+  // Set (release) by stop_progress; the progress thread's acquire load ends its loop.
+  std::atomic<bool> stopping{false};
+  bool stopped = false;  // guarded by MpiProcess::mu
+
+  std::mutex queue_mu;
+  std::vector<Command> queue;
+
+  // The groups of the run by wire id, and control messages for a group not made here yet.
+  std::mutex groups_mu;
+  std::unordered_map<std::uint64_t, Group*> groups;
+  std::unordered_map<std::uint64_t, std::vector<std::vector<std::byte>>> deferred;
+
+  std::mutex incoming_mu;
+  std::map<MessageKey, std::unique_ptr<Incoming>> incoming;
+
+  // Replies in flight from each world rank's posted buffers. Incremented and decremented by the
+  // progress thread (seq_cst stores); an unwinding owner's seq_cst loads in abandon() wait for 0
+  // so it does not free a buffer MPI still reads.
+  std::unique_ptr<std::atomic<int>[]> serving;
+
+  // Progress thread only.
+  std::vector<MPI_Request> requests;
+  std::vector<Outstanding> pending;
+
+  void push(Command c) {
+    {
+      std::lock_guard lock(queue_mu);
+      queue.push_back(std::move(c));
+    }
+    parker.unpark();
+  }
+  void send_to(int process_id, std::vector<std::byte> bytes) {
+    Command c;
+    c.kind = Command::kSend;
+    c.dest = process_id;
+    c.bytes = std::move(bytes);
+    push(std::move(c));
+  }
+
+  void loop();
+  void execute(Command& c);
+  void receive(const MPI_Status& status, MPI_Message message);
+  void complete(std::size_t i);
+  void apply(Group& g, const std::vector<std::byte>& m);
+  void serve_read(const std::vector<std::byte>& m, int from_process);
+  void take_abort(const std::vector<std::byte>& m);
+  void wake_members(const Group& g) {
+    for (int r : g.world_ranks)
+      if (w.hosts(r)) w.ranks[static_cast<std::size_t>(r)]->parker.unpark();
+  }
+};
+
+namespace {
+
+void stop_progress(MpiTransport::Progress& p) {
+  if (p.stopped) return;
+  p.stopped = true;
+  // release: pairs with the progress thread's acquire load; it sees every command pushed before.
+  p.stopping.store(true, std::memory_order_release);
+  p.parker.unpark();
+  if (p.thread.joinable()) p.thread.join();
+}
+
+}  // namespace
+
+void MpiTransport::Progress::loop() {
+  std::vector<Command> commands;
+  int idle = 0;
+  // acquire: pairs with the release store in stop_progress.
+  while (!stopping.load(std::memory_order_acquire)) {
+    bool busy = false;
+    {
+      std::lock_guard lock(queue_mu);
+      commands.swap(queue);
+    }
+    for (auto& c : commands) execute(c);
+    busy = busy || !commands.empty();
+    commands.clear();
+    for (int i = 0; i < 64; ++i) {
+      int flag = 0;
+      MPI_Message message;
+      MPI_Status status;
+      MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm, &flag, &message, &status);
+      if (!flag) break;
+      receive(status, message);
+      busy = true;
+    }
+    if (!requests.empty()) {
+      std::vector<int> done(requests.size());
+      int count = 0;
+      MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
+                   MPI_STATUSES_IGNORE);
+      if (count > 0 && count != MPI_UNDEFINED) {
+        busy = true;
+        std::sort(done.begin(), done.begin() + count);
+        for (int k = count - 1; k >= 0; --k) complete(static_cast<std::size_t>(done[k]));
+      }
+    }
+    // Waiting: yield while traffic is recent (a reply or a peer's read is usually microseconds
+    // away), then sleep in short parks: incoming MPI traffic is only seen by polling, so the park
+    // bounds the latency a quiet process adds to a peer's read (commands from our ranks unpark).
+    if (busy) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < 2000) {
+      std::this_thread::yield();
+    } else {
+      parker.prepare();
+      bool queued;
+      {
+        std::lock_guard lock(queue_mu);
+        queued = !queue.empty();
+      }
+      if (queued || stopping.load(std::memory_order_acquire))
+        parker.cancel();
+      else
+        parker.park(std::chrono::microseconds(idle < 20000 ? 20 : 200));
+    }
+  }
+  // Stopping (the world is destroyed between runs, or at exit): what is left in flight is
+  // cancelled where MPI allows it (receives), else left to MPI_Finalize.
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (pending[i].kind == Outstanding::kFetchRecv) MPI_Cancel(&requests[i]);
+}
+
+void MpiTransport::Progress::execute(Command& c) {
+  switch (c.kind) {
+    case Command::kSend: {
+      Outstanding o;
+      o.kind = Outstanding::kOwnedSend;
+      o.buffer = std::move(c.bytes);
+      MPI_Request r;
+      MPI_Isend(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.dest, kControlTag,
+                comm, &r);
+      requests.push_back(r);
+      pending.push_back(std::move(o));
+      break;
+    }
+    case Command::kFetch: {
+      Fetch& f = *c.fetch;
+      MPI_Datatype type = MPI_BYTE;
+      int count = static_cast<int>(f.row_bytes);
+      if (f.rows > 1) {
+        MPI_Type_create_hvector(static_cast<int>(f.rows), static_cast<int>(f.row_bytes),
+                                static_cast<MPI_Aint>(f.dst_stride), MPI_BYTE, &type);
+        MPI_Type_commit(&type);
+        count = 1;
+      }
+      MPI_Request r;
+      MPI_Irecv(f.dst, count, type, f.source, f.tag, comm, &r);
+      if (type != MPI_BYTE) MPI_Type_free(&type);  // freed once the receive completes
+      Outstanding o;
+      o.kind = Outstanding::kFetchRecv;
+      o.fetch = &f;
+      requests.push_back(r);
+      pending.push_back(std::move(o));
+      // The request goes after the receive is posted, so the reply never waits unexpected.
+      Outstanding q;
+      q.kind = Outstanding::kOwnedSend;
+      q.buffer = std::move(f.request);
+      MPI_Request s;
+      MPI_Isend(q.buffer.data(), static_cast<int>(q.buffer.size()), MPI_BYTE, f.source, kControlTag,
+                comm, &s);
+      requests.push_back(s);
+      pending.push_back(std::move(q));
+      break;
+    }
+    case Command::kCancel:
+      for (std::size_t i = 0; i < requests.size(); ++i)
+        if (pending[i].kind == Outstanding::kFetchRecv && pending[i].fetch == c.fetch)
+          MPI_Cancel(&requests[i]);  // completes (cancelled or arrived) in a later Testsome
+      break;
+    case Command::kBarrier:
+    case Command::kAgree: {
+      Outstanding o;
+      o.kind = Outstanding::kBarrier;
+      o.flag = c.flag;
+      MPI_Request r;
+      if (c.kind == Command::kAgree)
+        MPI_Iallreduce(MPI_IN_PLACE, c.value, 1, MPI_INT, MPI_MAX, comm, &r);
+      else
+        MPI_Ibarrier(comm, &r);
+      requests.push_back(r);
+      pending.push_back(std::move(o));
+      break;
+    }
+  }
+}
+
+void MpiTransport::Progress::complete(std::size_t i) {
+  // MPI_Testsome set requests[i] to MPI_REQUEST_NULL; drop the entry.
+  Outstanding o = std::move(pending[i]);
+  requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
+  pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  switch (o.kind) {
+    case Outstanding::kOwnedSend:
+      break;
+    case Outstanding::kReply:
+      // seq_cst: pairs with the owner's seq_cst loads in abandon().
+      serving[static_cast<std::size_t>(o.owner)].fetch_sub(1, std::memory_order_seq_cst);
+      break;
+    case Outstanding::kFetchRecv: {
+      Fetch& f = *o.fetch;
+      RankState* waiter = f.waiter;
+      // A cancelled receive and one that got its reply both end here; the reader only needs to
+      // know the receive is over (it asked for the cancel only because it is unwinding).
+      // seq_cst: the store half of the Parker handshake with the reader (see Fetch::state).
+      f.state.store(Fetch::kArrived, std::memory_order_seq_cst);
+      waiter->parker.unpark();
+      break;
+    }
+    case Outstanding::kBarrier:
+      // release: pairs with start_run's acquire wait on the flag.
+      o.flag->store(1, std::memory_order_release);
+      o.flag->notify_all();
+      break;
+  }
+}
+
+void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message message) {
+  int size = 0;
+  MPI_Get_count(&status, MPI_BYTE, &size);
+  std::vector<std::byte> m(static_cast<std::size_t>(size));
+  MPI_Mrecv(m.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  if (m.size() < sizeof(WireHead)) return;
+  WireHead h;
+  std::memcpy(&h, m.data(), sizeof h);
+  // A message of another run is dropped: one of a run that ended (by a failure) before this one.
+  switch (h.type) {
+    case kOpen:
+    case kPost:
+    case kDone: {
+      std::lock_guard lock(groups_mu);
+      if (h.generation != run()) return;
+      auto it = groups.find(h.group);
+      if (it == groups.end())
+        deferred[h.group].push_back(std::move(m));  // the group is not made here yet
+      else
+        apply(*it->second, m);
+      break;
+    }
+    case kMessage: {
+      const auto b = body_of<MessageBody>(m);
+      auto in = std::make_unique<Incoming>();
+      in->header = b.header;
+      const auto payload = extra_of<MessageBody>(m);
+      in->payload.assign(payload.begin(), payload.end());
+      int dst_world = -1;
+      {
+        std::lock_guard lock(groups_mu);
+        auto it = groups.find(h.group);
+        if (it != groups.end())
+          dst_world = it->second->world_ranks[static_cast<std::size_t>(b.dst)];
+      }
+      {
+        std::lock_guard lock(incoming_mu);
+        if (h.generation != run()) return;
+        incoming[{h.group, h.member, b.dst, b.index}] = std::move(in);
+      }
+      // The receiver polls `incoming` under its mutex, so the unpark below is ordered after the
+      // insertion; a receiver of a group not registered yet is woken by its next park timeout.
+      if (dst_world >= 0)
+        w.ranks[static_cast<std::size_t>(dst_world)]->parker.unpark();
+      else
+        for (int r = w.first_local; r < w.first_local + w.local_ranks; ++r)
+          w.ranks[static_cast<std::size_t>(r)]->parker.unpark();
+      break;
+    }
+    case kRead:
+      if (h.generation == run()) serve_read(m, status.MPI_SOURCE);
+      break;
+    case kAbort:
+      if (h.generation == run()) take_abort(m);
+      break;
+    default:
+      break;
+  }
+}
+
+void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
+  WireHead h;
+  std::memcpy(&h, m.data(), sizeof h);
+  Slot& s = g.slots[static_cast<std::size_t>(h.member)];
+  Descriptor& d = s.desc[h.seq % 2];
+  std::uint64_t stage = kDoneStage;
+  if (h.type == kOpen) {
+    const auto b = body_of<OpenBody>(m);
+    d.fp = b.fp;
+    d.header = b.header;
+    d.eager = b.eager != 0;
+    const auto data = extra_of<OpenBody>(m);
+    if (d.eager && !data.empty()) std::memcpy(d.data, data.data(), data.size());
+    for (auto& step : d.steps) step = StepMessage{};
+    d.steps[0] = StepMessage{
+        d.eager ? std::span<const std::byte>(d.data, h.bytes) : std::span<const std::byte>(),
+        nullptr, 0, h.bytes};
+    stage = step_stage(0);
+  } else if (h.type == kPost) {
+    d.steps[h.step] = StepMessage{{}, nullptr, 0, h.bytes};
+    stage = step_stage(h.step);
+  }
+  // seq_cst: publishes the mirror's descriptor; pairs with the seq_cst loads of wait_stage
+  // (shared_memory.cpp), and is the store half of their Parker handshake, as a local member's
+  // own store is.
+  s.progress.store(stage_value(h.seq, stage), std::memory_order_seq_cst);
+  wake_members(g);
+}
+
+void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int from_process) {
+  WireHead h;
+  std::memcpy(&h, m.data(), sizeof h);
+  const auto b = body_of<ReadBody>(m);
+  Group* g = nullptr;
+  {
+    std::lock_guard lock(groups_mu);
+    auto it = groups.find(h.group);
+    if (it != groups.end()) g = it->second;
+  }
+  // A read comes only after its reader saw the owner's open or post (mirrored from the owner's
+  // own messages, sent after it posted), so the group exists here and the step is posted; the
+  // owner keeps the buffer until the reader's done.
+  if (g == nullptr) return;
+  const int owner = g->world_ranks[static_cast<std::size_t>(h.member)];
+  // seq_cst increment, then seq_cst load of `aborted`, against the owner's side (WorldShared::fail
+  // stores aborted before the owner's abandon() loads serving): either the owner waits for this
+  // reply, or this read is dropped (the world is failing; its reader learns so from the abort).
+  serving[static_cast<std::size_t>(owner)].fetch_add(1, std::memory_order_seq_cst);
+  if (w.aborted.load(std::memory_order_seq_cst)) {
+    serving[static_cast<std::size_t>(owner)].fetch_sub(1, std::memory_order_seq_cst);
+    return;
+  }
+  const Descriptor& d = g->slots[static_cast<std::size_t>(h.member)].desc[h.seq % 2];
+  const StepMessage& msg = d.steps[h.step];
+  Outstanding o;
+  o.kind = Outstanding::kReply;
+  o.owner = owner;
+  const void* src = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_BYTE;
+  if (msg.pieces == nullptr) {
+    src = msg.single.data() + b.offset;
+    if (b.rows == 1) {
+      count = static_cast<int>(b.row_bytes);
+    } else {
+      MPI_Type_create_hvector(static_cast<int>(b.rows), static_cast<int>(b.row_bytes),
+                              static_cast<MPI_Aint>(b.stride), MPI_BYTE, &type);
+      MPI_Type_commit(&type);
+      count = 1;
+    }
+  } else {
+    // A message made of pieces: pack the rows (the reader checked the range against its size).
+    o.buffer.resize(b.rows * b.row_bytes);
+    for (std::uint64_t r = 0; r < b.rows; ++r) {
+      std::size_t pos = b.offset + r * b.stride, done = 0;
+      while (done < b.row_bytes) {
+        std::size_t at = pos + done;
+        std::size_t i = 0;
+        while (i < msg.piece_count && at >= msg.pieces[i].size()) at -= msg.pieces[i++].size();
+        const std::size_t len =
+            std::min<std::size_t>(msg.pieces[i].size() - at, b.row_bytes - done);
+        std::memcpy(o.buffer.data() + r * b.row_bytes + done, msg.pieces[i].data() + at, len);
+        done += len;
+      }
+    }
+    src = o.buffer.data();
+    count = static_cast<int>(o.buffer.size());
+  }
+  MPI_Request r;
+  MPI_Isend(src, count, type, from_process, b.tag, comm, &r);
+  if (type != MPI_BYTE) MPI_Type_free(&type);
+  requests.push_back(r);
+  pending.push_back(std::move(o));
+}
+
+void MpiTransport::Progress::take_abort(const std::vector<std::byte>& m) {
+  const auto b = body_of<AbortBody>(m);
+  const auto text_bytes = extra_of<AbortBody>(m);
+  std::string text(reinterpret_cast<const char*>(text_bytes.data()), text_bytes.size());
+  if (b.kind == kHang)
+    text += "\n(process " + std::to_string(process) + " when the hang report arrived) " +
+            describe_pending(w, w.now_ns());
+  std::exception_ptr e;
+  switch (b.kind) {
+    case kMismatch:
+      e = std::make_exception_ptr(CollectiveMismatch(text));
+      break;
+    case kPeer:
+      e = std::make_exception_ptr(PeerFailure(text));
+      break;
+    case kHang:
+      e = std::make_exception_ptr(HangError(text));
+      break;
+    case kOom:
+      e = std::make_exception_ptr(OutOfMemory(text));
+      break;
+    default:
+      e = std::make_exception_ptr(Error(text));
+      break;
+  }
+  w.fail(b.rank, text, e, /*from_other_process=*/true);
+}
+
+MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress>(w)) {
+  MpiProcess& mp = MpiProcess::get();
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int n = w.opts.ranks;
+  if (n % size != 0)
+    throw std::invalid_argument("World(mpi): ranks=" + std::to_string(n) + " is not divisible by " +
+                                std::to_string(size) + " MPI processes (process " +
+                                std::to_string(rank) + ")");
+  w.processes = size;
+  w.local_ranks = n / size;
+  w.first_local = rank * w.local_ranks;
+  p_->process = rank;
+  p_->serving.reset(new std::atomic<int>[static_cast<std::size_t>(n)]);
+  for (int i = 0; i < n; ++i)
+    p_->serving[static_cast<std::size_t>(i)].store(0, std::memory_order_relaxed);
+  // Collective over MPI_COMM_WORLD: every process makes its worlds in the same order.
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p_->comm), "MPI_Comm_dup");
+  {
+    std::lock_guard lock(mp.mu);
+    mp.live.push_back(p_.get());
+  }
+  p_->thread = std::thread([p = p_.get()] { p->loop(); });
+}
+
+MpiTransport::~MpiTransport() {
+  MpiProcess& mp = MpiProcess::get();
+  std::lock_guard lock(mp.mu);
+  stop_progress(*p_);
+  mp.live.erase(std::remove(mp.live.begin(), mp.live.end(), p_.get()), mp.live.end());
+  // The communicator is not freed: messages of this world may still be in flight to a process
+  // (a done, an abort, the reply to a read cancelled by a failure), and a freed communicator's
+  // context id is reused by the next MPI_Comm_dup, where they would be taken for the next world's
+  // traffic. MPI_Finalize releases it; a World per run of a program is the intended use.
+}
+
+bool MpiTransport::remote(const Comm& comm, int member) const {
+  return !w_.hosts(comm.group().world_ranks[static_cast<std::size_t>(member)]);
+}
+
+void MpiTransport::notify(const CallState& c, int type, int step, std::uint64_t bytes) {
+  const Group& g = c.comm->group();
+  if (g.other_processes.empty()) return;
+  WireHead h;
+  h.type = static_cast<std::uint32_t>(type);
+  h.generation = p_->run();
+  h.group = g.wire_id;
+  h.seq = c.seq;
+  h.member = c.rank;
+  h.step = step;
+  h.bytes = bytes;
+  std::vector<std::byte> m(sizeof h);
+  std::memcpy(m.data(), &h, sizeof h);
+  for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
+    p_->send_to(g.other_processes[i], m);
+  p_->send_to(g.other_processes.back(), std::move(m));
+}
+
+void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                        std::span<const std::byte> step0) {
+  const Group& g = c.comm->group();
+  if (!g.other_processes.empty()) {
+    // The open message is built from fp and header directly (our descriptor is written by the
+    // shared-memory open below, which then waits for every member).
+    WireHead h;
+    h.type = kOpen;
+    h.generation = p_->run();
+    h.group = g.wire_id;
+    h.seq = c.seq;
+    h.member = c.rank;
+    h.bytes = step0.size();
+    OpenBody b;
+    b.fp = fp;
+    b.header = header;
+    b.eager = step0.size() <= kEagerBytes ? 1 : 0;
+    auto m = encode(h, b, b.eager ? step0 : std::span<const std::byte>());
+    for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
+      p_->send_to(g.other_processes[i], m);
+    p_->send_to(g.other_processes.back(), std::move(m));
+  }
+  SharedMemoryTransport::open(c, fp, header, step0);
+}
+
+void MpiTransport::post(CallState& c, int step, std::span<const std::byte> data) {
+  SharedMemoryTransport::post(c, step, data);
+  notify(c, kPost, step, data.size());
+}
+
+void MpiTransport::post(CallState& c, int step, Pieces pieces) {
+  if (pieces.size() == 1) return post(c, step, pieces[0]);
+  SharedMemoryTransport::post(c, step, pieces);
+  std::uint64_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  notify(c, kPost, step, bytes);
+}
+
+bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t offset,
+                               std::size_t stride, std::size_t row_bytes, std::size_t rows,
+                               std::byte* dst, std::size_t dst_stride, Fetch& f) {
+  Group& g = c.comm->group();
+  const Descriptor& d = g.slots[static_cast<std::size_t>(from)].desc[c.seq % 2];
+  const std::uint64_t bytes = d.steps[step].bytes;
+  const std::size_t end = offset + (rows - 1) * stride + row_bytes;
+  if (end > bytes)
+    throw std::logic_error("rank " + std::to_string(c.comm->world_rank(c.rank)) + ": " + c.op.what +
+                           " #" + std::to_string(c.seq) + " reads bytes [" +
+                           std::to_string(offset) + ", " + std::to_string(end) + ") of member " +
+                           std::to_string(from) + "'s step " + std::to_string(step) +
+                           " message of " + std::to_string(bytes) + " bytes");
+  if (step == 0 && d.eager) {  // came with the open
+    for (std::size_t i = 0; i < rows; ++i)
+      std::memcpy(dst + i * dst_stride, d.data + offset + i * stride, row_bytes);
+    return false;
+  }
+  checked_int(row_bytes, "a row read from another process");
+  checked_int(rows, "rows read from another process");
+  const int owner_world = g.world_ranks[static_cast<std::size_t>(from)];
+  const int reader_world = c.comm->world_rank(c.rank);
+  f.dst = dst;
+  f.rows = rows;
+  f.row_bytes = row_bytes;
+  f.dst_stride = dst_stride;
+  f.source = w_.process_of(owner_world);
+  f.tag = reply_tag(p_->run(), reader_world, from);
+  f.waiter = &c.comm->self();
+  f.state.store(Fetch::kPending, std::memory_order_relaxed);  // not shared yet
+  WireHead h;
+  h.type = kRead;
+  h.generation = p_->run();
+  h.group = g.wire_id;
+  h.seq = c.seq;
+  h.member = from;
+  h.step = step;
+  ReadBody b;
+  b.offset = offset;
+  b.stride = stride;
+  b.row_bytes = row_bytes;
+  b.rows = rows;
+  b.reader = reader_world;
+  b.tag = f.tag;
+  f.request = encode(h, b, {});
+  Progress::Command cmd;
+  cmd.kind = Progress::Command::kFetch;
+  cmd.fetch = &f;
+  p_->push(std::move(cmd));
+  return true;
+}
+
+void MpiTransport::wait_fetch(CallState& c, int from, Fetch& f) {
+  c.op.stage = "a member's data from another process";
+  try {
+    // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
+    wait_until(c.comm->self(), c.comm->world_rank(from), c.op,
+               [&] { return f.state.load(std::memory_order_seq_cst) != Fetch::kPending; });
+  } catch (...) {
+    // Unwinding: the receive into dst must end before dst may be freed.
+    Progress::Command cmd;
+    cmd.kind = Progress::Command::kCancel;
+    cmd.fetch = &f;
+    p_->push(std::move(cmd));
+    // seq_cst: as above. A cancelled receive completes promptly (MPI_Cancel is local).
+    while (f.state.load(std::memory_order_seq_cst) == Fetch::kPending) std::this_thread::yield();
+    throw;
+  }
+}
+
+void MpiTransport::recv(CallState& c, int from, int step, std::size_t offset,
+                        std::span<std::byte> dst) {
+  if (!remote(*c.comm, from)) return SharedMemoryTransport::recv(c, from, step, offset, dst);
+  recv_rows(c, from, step, offset, dst.size(), dst.size(), 1, dst.data(), dst.size());
+}
+
+void MpiTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
+                             std::size_t stride, std::size_t row_bytes, std::size_t rows,
+                             std::byte* dst, std::size_t dst_stride) {
+  if (!remote(*c.comm, from))
+    return SharedMemoryTransport::recv_rows(c, from, step, offset, stride, row_bytes, rows, dst,
+                                            dst_stride);
+  if (step > 0) wait_stage(c, from, step_stage(step));
+  if (rows == 0 || row_bytes == 0) return;
+  Fetch f;
+  if (start_fetch(c, from, step, offset, stride, row_bytes, rows, dst, dst_stride, f))
+    wait_fetch(c, from, f);
+}
+
+void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::size_t count,
+                               Dtype dtype, std::byte* acc) {
+  if (c.comm->group().other_processes.empty())
+    return SharedMemoryTransport::recv_reduce(c, step, offset, count, dtype, acc);
+  const int n = c.size;
+  if (step > 0)
+    for (int i = 1; i < n; ++i) wait_stage(c, (c.rank + i) % n, step_stage(step));
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (bytes == 0) return;
+  // Every member's range is copied first (remote ones by reads issued together, local ones from
+  // the shared-memory path), then summed in group-rank order: the same sum_ranks_into as one
+  // process, so the result is bitwise the same.
+  thread_local std::vector<std::byte> scratch;
+  thread_local std::unique_ptr<Fetch[]> fetches(new Fetch[kMaxRanks]);
+  if (scratch.size() < bytes * static_cast<std::size_t>(n))
+    scratch.resize(bytes * static_cast<std::size_t>(n));
+  bool started[kMaxRanks] = {};
+  const std::byte* srcs[kMaxRanks];
+  try {
+    for (int r = 0; r < n; ++r) {
+      std::byte* dst = scratch.data() + static_cast<std::size_t>(r) * bytes;
+      srcs[r] = dst;
+      if (remote(*c.comm, r))
+        started[r] = start_fetch(c, r, step, offset, bytes, bytes, 1, dst, bytes, fetches[r]);
+      else
+        SharedMemoryTransport::recv(c, r, step, offset, {dst, bytes});
+    }
+    for (int r = 0; r < n; ++r)
+      if (started[r]) {
+        started[r] = false;
+        wait_fetch(c, r, fetches[r]);
+      }
+  } catch (...) {
+    for (int r = 0; r < n; ++r)
+      if (started[r]) {
+        Progress::Command cmd;
+        cmd.kind = Progress::Command::kCancel;
+        cmd.fetch = &fetches[r];
+        p_->push(std::move(cmd));
+        // seq_cst: pairs with the progress thread's store of `state`.
+        while (fetches[r].state.load(std::memory_order_seq_cst) == Fetch::kPending)
+          std::this_thread::yield();
+      }
+    throw;
+  }
+  sum_ranks_into(dtype, acc, srcs, n, count);
+}
+
+void MpiTransport::finish(CallState& c) {
+  // Every read of ours has completed (each waited for its reply): the owners may reuse buffers.
+  notify(c, kDone, 0, 0);
+  SharedMemoryTransport::finish(c);
+}
+
+void MpiTransport::abandon(CallState& c) noexcept {
+  SharedMemoryTransport::abandon(c);
+  if (!c.exposed || c.finished || c.comm->group().other_processes.empty()) return;
+  // Replies already leaving from our buffers: wait for them (bounded: a reply whose reader
+  // cancelled its receive may never complete; the run is failing, and the buffers stay mapped).
+  const int me = c.comm->world_rank(c.rank);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  // seq_cst: pairs with the progress thread's seq_cst updates of serving.
+  while (p_->serving[static_cast<std::size_t>(me)].load(std::memory_order_seq_cst) > 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+}
+
+bool MpiTransport::send(Comm& comm, int dst, std::uint64_t index, const MessageHeader& header,
+                        std::span<const std::byte> data, const OpRef& op) {
+  if (!remote(comm, dst)) return SharedMemoryTransport::send(comm, dst, index, header, data, op);
+  WireHead h;
+  h.type = kMessage;
+  h.generation = p_->run();
+  h.group = comm.group().wire_id;
+  h.member = comm.rank();
+  MessageBody b;
+  b.dst = dst;
+  b.index = index;
+  b.header = header;
+  checked_int(sizeof h + sizeof b + data.size(), "a message to another process");
+  p_->send_to(w_.process_of(comm.world_rank(dst)), encode(h, b, data));
+  return true;  // copied: complete at once
+}
+
+void MpiTransport::wait_sent(Comm& comm, int dst, std::uint64_t index, const OpRef& op) {
+  if (!remote(comm, dst)) SharedMemoryTransport::wait_sent(comm, dst, index, op);
+}
+
+bool MpiTransport::withdraw_send(Comm& comm, int dst, std::uint64_t index) noexcept {
+  if (!remote(comm, dst)) return SharedMemoryTransport::withdraw_send(comm, dst, index);
+  return true;  // copied at send: it will arrive
+}
+
+bool MpiTransport::arrived(const Comm& comm, int src, std::uint64_t index) const {
+  if (!remote(comm, src)) return SharedMemoryTransport::arrived(comm, src, index);
+  std::lock_guard lock(p_->incoming_mu);
+  return p_->incoming.count({comm.group().wire_id, src, comm.rank(), index}) != 0;
+}
+
+const MessageHeader& MpiTransport::wait_message(Comm& comm, int src, std::uint64_t index,
+                                                const OpRef& op) {
+  if (!remote(comm, src)) return SharedMemoryTransport::wait_message(comm, src, index, op);
+  const Progress::MessageKey key{comm.group().wire_id, src, comm.rank(), index};
+  Progress::Incoming* in = nullptr;
+  wait_until(comm.self(), comm.world_rank(src), op, [&] {
+    std::lock_guard lock(p_->incoming_mu);
+    auto it = p_->incoming.find(key);
+    in = it == p_->incoming.end() ? nullptr : it->second.get();
+    return in != nullptr;
+  });
+  return in->header;  // stays until take() (only this rank takes it)
+}
+
+void MpiTransport::take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
+                        const OpRef& op) {
+  if (!remote(comm, src)) return SharedMemoryTransport::take(comm, src, index, dst, op);
+  std::lock_guard lock(p_->incoming_mu);
+  auto it = p_->incoming.find({comm.group().wire_id, src, comm.rank(), index});
+  if (it == p_->incoming.end())
+    throw std::logic_error("take of message " + std::to_string(index) + " from rank " +
+                           std::to_string(src) + " before it arrived");
+  if (!dst.empty()) std::memcpy(dst.data(), it->second->payload.data(), dst.size());
+  p_->incoming.erase(it);
+}
+
+void MpiTransport::add_group(Group& g) {
+  std::vector<std::vector<std::byte>> early;
+  std::lock_guard lock(p_->groups_mu);
+  p_->groups[g.wire_id] = &g;
+  auto it = p_->deferred.find(g.wire_id);
+  if (it == p_->deferred.end()) return;
+  early = std::move(it->second);
+  p_->deferred.erase(it);
+  // Under groups_mu, so these come before any later message the progress thread applies.
+  for (const auto& m : early) p_->apply(g, m);
+}
+
+void MpiTransport::start_run(std::uint32_t generation) {
+  {
+    std::scoped_lock lock(p_->groups_mu, p_->incoming_mu);
+    // relaxed: ordered by the two mutexes the progress thread takes before reading it.
+    p_->generation.store(generation, std::memory_order_relaxed);
+    Group* world = p_->groups.at(0);
+    // Again under the lock: a message of the last run may have reached the mirrors after
+    // World::run's reset and before the new generation above.
+    world->reset();
+    p_->groups.clear();
+    p_->groups[0] = world;
+    p_->deferred.clear();
+    p_->incoming.clear();
+  }
+  std::atomic<int> met{0};
+  Progress::Command cmd;
+  cmd.kind = Progress::Command::kBarrier;
+  cmd.flag = &met;
+  p_->push(std::move(cmd));
+  // acquire: pairs with the progress thread's release store when the barrier completes.
+  met.wait(0, std::memory_order_acquire);
+}
+
+void MpiTransport::end_run() {
+  int failed = 0;
+  {
+    std::lock_guard lock(w_.failure_mu);
+    failed = w_.failed_rank >= 0 ? 1 : 0;
+  }
+  std::atomic<int> met{0};
+  Progress::Command cmd;
+  cmd.kind = Progress::Command::kAgree;
+  cmd.flag = &met;
+  cmd.value = &failed;
+  p_->push(std::move(cmd));
+  // acquire: pairs with the progress thread's release store when the reduction completes.
+  met.wait(0, std::memory_order_acquire);
+  if (failed == 0) return;
+  // Some process failed: its abort message is on its way (sent before that process's ranks
+  // returned). Wait for it, bounded, so this process reports the same first failure.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard lock(w_.failure_mu);
+      if (w_.failed_rank >= 0) return;
+    }
+    if (std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  w_.fail(-1, "another process failed, and its failure did not arrive within 10 s of the run's end",
+          std::make_exception_ptr(PeerFailure("another process failed")), true);
+}
+
+void MpiTransport::local_failure(int rank, const std::string& message,
+                                 const std::exception_ptr& error) noexcept {
+  if (w_.processes == 1) return;
+  try {
+    AbortBody b;
+    b.rank = rank;
+    try {
+      std::rethrow_exception(error);
+    } catch (const CollectiveMismatch&) {
+      b.kind = kMismatch;
+    } catch (const PeerFailure&) {
+      b.kind = kPeer;
+    } catch (const HangError&) {
+      b.kind = kHang;
+    } catch (const OutOfMemory&) {
+      b.kind = kOom;
+    } catch (...) {
+      b.kind = kOther;
+    }
+    WireHead h;
+    h.type = kAbort;
+    h.generation = p_->run();
+    const auto text = std::as_bytes(std::span<const char>(message.data(), message.size()));
+    auto m = encode(h, b, text);
+    for (int q = 0; q < w_.processes; ++q)
+      if (q != p_->process) p_->send_to(q, m);
+  } catch (...) {
+    // Out of memory while reporting: the other processes see the hang timeout instead.
+  }
+}
+
+}  // namespace tspemu::detail

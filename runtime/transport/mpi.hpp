@@ -1,0 +1,102 @@
+// MpiTransport: the transport of a world spanning the processes of MPI_COMM_WORLD
+// (WorldOptions::mpi; built only with MPI, TSPEMU_HAVE_MPI).
+//
+// What: the shared-memory transport (shared_memory.hpp) for members hosted by this process, and
+// for members hosted by another process:
+//   - mirrors: every process keeps each group's mailbox with one slot per member; a remote
+//     member's slot is a mirror its process keeps current by messages — open (fingerprint, header,
+//     step-0 size, and step 0 itself when it is at most kEagerBytes), post (a step's size) and
+//     done. So the meet, the fingerprint check (call.hpp) and finish's wait for every member run
+//     unchanged over mirrors, and every process reaches the same verdict on a mismatch;
+//   - pull: posts have no receiver, so a reader asks the owner's process for (group, call, step,
+//     byte range, row layout); that process's progress thread sends the range straight from the
+//     owner's posted buffer (no copy unless the message is made of pieces). The owner may not reuse
+//     the buffer before finish, and finish waits for every member's done, which a reader sends
+//     only after its reads completed, as the shared-memory transport waits for its readers;
+//   - point-to-point messages to another process are copied at send (complete at once) and kept
+//     by the receiving process until taken, in per-pair order;
+//   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
+//     sum_ranks_into, so results are bitwise those of a one-process world.
+// Threads: one progress thread per world makes every MPI call of the data path; rank threads hand
+// it commands and park (Parker) until it wakes them. Why not each rank calling MPI itself
+// (MPI_THREAD_MULTIPLE): an MPI completion cannot wake a parked thread, so some thread must poll
+// anyway to serve the peers' reads of our buffers, and with ranks outnumbering cores (the normal
+// case) one poller per process costs less than N ranks spinning in MPI_Test under OpenMPI's
+// global lock. MPI is still initialized with MPI_THREAD_MULTIPLE because a World's constructor
+// (MPI_Comm_dup) may run beside another world's progress thread.
+// Requirements: every process constructs its World with the same options and makes the same
+// run() calls in the same order; P (MPI processes) divides ranks; one executable (messages are
+// the in-memory layout of the structures: a homogeneous cluster); a World is destroyed before the
+// program's own MPI_Finalize, if it calls one.
+// Guarantees: those of transport.hpp. A failure raised in one process ends the run of every
+// process with the same first failure (the first one this process learns of: two processes
+// failing at once may each name their own); a hang error in one process carries, in every
+// process that receives it, that process's ranks' pending operations. A process killed outright
+// is OpenMPI's to report: mpirun ends every process of the job.
+// Cost: per call, per other process hosting members: one message at open, one per post, one at
+// done; a read of another process's message is one request and one reply.
+#pragma once
+
+#include <memory>
+
+#include "../state.hpp"
+#include "shared_memory.hpp"
+
+namespace tspemu::detail {
+
+class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
+ public:
+  // Initializes MPI if needed and sets the world's process layout (first_local, local_ranks,
+  // processes). Throws std::invalid_argument when P does not divide opts.ranks.
+  explicit MpiTransport(WorldShared& w);
+  ~MpiTransport() override;
+
+  void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
+            std::span<const std::byte> step0) override;
+  void post(CallState& call, int step, Pieces pieces) override;
+  void post(CallState& call, int step, std::span<const std::byte> data) override;
+  void recv(CallState& call, int from, int step, std::size_t offset,
+            std::span<std::byte> dst) override;
+  void recv_rows(CallState& call, int from, int step, std::size_t offset, std::size_t stride,
+                 std::size_t row_bytes, std::size_t rows, std::byte* dst,
+                 std::size_t dst_stride) override;
+  void recv_reduce(CallState& call, int step, std::size_t offset, std::size_t count, Dtype dtype,
+                   std::byte* acc) override;
+  void finish(CallState& call) override;
+  void abandon(CallState& call) noexcept override;
+
+  bool send(Comm& comm, int dst, std::uint64_t index, const MessageHeader& header,
+            std::span<const std::byte> data, const OpRef& op) override;
+  void wait_sent(Comm& comm, int dst, std::uint64_t index, const OpRef& op) override;
+  bool withdraw_send(Comm& comm, int dst, std::uint64_t index) noexcept override;
+  bool arrived(const Comm& comm, int src, std::uint64_t index) const override;
+  const MessageHeader& wait_message(Comm& comm, int src, std::uint64_t index,
+                                    const OpRef& op) override;
+  void take(Comm& comm, int src, std::uint64_t index, std::span<std::byte> dst,
+            const OpRef& op) override;
+
+  void add_group(Group& group) override;
+  void start_run(std::uint32_t generation) override;
+  void end_run() override;
+  void local_failure(int rank, const std::string& message,
+                     const std::exception_ptr& error) noexcept override;
+
+  struct Fetch;     // one read of another process's message (mpi.cpp)
+  struct Progress;  // the progress thread and what it owns (mpi.cpp)
+
+ private:
+  bool remote(const Comm& comm, int member) const;
+  // Starts reading rows of member `from`'s step message into dst; false when it was read already
+  // (from the mirror's copy of a small step 0).
+  bool start_fetch(CallState& c, int from, int step, std::size_t offset, std::size_t stride,
+                   std::size_t row_bytes, std::size_t rows, std::byte* dst, std::size_t dst_stride,
+                   Fetch& fetch);
+  void wait_fetch(CallState& c, int from, Fetch& fetch);
+  // Tells the other processes hosting members of the call's group of a post or of done.
+  void notify(const CallState& c, int type, int step, std::uint64_t bytes);
+
+  WorldShared& w_;
+  std::unique_ptr<Progress> p_;
+};
+
+}  // namespace tspemu::detail

@@ -1,0 +1,309 @@
+// A World spanning MPI processes (WorldOptions::mpi, runtime/transport/mpi.hpp), run under
+// `mpirun -np P`: every process runs every test; each compares its own ranks' results.
+//
+// Bitwise equality with one process: each test runs the same schedule in a world spanning the
+// processes and in a threads-only world of the same N inside this process, and compares the
+// outputs of the ranks this process hosts bit for bit. Those inputs are deliberately inexact
+// (1/(k+1)): a sum taken in another order would differ in its last bits, so the comparison checks
+// the rank order of every reduction, not only the data movement; exact small-integer results are
+// checked beside them.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tspemu/runtime/collectives.hpp"
+#include "tspemu/runtime/error.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu {
+namespace {
+
+int processes() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+float inexact(int rank, std::size_t i, int salt) {
+  return 1.0f / static_cast<float>(1 + rank * 131 + static_cast<int>(i % 1000) * 7 + salt * 3);
+}
+
+// One rank's outputs of every collective and its traffic counters, in a fixed order.
+struct Outputs {
+  std::vector<float> values;
+  std::vector<std::uint64_t> counters;
+};
+
+// Every collective of the runtime on the world communicator and on two splits (one whose groups
+// stay inside a process when N/P is even, one whose groups cross processes), at sizes on both
+// sides of the eager limit and counts not divisible by N.
+void every_collective(Rank& r, Outputs& out) {
+  Comm& c = r.comm();
+  const int n = c.size(), me = c.rank();
+  auto vec = [&](std::size_t count, int salt) {
+    std::vector<float> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = inexact(me, i, salt);
+    return v;
+  };
+  auto keep = [&](const std::vector<float>& v) {
+    out.values.insert(out.values.end(), v.begin(), v.end());
+  };
+  for (std::size_t count : {std::size_t{3}, std::size_t{70001}}) {
+    auto x = vec(count, 1);
+    all_reduce<float>(c, x);
+    keep(x);
+    auto s = vec(count * static_cast<std::size_t>(n), 2);
+    std::vector<float> part(count);
+    reduce_scatter<float>(c, s, part);
+    keep(part);
+    auto g = vec(count, 3);
+    std::vector<float> all(count * static_cast<std::size_t>(n));
+    all_gather<float>(c, g, all);
+    keep(all);
+    auto b = vec(count, 4);
+    broadcast<float>(c, b, n - 1);
+    keep(b);
+    auto red = vec(count, 5);
+    std::vector<float> sum(me == 1 ? count : 0);
+    reduce<float>(c, red, sum, 1);
+    keep(sum);
+    auto a = vec(count * static_cast<std::size_t>(n), 6);
+    std::vector<float> t(a.size());
+    all_to_all<float>(c, a, t);
+    keep(t);
+    auto o = vec(count, 7);
+    std::vector<float> in(count);
+    sendrecv<float>(c, o, (me + 1) % n, in, (me + n - 1) % n);
+    keep(in);
+  }
+  // Variable counts: rank q gives q + 1 elements.
+  auto v = vec(static_cast<std::size_t>(me) + 1, 8);
+  std::vector<float> gv(static_cast<std::size_t>(n * (n + 1) / 2));
+  all_gatherv<float>(c, v, gv);
+  keep(gv);
+  // Two buffers reduced in one collective.
+  auto b0 = vec(5, 9), b1 = vec(4099, 10);
+  std::vector<std::span<float>> bufs{b0, b1};
+  all_reduce_buffers<float>(c, std::span<const std::span<float>>(bufs));
+  keep(b0);
+  keep(b1);
+  // The sequence <-> heads exchange (strided rows), there and back.
+  const SequenceHeadsShape shape{2, 3, static_cast<std::size_t>(2 * n), 5};
+  auto seq = vec(shape.B * shape.S_local * shape.H * shape.hs, 11);
+  std::vector<float> heads(seq.size()), back(seq.size());
+  all_to_all_sequence_to_heads<float>(c, seq, heads, shape);
+  all_to_all_heads_to_sequence<float>(c, heads, back, shape);
+  keep(heads);
+  keep(back);
+  barrier(c);
+  // Groups within and across processes.
+  for (int color_of : {0, 1}) {
+    Comm sub = color_of == 0 ? c.split(me % 2, me) : c.split(me / 2, -me);
+    auto x = vec(1000, 12 + color_of);
+    all_reduce<float>(sub, x);
+    keep(x);
+    auto y = vec(2, 14);
+    std::vector<float> ys(2 * static_cast<std::size_t>(sub.size()));
+    all_gather<float>(sub, y, ys);
+    keep(ys);
+  }
+  // Blocking point-to-point both ways round the ring, large and small.
+  for (std::size_t count : {std::size_t{2}, std::size_t{30000}}) {
+    auto m = vec(count, 15);
+    std::vector<float> got(count);
+    if (me % 2 == 0) {
+      send<float>(c, m, (me + 1) % n);
+      recv<float>(c, got, (me + n - 1) % n);
+    } else {
+      recv<float>(c, got, (me + n - 1) % n);
+      send<float>(c, m, (me + 1) % n);
+    }
+    keep(got);
+  }
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    const auto& e = r.counters()[static_cast<CollectiveKind>(k)];
+    out.counters.insert(out.counters.end(), {e.calls, e.bytes_sent, e.bytes_received});
+  }
+}
+
+std::vector<Outputs> run_outputs(World& w, const std::function<void(Rank&, Outputs&)>& fn) {
+  std::vector<Outputs> outs(static_cast<std::size_t>(w.size()));
+  w.clear_counters();
+  w.run([&](Rank& r) { fn(r, outs[static_cast<std::size_t>(r.id())]); });
+  return outs;
+}
+
+WorldOptions across(int n) {
+  return WorldOptions{.ranks = n, .hang_timeout = std::chrono::seconds(60), .mpi = true};
+}
+
+class MpiWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiWorld, EveryCollectiveIsBitwiseTheOneProcessResult) {
+  const int n = GetParam();
+  World spanning(across(n));
+  World local(WorldOptions{.ranks = n});
+  const auto got = run_outputs(spanning, every_collective);
+  const auto want = run_outputs(local, every_collective);
+  int hosted = 0;
+  for (int r = 0; r < n; ++r) {
+    if (!spanning.hosts(r)) continue;
+    ++hosted;
+    const auto& g = got[static_cast<std::size_t>(r)];
+    const auto& e = want[static_cast<std::size_t>(r)];
+    ASSERT_EQ(g.values.size(), e.values.size()) << "rank " << r;
+    EXPECT_EQ(std::memcmp(g.values.data(), e.values.data(), g.values.size() * sizeof(float)), 0)
+        << "rank " << r << ": outputs differ from the one-process run";
+    EXPECT_EQ(g.counters, e.counters) << "rank " << r << ": traffic counters differ";
+  }
+  EXPECT_EQ(hosted, n / processes());
+}
+
+TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
+  const int n = GetParam();
+  World w(across(n));
+  for (std::size_t count : {std::size_t{1}, std::size_t{64}, std::size_t{100003}}) {
+    std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+    w.run([&](Rank& r) {
+      std::vector<float> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r.id() * 7 + i * 3) % 17);
+      all_reduce<float>(r.comm(), x);
+      for (std::size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += static_cast<float>((q * 7 + i * 3) % 17);
+        if (x[i] != want) ++wrong[static_cast<std::size_t>(r.id())];
+      }
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  }
+}
+
+TEST_P(MpiWorld, MismatchAcrossProcessesNamesBothCallsInEveryProcess) {
+  const int n = GetParam();
+  World w(across(n));
+  try {
+    w.run([&](Rank& r) {
+      // The last rank lives in the last process, rank 0 in the first.
+      std::vector<float> x(r.id() == n - 1 ? 5 : 4, 1.0f);
+      all_reduce<float>(r.comm(), x);
+    });
+    FAIL() << "the mismatched all_reduce returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_NE(m.find("disagrees"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 called all_reduce(count=4"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank " + std::to_string(n - 1) + " called all_reduce(count=5"),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+  // The world is usable after the failure (messages of the failed run are dropped).
+  std::vector<float> sums(static_cast<std::size_t>(n));
+  w.run([&](Rank& r) {
+    std::vector<float> x(3, static_cast<float>(r.id()));
+    all_reduce<float>(r.comm(), x);
+    sums[static_cast<std::size_t>(r.id())] = x[2];
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(sums[static_cast<std::size_t>(r)], static_cast<float>(n * (n - 1) / 2));
+    }
+}
+
+TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
+  const int n = GetParam();
+  World w(across(n));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    w.run([&](Rank& r) {
+      std::vector<float> x(100000, 1.0f);
+      all_reduce<float>(r.comm(), x);
+      if (r.id() == n - 1) throw std::runtime_error("injected failure on the last rank");
+      all_reduce<float>(r.comm(), x);  // everyone else waits for the last rank here
+    });
+    FAIL() << "the run returned";
+  } catch (const RankFailure& e) {
+    EXPECT_EQ(e.rank(), n - 1);
+    EXPECT_NE(e.diagnosis().find("injected failure on the last rank"), std::string::npos)
+        << e.diagnosis();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 5.0) << "failure took " << s << " s to end the run";
+}
+
+TEST_P(MpiWorld, HangAcrossProcessesReportsPendingOperationsWithGlobalRanks) {
+  const int n = GetParam();
+  World w(WorldOptions{.ranks = n, .hang_timeout = std::chrono::milliseconds(1500), .mpi = true});
+  try {
+    w.run([&](Rank& r) {
+      if (r.id() == n - 1) return;  // skips the barrier every other rank waits in
+      barrier(r.comm());
+    });
+    FAIL() << "the run returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_THROW(std::rethrow_exception(e.cause()), HangError);
+    EXPECT_NE(m.find("pending operations:"), std::string::npos) << m;
+    // This process's own ranks (global ids) are listed, those elsewhere named by process.
+    for (int r = 0; r < n; ++r)
+      if (w.hosts(r) && r != n - 1) {
+        EXPECT_NE(m.find("rank " + std::to_string(r) + ": barrier #1"), std::string::npos) << m;
+      }
+    if (processes() > 1) {
+      EXPECT_NE(m.find(": in process "), std::string::npos) << m;
+    }
+  }
+}
+
+// Run by killed_process.sh (which checks that mpirun ends the job, non-zero, within seconds);
+// skipped otherwise, since it kills a process of the job.
+TEST(MpiKilledProcess, SigkillOfAProcessDuringARunEndsTheJob) {
+  if (std::getenv("TSPEMU_MPI_KILL_PROCESS") == nullptr || processes() == 1)
+    GTEST_SKIP() << "run by killed_process.sh under mpirun";
+  const int n = 2 * processes();
+  World w(across(n));
+  w.run([&](Rank& r) {
+    std::vector<float> x(100000, 1.0f);
+    all_reduce<float>(r.comm(), x);
+    if (r.id() == n - 1) std::raise(SIGKILL);  // the last process, mid-run
+    all_reduce<float>(r.comm(), x);            // the survivors wait here for the killed ranks
+  });
+  FAIL() << "the run survived the SIGKILL of the last process";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MpiWorld, ::testing::Values(4, 8),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(MpiWorldOptions, RanksNotDivisibleByProcessesIsRejectedNamingBoth) {
+  if (processes() == 1) GTEST_SKIP() << "needs several processes";
+  const int n = processes() + 1;
+  try {
+    World w(WorldOptions{.ranks = n, .mpi = true});
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks=" + std::to_string(n)), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(processes()) + " MPI processes"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace tspemu
+
+// MPI is initialized here, before any test asks for the process count; the worlds then use it.
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int failed = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return failed;
+}
