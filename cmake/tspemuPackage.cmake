@@ -47,6 +47,10 @@ function(tspemu_install_package)
     set(TSPEMU_PACKAGE_HAS_KERNELS FALSE)
     set(pc_requires "")
   endif()
+  # The runtime's MPI transport links OpenMPI's C library (no installed header includes mpi.h).
+  if(TSPEMU_HAVE_MPI)
+    string(STRIP "${pc_requires} ompi-c" pc_requires)
+  endif()
   configure_package_config_file(${TSPEMU_PACKAGE_CMAKE_DIR}/tspemuConfig.cmake.in
                                 ${PROJECT_BINARY_DIR}/tspemuConfig.cmake
                                 INSTALL_DESTINATION ${config_dir})
