@@ -272,8 +272,11 @@ void stop_progress(MpiTransport::Progress& p) {
 }  // namespace
 
 void MpiTransport::Progress::loop() {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kYield = std::chrono::milliseconds(1);
+  constexpr auto kShortParks = std::chrono::milliseconds(100);
   std::vector<Command> commands;
-  int idle = 0;
+  auto last_traffic = std::chrono::steady_clock::now();
   // acquire: pairs with the release store in stop_progress.
   while (!stopping.load(std::memory_order_acquire)) {
     bool busy = false;
@@ -304,14 +307,22 @@ void MpiTransport::Progress::loop() {
         for (int k = count - 1; k >= 0; --k) complete(static_cast<std::size_t>(done[k]));
       }
     }
-    // Waiting: yield while traffic is recent (a reply or a peer's read is usually microseconds
-    // away), then sleep in short parks: incoming MPI traffic is only seen by polling, so the park
-    // bounds the latency a quiet process adds to a peer's read (commands from our ranks unpark).
-    if (busy) {
-      idle = 0;
+    // Waiting, by time since the last traffic: poll without pause for kSpin (the answer to a
+    // message just sent is a few microseconds away, and a yield or park there costs a wake-up on
+    // both sides), then yield up to kYield, then park in short slices: incoming MPI traffic is only
+    // seen by polling, so the slice bounds what a quiet process adds to a peer's read (commands
+    // from our own ranks unpark at once).
+    const auto now = std::chrono::steady_clock::now();
+    // A transfer in flight (a reply, a read, a barrier) moves only while someone polls MPI: large
+    // messages go in fragments that each side's polling hands on.
+    if (busy || !requests.empty()) {
+      last_traffic = now;
       continue;
     }
-    if (++idle < 2000) {
+    const auto quiet = now - last_traffic;
+    if (quiet < kSpin) {
+      cpu_relax();
+    } else if (quiet < kYield) {
       std::this_thread::yield();
     } else {
       parker.prepare();
@@ -323,7 +334,8 @@ void MpiTransport::Progress::loop() {
       if (queued || stopping.load(std::memory_order_acquire))
         parker.cancel();
       else
-        parker.park(std::chrono::microseconds(idle < 20000 ? 20 : 200));
+        parker.park(quiet < kShortParks ? std::chrono::microseconds(20)
+                                        : std::chrono::microseconds(200));
     }
   }
   // Stopping (the world is destroyed between runs, or at exit): what is left in flight is
@@ -760,6 +772,12 @@ bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t off
 
 void MpiTransport::wait_fetch(CallState& c, int from, Fetch& f) {
   c.op.stage = "a member's data from another process";
+  // Never wait with the reading flag up (shared_memory.cpp: an aborting local owner waits for it
+  // to drop). relaxed load: only this thread writes its flag; release store: our reads of local
+  // peers' buffers happen before a peer that sees it down frees them.
+  RankState& self = c.comm->self();
+  if (self.reading.load(std::memory_order_relaxed))
+    self.reading.store(false, std::memory_order_release);
   try {
     // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
     wait_until(c.comm->self(), c.comm->world_rank(from), c.op,
@@ -814,19 +832,24 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   bool started[kMaxRanks] = {};
   const std::byte* srcs[kMaxRanks];
   try {
+    // Remote reads first, all in flight together; local copies last, so that no wait happens
+    // while the reading flag of the local copies is up.
     for (int r = 0; r < n; ++r) {
-      std::byte* dst = scratch.data() + static_cast<std::size_t>(r) * bytes;
-      srcs[r] = dst;
+      srcs[r] = scratch.data() + static_cast<std::size_t>(r) * bytes;
       if (remote(*c.comm, r))
-        started[r] = start_fetch(c, r, step, offset, bytes, bytes, 1, dst, bytes, fetches[r]);
-      else
-        SharedMemoryTransport::recv(c, r, step, offset, {dst, bytes});
+        started[r] =
+            start_fetch(c, r, step, offset, bytes, bytes, 1,
+                        scratch.data() + static_cast<std::size_t>(r) * bytes, bytes, fetches[r]);
     }
     for (int r = 0; r < n; ++r)
       if (started[r]) {
         started[r] = false;
         wait_fetch(c, r, fetches[r]);
       }
+    for (int r = 0; r < n; ++r)
+      if (!remote(*c.comm, r))
+        SharedMemoryTransport::recv(c, r, step, offset,
+                                    {scratch.data() + static_cast<std::size_t>(r) * bytes, bytes});
   } catch (...) {
     for (int r = 0; r < n; ++r)
       if (started[r]) {

@@ -17,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tspemu/runtime/collectives.hpp"
@@ -241,10 +242,15 @@ TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
 
 TEST_P(MpiWorld, HangAcrossProcessesReportsPendingOperationsWithGlobalRanks) {
   const int n = GetParam();
-  World w(WorldOptions{.ranks = n, .hang_timeout = std::chrono::milliseconds(1500), .mpi = true});
+  World w(WorldOptions{.ranks = n, .hang_timeout = std::chrono::milliseconds(1000), .mpi = true});
   try {
     w.run([&](Rank& r) {
-      if (r.id() == n - 1) return;  // skips the barrier every other rank waits in
+      // The last rank stays away from the barrier past the hang timeout (busy, not returned), so
+      // every other rank, in every process, is blocked in it when the first timeout fires.
+      if (r.id() == n - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+        return;
+      }
       barrier(r.comm());
     });
     FAIL() << "the run returned";
