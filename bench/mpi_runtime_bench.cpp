@@ -1,0 +1,131 @@
+// The runtime's collectives across MPI processes (WorldOptions::mpi, one rank per process) against
+// plain OpenMPI collectives of the same sizes, measured in the same run:
+//
+//   mpirun --allow-run-as-root --oversubscribe -np P ./build/bench/mpi_runtime_bench [iterations]
+//
+// Not a Google Benchmark program: a collective's time is the slowest process's, so each
+// repetition is timed in every process between barriers and reduced (max) over processes, which
+// Google Benchmark's per-process loop cannot express. Reported: the median over repetitions of the
+// time per call (slowest process), for tspemu and for MPI, and their ratio (tspemu / MPI). The
+// tspemu side includes what makes it worth using: the fingerprint meet of every call.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tspemu/runtime/collectives.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace {
+
+constexpr int kRepetitions = 7;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double slowest(double seconds) {
+  double max = 0;
+  MPI_Allreduce(&seconds, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return max;
+}
+
+struct Case {
+  const char* name;
+  // One call of the runtime's collective on the rank's buffers, and of MPI's.
+  std::function<void(tspemu::Comm&, std::vector<float>&, std::vector<float>&)> runtime;
+  std::function<void(std::vector<float>&, std::vector<float>&)> mpi;
+  std::size_t in_factor, out_factor;  // buffer sizes in units of the per-rank count
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int P = 1, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const int iterations_4m = argc > 1 ? std::atoi(argv[1]) : 20;
+  const std::size_t n = static_cast<std::size_t>(P);
+  const std::vector<Case> cases = {
+      {"all_reduce",
+       [](tspemu::Comm& c, std::vector<float>& in, std::vector<float>&) {
+         tspemu::all_reduce<float>(c, std::span<float>(in));
+       },
+       [](std::vector<float>& in, std::vector<float>&) {
+         MPI_Allreduce(MPI_IN_PLACE, in.data(), static_cast<int>(in.size()), MPI_FLOAT, MPI_SUM,
+                       MPI_COMM_WORLD);
+       },
+       1, 1},
+      {"all_gather",
+       [](tspemu::Comm& c, std::vector<float>& in, std::vector<float>& out) {
+         tspemu::all_gather<float>(c, in, out);
+       },
+       [](std::vector<float>& in, std::vector<float>& out) {
+         MPI_Allgather(in.data(), static_cast<int>(in.size()), MPI_FLOAT, out.data(),
+                       static_cast<int>(in.size()), MPI_FLOAT, MPI_COMM_WORLD);
+       },
+       1, n},
+      {"reduce_scatter",
+       [](tspemu::Comm& c, std::vector<float>& in, std::vector<float>& out) {
+         tspemu::reduce_scatter<float>(c, in, out);
+       },
+       [](std::vector<float>& in, std::vector<float>& out) {
+         MPI_Reduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()), MPI_FLOAT,
+                                  MPI_SUM, MPI_COMM_WORLD);
+       },
+       n, 1},
+      {"broadcast",
+       [](tspemu::Comm& c, std::vector<float>& in, std::vector<float>&) {
+         tspemu::broadcast<float>(c, std::span<float>(in), 0);
+       },
+       [](std::vector<float>& in, std::vector<float>&) {
+         MPI_Bcast(in.data(), static_cast<int>(in.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+       },
+       1, 1},
+  };
+  tspemu::WorldOptions opts;  // assigned, not designated: WorldOptions grows fields
+  opts.ranks = P;
+  opts.mpi = true;
+  {
+    tspemu::World world(opts);
+    if (me == 0)
+      std::printf(
+          "P=%d processes, one rank each; median of %d repetitions, slowest process\n"
+          "%-15s %9s %12s %12s %8s\n",
+          P, kRepetitions, "collective", "bytes", "tspemu us", "OpenMPI us", "ratio");
+    for (const std::size_t bytes : {std::size_t{8}, std::size_t{4} << 20}) {
+      const std::size_t count = bytes / sizeof(float);
+      const int iterations = bytes <= 8 ? 20 * iterations_4m : iterations_4m;
+      for (const Case& c : cases) {
+        std::vector<float> in(count * c.in_factor, 1.0f), out(count * c.out_factor);
+        std::vector<double> ours, theirs;
+        for (int rep = 0; rep < kRepetitions; ++rep) {
+          double t = 0;
+          world.run([&](tspemu::Rank& r) {
+            tspemu::barrier(r.comm());
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < iterations; ++i) c.runtime(r.comm(), in, out);
+            t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          });
+          ours.push_back(slowest(t) / iterations);
+          MPI_Barrier(MPI_COMM_WORLD);
+          const double t0 = MPI_Wtime();
+          for (int i = 0; i < iterations; ++i) c.mpi(in, out);
+          theirs.push_back(slowest(MPI_Wtime() - t0) / iterations);
+        }
+        const double a = median(ours) * 1e6, b = median(theirs) * 1e6;
+        if (me == 0) std::printf("%-15s %9zu %12.2f %12.2f %8.2f\n", c.name, bytes, a, b, a / b);
+      }
+    }
+  }  // the world (and its progress thread) ends before MPI does
+  MPI_Finalize();
+  return 0;
+}
