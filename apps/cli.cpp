@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <ostream>
 
@@ -16,6 +17,17 @@
 #include "train_command.hpp"
 
 namespace tspemu::app {
+
+namespace {
+
+// Processes in the mpirun job this process belongs to (OpenMPI's launcher sets the variable), 1
+// when not launched by mpirun.
+int mpirun_processes() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size != nullptr ? std::max(1, std::atoi(size)) : 1;
+}
+
+}  // namespace
 
 int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{
@@ -65,6 +77,16 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
     return app.exit(e, out, err) == 0 ? 0 : 2;
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";
+    return 2;
+  }
+  // The commands that run ranks do not span processes yet: under mpirun each process would run
+  // its own complete, independent world, and P copies of a report are not a run across
+  // processes. A world spanning processes is a library option (WorldOptions::mpi).
+  if (const int p = mpirun_processes(); p > 1 && !plan->parsed()) {
+    err << "tspemu: invalid configuration: launched by mpirun with " << p
+        << " processes, but run, compare, scale and selfcheck do not span processes yet (each "
+           "process would run its own independent world); run tspemu without mpirun, or build "
+           "a program on tspemu::World with WorldOptions::mpi (README: Across processes)\n";
     return 2;
   }
   try {

@@ -33,6 +33,21 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(f);
 }
 
+// Under mpirun with several processes, the commands that run ranks refuse (exit 2, naming the
+// process count) instead of running P independent copies; plan (no ranks) still works.
+TEST(Cli, CommandsRunningRanksUnderMpirunRefuseInsteadOfRunningIndependentCopies) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  for (const char* command : {"run", "compare", "scale", "selfcheck"}) {
+    const Outcome o = tspemu({command});
+    EXPECT_EQ(o.code, 2) << command;
+    EXPECT_NE(o.err.find("launched by mpirun with 2 processes"), std::string::npos)
+        << command << ": " << o.err;
+  }
+  const Outcome plan = tspemu({"plan", "paper-7b", "--seq", "16K"});
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(plan.code, 0) << plan.err;
+}
+
 // A tiny model every strategy accepts on up to 4 ranks.
 std::vector<std::string> tiny(std::vector<std::string> args) {
   for (const char* a : {"--layers", "1", "--hidden", "32", "--heads", "4", "--kv-heads", "4",
