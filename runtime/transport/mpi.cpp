@@ -171,10 +171,12 @@ struct MpiTransport::Fetch {
 
 struct MpiTransport::Progress {
   struct Command {
-    // kBarrier: every process meets; kAgree: also *value = the maximum over processes.
-    enum Kind { kSend, kFetch, kCancel, kBarrier, kAgree } kind = kSend;
+    // kBarrier: every process meets; kAgree: also *value = the maximum over processes;
+    // kGather: every process's `bytes` into `gathered`, in process order.
+    enum Kind { kSend, kFetch, kCancel, kBarrier, kAgree, kGather } kind = kSend;
     int dest = -1;
     std::vector<std::byte> bytes;
+    std::byte* gathered = nullptr;
     Fetch* fetch = nullptr;
     std::atomic<int>* flag = nullptr;
     int* value = nullptr;
@@ -391,16 +393,29 @@ void MpiTransport::Progress::execute(Command& c) {
         if (pending[i].kind == Outstanding::kFetchRecv && pending[i].fetch == c.fetch)
           MPI_Cancel(&requests[i]);  // completes (cancelled or arrived) in a later Testsome
       break;
-    case Command::kBarrier:
-    case Command::kAgree: {
+    case Command::kAgree:
+    case Command::kGather: {
       Outstanding o;
       o.kind = Outstanding::kBarrier;
       o.flag = c.flag;
       MPI_Request r;
-      if (c.kind == Command::kAgree)
+      if (c.kind == Command::kAgree) {
         MPI_Iallreduce(MPI_IN_PLACE, c.value, 1, MPI_INT, MPI_MAX, comm, &r);
-      else
-        MPI_Ibarrier(comm, &r);
+      } else {
+        o.buffer = std::move(c.bytes);  // the send buffer lives until the gather completes
+        MPI_Iallgather(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.gathered,
+                       static_cast<int>(o.buffer.size()), MPI_BYTE, comm, &r);
+      }
+      requests.push_back(r);
+      pending.push_back(std::move(o));
+      break;
+    }
+    case Command::kBarrier: {
+      Outstanding o;
+      o.kind = Outstanding::kBarrier;
+      o.flag = c.flag;
+      MPI_Request r;
+      MPI_Ibarrier(comm, &r);
       requests.push_back(r);
       pending.push_back(std::move(o));
       break;
@@ -978,20 +993,55 @@ void MpiTransport::start_run(std::uint32_t generation) {
   met.wait(0, std::memory_order_acquire);
 }
 
+namespace {
+
+// What every process learns of each rank hosted elsewhere at the end of a run.
+struct RankSummary {
+  TrafficCounters counters;
+  std::int64_t sim_ns = 0;
+};
+
+}  // namespace
+
 void MpiTransport::end_run() {
+  // Every rank's counters and simulated clock, to every process: World::counters(r) and
+  // simulated_seconds(r) then hold for every rank in every process, and the next run starts every
+  // process's simulated clock at the same latest time.
+  const std::size_t local = static_cast<std::size_t>(w_.local_ranks);
+  std::vector<std::byte> mine(local * sizeof(RankSummary));
+  for (std::size_t i = 0; i < local; ++i) {
+    const RankState& r = *w_.ranks[static_cast<std::size_t>(w_.first_local) + i];
+    const RankSummary s{r.counters, r.sim_ns};
+    std::memcpy(mine.data() + i * sizeof s, &s, sizeof s);
+  }
+  std::vector<std::byte> all(w_.ranks.size() * sizeof(RankSummary));
   int failed = 0;
   {
     std::lock_guard lock(w_.failure_mu);
     failed = w_.failed_rank >= 0 ? 1 : 0;
   }
-  std::atomic<int> met{0};
-  Progress::Command cmd;
-  cmd.kind = Progress::Command::kAgree;
-  cmd.flag = &met;
-  cmd.value = &failed;
-  p_->push(std::move(cmd));
-  // acquire: pairs with the progress thread's release store when the reduction completes.
-  met.wait(0, std::memory_order_acquire);
+  std::atomic<int> gathered{0}, agreed{0};
+  Progress::Command gather;
+  gather.kind = Progress::Command::kGather;
+  gather.bytes = std::move(mine);
+  gather.gathered = all.data();
+  gather.flag = &gathered;
+  p_->push(std::move(gather));
+  Progress::Command agree;
+  agree.kind = Progress::Command::kAgree;
+  agree.flag = &agreed;
+  agree.value = &failed;
+  p_->push(std::move(agree));
+  // acquire: pairs with the progress thread's release stores when each collective completes.
+  gathered.wait(0, std::memory_order_acquire);
+  agreed.wait(0, std::memory_order_acquire);
+  for (std::size_t r = 0; r < w_.ranks.size(); ++r) {
+    if (w_.hosts(static_cast<int>(r))) continue;
+    RankSummary s;
+    std::memcpy(&s, all.data() + r * sizeof s, sizeof s);
+    w_.ranks[r]->counters = s.counters;
+    w_.ranks[r]->sim_ns = s.sim_ns;
+  }
   if (failed == 0) return;
   // Some process failed: its abort message is on its way (sent before that process's ranks
   // returned). Wait for it, bounded, so this process reports the same first failure.

@@ -112,8 +112,9 @@ class World {
 
   int size() const;
   const WorldOptions& options() const;
-  // Whether `rank` runs in this process (always, unless options().mpi). Inspecting a rank hosted
-  // elsewhere (arena, counters, trace, simulated clock) shows an untouched state.
+  // Whether `rank` runs in this process (always, unless options().mpi). A rank hosted elsewhere:
+  // its counters and simulated clock are those of its process at the end of the last run; its
+  // arena and trace here are untouched.
   bool hosts(int rank) const;
   void run(const std::function<void(Rank&)>& fn);
 

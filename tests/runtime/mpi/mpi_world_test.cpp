@@ -166,6 +166,15 @@ TEST_P(MpiWorld, EveryCollectiveIsBitwiseTheOneProcessResult) {
     EXPECT_EQ(g.counters, e.counters) << "rank " << r << ": traffic counters differ";
   }
   EXPECT_EQ(hosted, n / processes());
+  // Every rank's counters reach every process at the end of the run.
+  for (int r = 0; r < n; ++r)
+    for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+      const auto kind = static_cast<CollectiveKind>(k);
+      EXPECT_EQ(spanning.counters(r)[kind].bytes_received, local.counters(r)[kind].bytes_received)
+          << "rank " << r << " " << collective_name(kind);
+      EXPECT_EQ(spanning.counters(r)[kind].calls, local.counters(r)[kind].calls)
+          << "rank " << r << " " << collective_name(kind);
+    }
 }
 
 TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
