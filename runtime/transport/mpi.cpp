@@ -340,10 +340,22 @@ void MpiTransport::Progress::loop() {
                                         : std::chrono::microseconds(200));
     }
   }
-  // Stopping (the world is destroyed between runs, or at exit): what is left in flight is
-  // cancelled where MPI allows it (receives), else left to MPI_Finalize.
-  for (std::size_t i = 0; i < requests.size(); ++i)
-    if (pending[i].kind == Outstanding::kFetchRecv) MPI_Cancel(&requests[i]);
+  // Stopping (the world is destroyed between runs, or at exit; no rank waits on a read then, so
+  // nothing left is a read). Sends still in flight (the last dones, a reply a failed reader
+  // never took) are polled for a bounded time; those left keep their buffers, left to MPI (the
+  // few bytes leak) rather than freed under a send MPI may still read.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (!requests.empty() && std::chrono::steady_clock::now() < until) {
+    std::vector<int> done(requests.size());
+    int count = 0;
+    MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
+                 MPI_STATUSES_IGNORE);
+    if (count == MPI_UNDEFINED) break;
+    std::sort(done.begin(), done.begin() + count);
+    for (int k = count - 1; k >= 0; --k) complete(static_cast<std::size_t>(done[k]));
+    if (count == 0) std::this_thread::yield();
+  }
+  if (!requests.empty()) new std::vector<Outstanding>(std::move(pending));  // see above
 }
 
 void MpiTransport::Progress::execute(Command& c) {
