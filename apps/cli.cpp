@@ -79,14 +79,16 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "tspemu: invalid configuration: " << e.what() << "\n";
     return 2;
   }
-  // The commands that run ranks do not span processes yet: under mpirun each process would run
-  // its own complete, independent world, and P copies of a report are not a run across
-  // processes. A world spanning processes is a library option (WorldOptions::mpi).
+  // The commands do not span processes yet: under mpirun each process would run its own
+  // complete, independent world (and write the same files), and P copies of a report are not a
+  // run across processes. Only plan (no ranks, no files unless asked) runs as usual. A world
+  // spanning processes is a library option (WorldOptions::mpi).
   if (const int p = mpirun_processes(); p > 1 && !plan->parsed()) {
     err << "tspemu: invalid configuration: launched by mpirun with " << p
-        << " processes, but run, compare, scale and selfcheck do not span processes yet (each "
-           "process would run its own independent world); run tspemu without mpirun, or build "
-           "a program on tspemu::World with WorldOptions::mpi (README: Across processes)\n";
+        << " processes, but only plan runs under mpirun: the commands that run ranks do not span "
+           "processes yet (each process would run its own independent world); run tspemu "
+           "without mpirun, or build a program on tspemu::World with WorldOptions::mpi (README: "
+           "Across processes)\n";
     return 2;
   }
   try {

@@ -37,7 +37,7 @@ nlohmann::json read_json(const std::string& path) {
 // process count) instead of running P independent copies; plan (no ranks) still works.
 TEST(Cli, CommandsRunningRanksUnderMpirunRefuseInsteadOfRunningIndependentCopies) {
   ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  for (const char* command : {"run", "compare", "scale", "selfcheck"}) {
+  for (const char* command : {"run", "compare", "scale", "selfcheck", "train", "paper"}) {
     const Outcome o = tspemu({command});
     EXPECT_EQ(o.code, 2) << command;
     EXPECT_NE(o.err.find("launched by mpirun with 2 processes"), std::string::npos)
