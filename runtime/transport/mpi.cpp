@@ -529,7 +529,7 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
   WireHead h;
   std::memcpy(&h, m.data(), sizeof h);
   Slot& s = g.slots[static_cast<std::size_t>(h.member)];
-  Descriptor& d = s.desc[h.seq % 2];
+  Descriptor& d = s.desc[h.seq % kDescriptors];
   std::uint64_t stage = kDoneStage;
   if (h.type == kOpen) {
     const auto b = body_of<OpenBody>(m);
@@ -538,13 +538,11 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
     d.eager = b.eager != 0;
     const auto data = extra_of<OpenBody>(m);
     if (d.eager && !data.empty()) std::memcpy(d.data, data.data(), data.size());
-    for (auto& step : d.steps) step = StepMessage{};
-    d.steps[0] = StepMessage{
-        d.eager ? std::span<const std::byte>(d.data, h.bytes) : std::span<const std::byte>(),
-        nullptr, 0, h.bytes};
+    for (int i = 0; i < kMaxSteps; ++i) d.step(i) = StepMessage{};
+    d.step0 = StepMessage{d.eager ? d.data : nullptr, nullptr, 0, h.bytes};
     stage = step_stage(0);
   } else if (h.type == kPost) {
-    d.steps[h.step] = StepMessage{{}, nullptr, 0, h.bytes};
+    d.step(h.step) = StepMessage{nullptr, nullptr, 0, h.bytes};
     stage = step_stage(h.step);
   }
   // seq_cst: publishes the mirror's descriptor; pairs with the seq_cst loads of wait_stage
@@ -577,8 +575,8 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
     serving[static_cast<std::size_t>(owner)].fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
-  const Descriptor& d = g->slots[static_cast<std::size_t>(h.member)].desc[h.seq % 2];
-  const StepMessage& msg = d.steps[h.step];
+  const Descriptor& d = g->slots[static_cast<std::size_t>(h.member)].desc[h.seq % kDescriptors];
+  const StepMessage& msg = d.step(h.step);
   Outstanding o;
   o.kind = Outstanding::kReply;
   o.owner = owner;
@@ -586,7 +584,7 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
   int count = 0;
   MPI_Datatype type = MPI_BYTE;
   if (msg.pieces == nullptr) {
-    src = msg.single.data() + b.offset;
+    src = msg.single + b.offset;
     if (b.rows == 1) {
       count = static_cast<int>(b.row_bytes);
     } else {
@@ -749,8 +747,8 @@ bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t off
                                std::size_t stride, std::size_t row_bytes, std::size_t rows,
                                std::byte* dst, std::size_t dst_stride, Fetch& f) {
   Group& g = c.comm->group();
-  const Descriptor& d = g.slots[static_cast<std::size_t>(from)].desc[c.seq % 2];
-  const std::uint64_t bytes = d.steps[step].bytes;
+  const Descriptor& d = g.slots[static_cast<std::size_t>(from)].desc[c.seq % kDescriptors];
+  const std::uint64_t bytes = d.step(step).bytes;
   const std::size_t end = offset + (rows - 1) * stride + row_bytes;
   if (end > bytes)
     throw std::logic_error("rank " + std::to_string(c.comm->world_rank(c.rank)) + ": " + c.op.what +

@@ -53,6 +53,13 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
 
   void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
             std::span<const std::byte> step0) override;
+  // Always meets: the eager broadcast's root publishes into its local mailbox descriptor only,
+  // which a member in another process never reads (its mirror is fed by open/post messages), so
+  // across processes every member meets as in open() and settle() has nothing deferred.
+  bool open_rooted(CallState& call, const Fingerprint& fp, const CallHeader& header,
+                   std::span<const std::byte> step0) override {
+    return Transport::open_rooted(call, fp, header, step0);
+  }
   void post(CallState& call, int step, Pieces pieces) override;
   void post(CallState& call, int step, std::span<const std::byte> data) override;
   void recv(CallState& call, int from, int step, std::size_t offset,
