@@ -18,7 +18,7 @@ struct CompareArgs {
   bool no_check = false;
   bool quiet = false;
   std::string json_path;
-  std::string sim_clock;  // "", "nvlink" or "network": adds the simulated step per strategy
+  SimClockArgs sim_clock;  // --sim-clock and its overrides: adds the simulated step
 };
 
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& a);

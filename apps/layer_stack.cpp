@@ -275,8 +275,13 @@ WorldOptions stack_world_options(const StackConfig& c, int ranks) {
 
 void finish_debugging(const StackConfig& c, const World& world, StackResult& out) {
   if (c.sim_clock)
-    for (int r = 0; r < world.size(); ++r)
-      out.simulated_seconds = std::max(out.simulated_seconds, world.simulated_seconds(r));
+    for (int r = 0; r < world.size(); ++r) {
+      out.simulated_time.push_back(world.simulated_time(r));
+      if (world.simulated_seconds(r) > out.simulated_seconds) {
+        out.simulated_seconds = world.simulated_seconds(r);
+        out.slowest_rank = r;
+      }
+    }
   if (c.trace_path.empty()) return;
   const Trace t = world.trace();
   for (int r = 0; r < world.size(); ++r) {

@@ -99,6 +99,11 @@ struct StackResult {
   // Debugging: the simulated step (max over ranks; -1 without a simulated clock), the trace's
   // events (all ranks) and events dropped for lack of buffer space.
   double simulated_seconds = -1;
+  // Per rank: compute, exposed and overlapped communication on the simulated clock (empty
+  // without a simulated clock).
+  std::vector<World::SimulatedTime> simulated_time;
+  // The rank whose clock is the simulated step (-1 without a simulated clock).
+  int slowest_rank = -1;
   std::uint64_t trace_events = 0, trace_dropped = 0;
   bool pass() const { return traffic_match && numerics_ok; }
 };

@@ -161,10 +161,58 @@ StackConfig make_stack_config(const ProblemOptions& o, const cost::Strategy& st,
   return c;
 }
 
-std::optional<SimClockModel> sim_clock_option(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  std::optional<SimClockModel> m = SimClockModel::preset(name);
-  if (!m) throw ConfigError("--sim-clock " + name + ": unknown model (nvlink or network)");
+void add_sim_clock_options(CLI::App& app, SimClockArgs& a, bool with_nodes) {
+  app.add_option("--sim-clock", a.preset,
+                 std::string("also estimate the step on a GPU cluster model (sim_clock.hpp): ") +
+                     SimClockModel::kPresetNames +
+                     "; nvlink and network are one link level, the others two (8 per node)");
+  app.add_option("--peak", a.peak_tflops, "simulated clock: peak dense TFLOP/s per device");
+  app.add_option("--mfu", a.mfu, "simulated clock: fraction of peak compute reaches, (0, 1]");
+  app.add_option("--gpus-per-node", a.gpus_per_node, "simulated clock: devices per node (0: one)");
+  app.add_option("--intra-alpha-us", a.intra_alpha_us, "simulated clock: intra-node latency, us");
+  app.add_option("--intra-beta-gbs", a.intra_beta_gbs,
+                 "simulated clock: intra-node bandwidth per device and direction, GB/s");
+  app.add_option("--inter-alpha-us", a.inter_alpha_us, "simulated clock: inter-node latency, us");
+  app.add_option("--inter-beta-gbs", a.inter_beta_gbs,
+                 "simulated clock: inter-node bandwidth per device (NIC), GB/s");
+  if (with_nodes)
+    app.add_option("--nodes", a.nodes,
+                   "simulated clock: spread each strategy's ranks contiguously over N nodes "
+                   "(ranks / N per node; a TP+SP mesh is row-major, so its TP rows stay in a node "
+                   "and its SP axis crosses nodes when T divides ranks / N)");
+}
+
+std::optional<SimClockModel> sim_clock_option(const SimClockArgs& a, int ranks) {
+  const bool overrides = a.peak_tflops >= 0 || a.mfu >= 0 || a.gpus_per_node >= 0 ||
+                         a.intra_alpha_us >= 0 || a.intra_beta_gbs >= 0 || a.inter_alpha_us >= 0 ||
+                         a.inter_beta_gbs >= 0 || a.nodes != 0;
+  if (a.preset.empty()) {
+    if (overrides) throw ConfigError("--peak, --mfu, link and node flags need --sim-clock");
+    return std::nullopt;
+  }
+  std::optional<SimClockModel> m = SimClockModel::preset(a.preset);
+  if (!m)
+    throw ConfigError("--sim-clock " + a.preset + ": unknown model (" +
+                      SimClockModel::kPresetNames + ")");
+  if (a.peak_tflops >= 0) m->peak_flops = a.peak_tflops * 1e12;
+  if (a.mfu >= 0) m->mfu = a.mfu;
+  if (a.gpus_per_node >= 0) m->gpus_per_node = a.gpus_per_node;
+  if (a.intra_alpha_us >= 0) m->alpha_s = a.intra_alpha_us * 1e-6;
+  if (a.intra_beta_gbs >= 0) m->beta_bytes_s = a.intra_beta_gbs * 1e9;
+  if (a.inter_alpha_us >= 0) m->inter_alpha_s = a.inter_alpha_us * 1e-6;
+  if (a.inter_beta_gbs >= 0) m->inter_beta_bytes_s = a.inter_beta_gbs * 1e9;
+  if (a.nodes != 0) {
+    if (a.nodes < 1 || ranks % a.nodes != 0)
+      throw ConfigError("--nodes " + std::to_string(a.nodes) + ": must be >= 1 and divide the " +
+                        std::to_string(ranks) + " ranks");
+    m->gpus_per_node = ranks / a.nodes;
+    m->name += " on " + std::to_string(a.nodes) + " nodes";
+  }
+  try {
+    m->validate(ranks);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("--sim-clock ") + a.preset + " with overrides: " + e.what());
+  }
   return m;
 }
 

@@ -40,8 +40,23 @@ void add_problem_options(CLI::App& app, ProblemOptions& o);
 // --strategy (the strategy table's names), --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);
 
-// --sim-clock NAME: nullopt for "", the preset for "nvlink" or "network", ConfigError otherwise.
-std::optional<SimClockModel> sim_clock_option(const std::string& name);
+// The simulated-clock flags: --sim-clock PRESET and overrides of its device and links; compare
+// adds --nodes. A negative number (or 0 for nodes) means "the preset's".
+struct SimClockArgs {
+  std::string preset;  // "", or SimClockModel::kPresetNames
+  double peak_tflops = -1;
+  double mfu = -1;
+  int gpus_per_node = -1;
+  double intra_alpha_us = -1, intra_beta_gbs = -1;
+  double inter_alpha_us = -1, inter_beta_gbs = -1;
+  int nodes = 0;  // compare: the ranks spread contiguously over this many nodes
+};
+// --sim-clock --peak --mfu --gpus-per-node --intra-alpha-us --intra-beta-gbs --inter-alpha-us
+// --inter-beta-gbs, and --nodes when with_nodes.
+void add_sim_clock_options(CLI::App& app, SimClockArgs& a, bool with_nodes);
+// nullopt without --sim-clock; the preset with the overrides for `ranks` ranks (--nodes N: N |
+// ranks, ranks / N per node), validated; ConfigError naming the flag otherwise.
+std::optional<SimClockModel> sim_clock_option(const SimClockArgs& a, int ranks);
 
 // The strategy table's entry named o.strategy (strategy.hpp) with the degrees of o: --ranks, or
 // --tp × --sp for a grid (ConfigError listing the known names otherwise).

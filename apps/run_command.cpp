@@ -27,9 +27,7 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   run->add_option("--trace", a.trace_path,
                   "write every rank's events as Chrome trace JSON to this file (open it in "
                   "https://ui.perfetto.dev or chrome://tracing)");
-  run->add_option("--sim-clock", a.sim_clock,
-                  "also estimate the step on a GPU cluster model: nvlink (8 GPUs on NVLink) or "
-                  "network (GPUs across nodes); shown in the report and the trace");
+  add_sim_clock_options(*run, a.sim_clock, false);
   run->add_option("--inject-seed", a.inject_seed,
                   "run under seeded injection: random delays of ranks and messages, receives "
                   "delivered in a seeded order; the same seed reproduces the event order");
@@ -47,7 +45,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   StackConfig c = make_stack_config(a.problem, st, whole);
   c.check = !a.no_check;
   c.trace_path = a.trace_path;
-  c.sim_clock = sim_clock_option(a.sim_clock);
+  c.sim_clock = sim_clock_option(a.sim_clock, st.ranks());
   if (a.inject_seed) {
     if (a.inject_delay_us < 0)
       throw ConfigError("--inject-delay-us " + std::to_string(a.inject_delay_us) +

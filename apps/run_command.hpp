@@ -20,7 +20,7 @@ struct RunArgs {
   std::string json_path;
   // Debugging (issue: traces, simulated clock, injection).
   std::string trace_path;
-  std::string sim_clock;  // "", "nvlink" or "network"
+  SimClockArgs sim_clock;  // --sim-clock and its overrides: adds the simulated step
   std::optional<std::uint64_t> inject_seed;
   int inject_delay_us = 200;
   double inject_probability = 0.25;

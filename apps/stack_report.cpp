@@ -123,10 +123,18 @@ void print_debugging(std::ostream& out, const StackConfig& c, const StackResult&
   if (c.sim_clock)
     out << fmt(
         "\nsimulated step: %.3f ms per step (%.0f tokens/s): %s; compute is charged only where the "
-        "blocks mark GEMM and "
-        "attention spans, and overlap, contention and launches are not modelled\n",
+        "blocks mark GEMM and attention spans; every collective blocks (exposed); contention and "
+        "launches are not modelled\n",
         r.simulated_seconds * 1e3, static_cast<double>(c.B) * c.S / r.simulated_seconds,
         c.sim_clock->describe().c_str());
+  if (c.sim_clock) {
+    out << "rank   compute ms  exposed comm ms  overlapped comm ms\n";
+    for (std::size_t k = 0; k < r.simulated_time.size(); ++k) {
+      const World::SimulatedTime& t = r.simulated_time[k];
+      out << fmt("%-4zu %12.3f %16.3f %19.3f\n", k, t.compute * 1e3, t.exposed_comm * 1e3,
+                 t.overlapped_comm * 1e3);
+    }
+  }
   if (c.inject)
     out << "\nran under " << c.inject->describe() << ": rerun with --inject-seed " << c.inject->seed
         << " to reproduce the event order\n";
@@ -202,6 +210,26 @@ void print_report(std::ostream& out, const StackConfig& c, const StackResult& r)
                    : "\nverdict: FAIL\n");
 }
 
+nlohmann::json sim_clock_json(const SimClockModel& m) {
+  return {{"estimate", m.describe()},
+          {"peak_flops", m.peak_flops},
+          {"mfu", m.mfu},
+          {"alpha_s", m.alpha_s},
+          {"beta_bytes_s", m.beta_bytes_s},
+          {"gpus_per_node", m.gpus_per_node},
+          {"inter_alpha_s", m.inter_alpha_s},
+          {"inter_beta_bytes_s", m.inter_beta_bytes_s}};
+}
+
+nlohmann::json simulated_time_json(const StackResult& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const World::SimulatedTime& t : r.simulated_time)
+    a.push_back({{"compute_seconds", t.compute},
+                 {"exposed_comm_seconds", t.exposed_comm},
+                 {"overlapped_comm_seconds", t.overlapped_comm}});
+  return a;
+}
+
 nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
   nlohmann::json j = document("run");
   j["config"] = config_json(c);
@@ -209,12 +237,11 @@ nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
   j["time"] = {{"seconds", r.seconds},
                {"tokens_per_s", r.tokens_per_s},
                {"reference_seconds", r.reference_seconds}};
-  if (c.sim_clock)
-    j["simulated"] = {{"seconds", r.simulated_seconds},
-                      {"estimate", c.sim_clock->describe()},
-                      {"peak_flops", c.sim_clock->peak_flops},
-                      {"alpha_s", c.sim_clock->alpha_s},
-                      {"beta_bytes_s", c.sim_clock->beta_bytes_s}};
+  if (c.sim_clock) {
+    j["simulated"] = sim_clock_json(*c.sim_clock);
+    j["simulated"]["seconds"] = r.simulated_seconds;
+    j["simulated"]["per_rank"] = simulated_time_json(r);
+  }
   if (!c.trace_path.empty())
     j["trace"] = {{"path", c.trace_path}, {"events", r.trace_events}, {"dropped", r.trace_dropped}};
   if (c.inject)

@@ -27,6 +27,9 @@ nlohmann::json config_json(const StackConfig& c);
 
 // A JSON document with the keys every subcommand's starts with.
 nlohmann::json document(const char* command);
+// The simulated clock's parameters, and a run's per-rank compute / exposed / overlapped seconds.
+nlohmann::json sim_clock_json(const SimClockModel& m);
+nlohmann::json simulated_time_json(const StackResult& r);
 // Writes j to path (throws std::runtime_error if it cannot).
 void write_json(const std::string& path, const nlohmann::json& j);
 

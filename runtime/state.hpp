@@ -24,6 +24,7 @@
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/dtype.hpp"
 #include "tspemu/runtime/flight_recorder.hpp"
+#include "tspemu/runtime/sim_streams.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "watchdog.hpp"
 
@@ -113,7 +114,7 @@ struct RankState {
   bool scan_valid = false;
   // Own thread only: this rank's events when tracing (null otherwise), and its simulated clock.
   std::unique_ptr<RankTrace> trace;
-  std::int64_t sim_ns = 0;
+  SimStreams sim;  // its simulated clock: compute and communication streams
   RankComputeObserver compute{this};
   // Own thread only (reset by World::run before the run starts): how many groups hold an eager
   // broadcast this rank was root of and has not met the members of yet (Slot::unmet).

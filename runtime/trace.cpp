@@ -117,9 +117,20 @@ void Trace::write_chrome_json(std::ostream& out) const {
   };
   for (int r = 0; r < ranks(); ++r) {
     meta(r, "rank " + std::to_string(r), r);
-    if (sim)
+    if (sim) {
       meta(kSimPid + r, "rank " + std::to_string(r) + " (simulated: " + sim->describe() + ")",
            ranks() + r);
+      // The rank's split of its simulated clock (sim_streams.hpp), as a label on its track.
+      const SimStreams& st = w_->ranks[static_cast<std::size_t>(r)]->sim;
+      char label[160];
+      std::snprintf(label, sizeof label,
+                    "compute %.3f ms, exposed comm %.3f ms, overlapped comm %.3f ms",
+                    static_cast<double>(st.compute_ns()) * 1e-6,
+                    static_cast<double>(st.exposed_comm_ns()) * 1e-6,
+                    static_cast<double>(st.overlapped_comm_ns()) * 1e-6);
+      emit("{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":" + std::to_string(kSimPid + r) +
+           ",\"args\":{\"labels\":" + json_string(label) + "}}");
+    }
     const std::string pid = std::to_string(r);
     for (const TraceEvent& e : events(r)) {
       if (e.type == TraceEvent::Type::counter) {
@@ -175,7 +186,7 @@ void Trace::write_chrome_json(const std::string& path) const {
 namespace detail {
 
 ComputeObserver::Token RankComputeObserver::begin_compute() noexcept {
-  return {self->trace ? self->world->now_ns() : 0, sim_model(*self) ? self->sim_ns : -1};
+  return {self->trace ? self->world->now_ns() : 0, sim_model(*self) ? self->sim.now_ns() : -1};
 }
 
 // A span ends no earlier than its own FLOPs allow nor than what was charged inside it (nested
@@ -183,8 +194,9 @@ ComputeObserver::Token RankComputeObserver::begin_compute() noexcept {
 void RankComputeObserver::end_compute(const Token& token, const char* name, double flops) noexcept {
   std::int64_t sim_end = -1;
   if (const SimClockModel* sim = sim_model(*self)) {
-    sim_end = std::max(self->sim_ns, token.sim_begin_ns + sim_ns_of(sim->compute_seconds(flops)));
-    self->sim_ns = sim_end;
+    sim_end =
+        std::max(self->sim.now_ns(), token.sim_begin_ns + sim_ns_of(sim->compute_seconds(flops)));
+    self->sim.compute_until(sim_end);
   }
   if (self->trace)
     self->trace->record(TraceEvent{TraceEvent::Type::span, name, 0, 0, -1, -1, 0, flops, 0,

@@ -42,7 +42,7 @@ std::string describe(const OpRef& op) {
 }
 
 CallHeader call_header(const RankState& self) {
-  return CallHeader{self.sim_ns};
+  return CallHeader{self.sim.now_ns()};
 }
 
 void notify_begin(RankState& self, OpInfo& op) {
@@ -310,6 +310,7 @@ World::World(WorldOptions opts) {
     throw std::invalid_argument("World: hang_timeout must be positive");
   if (opts.watchdog_timeout.count() < 0)
     throw std::invalid_argument("World: watchdog_timeout must be positive, or 0 to disable it");
+  if (opts.sim_clock) opts.sim_clock->validate(opts.ranks);
   shared_ = std::make_unique<detail::WorldShared>(opts);
   auto& w = *shared_;
   std::vector<int> all(static_cast<std::size_t>(opts.ranks));
@@ -363,7 +364,14 @@ void World::set_injection(std::optional<Injection> inject) {
   shared_->opts.inject = std::move(inject);
 }
 double World::simulated_seconds(int rank) const {
-  return static_cast<double>(shared_->ranks.at(static_cast<std::size_t>(rank))->sim_ns) * 1e-9;
+  return static_cast<double>(shared_->ranks.at(static_cast<std::size_t>(rank))->sim.now_ns()) *
+         1e-9;
+}
+World::SimulatedTime World::simulated_time(int rank) const {
+  const SimStreams& s = shared_->ranks.at(static_cast<std::size_t>(rank))->sim;
+  return {static_cast<double>(s.compute_ns()) * 1e-9,
+          static_cast<double>(s.exposed_comm_ns()) * 1e-9,
+          static_cast<double>(s.overlapped_comm_ns()) * 1e-9};
 }
 void World::clear_counters() {
   for (auto& r : shared_->ranks) r->counters.clear();
@@ -384,9 +392,9 @@ void World::run(const std::function<void(Rank&)>& fn) {
   w.select_observers();
   // A run starts together on the simulated clock: at the latest rank's time.
   std::int64_t sim_start = 0;
-  for (auto& r : w.ranks) sim_start = std::max(sim_start, r->sim_ns);
+  for (auto& r : w.ranks) sim_start = std::max(sim_start, r->sim.now_ns());
   for (auto& r : w.ranks) {
-    r->sim_ns = sim_start;
+    r->sim.start_at(sim_start);
     if (w.opts.inject) r->inject.reset(w.opts.inject->seed, r->rank);
     r->flight.clear();
     r->scan_valid = false;

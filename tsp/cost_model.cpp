@@ -507,22 +507,25 @@ DeviceMemory device_memory(const ModelShape& m, const Strategy& st, const Memory
 
 // ---- Time per step ---------------------------------------------------------------------------
 
-DeviceModel DeviceModel::mi300x() {
+DeviceModel DeviceModel::from_clock(const std::string& name, const SimClockModel& c) {
   DeviceModel d;
-  d.name = "mi300x";
-  d.peak_flops = 1307.4e12;
-  d.node = {"mi300x-xgmi", d.peak_flops, 2e-6, 448e9};
-  d.network = {"network", d.peak_flops, 10e-6, 50e9};
+  d.name = name;
+  d.peak_flops = c.peak_flops;
+  d.mfu = c.mfu;
+  d.devices_per_node = c.gpus_per_node;
+  d.node = c;
+  d.network = c;
+  d.network.alpha_s = c.inter_alpha_s;
+  d.network.beta_bytes_s = c.inter_beta_bytes_s;
   return d;
 }
 
+DeviceModel DeviceModel::mi300x() {
+  return from_clock("mi300x", SimClockModel::mi300x_if());
+}
+
 DeviceModel DeviceModel::h100() {
-  DeviceModel d;
-  d.name = "h100";
-  d.peak_flops = 989e12;
-  d.node = SimClockModel::nvlink_node();
-  d.network = SimClockModel::network();
-  return d;
+  return from_clock("h100", SimClockModel::h100_nvlink());
 }
 
 StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& dev,
@@ -555,9 +558,14 @@ StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& d
   const int first = mesh ? st.T : N;
   const SimClockModel& first_link = first <= dev.devices_per_node ? dev.node : dev.network;
   const SimClockModel& sp_link = N <= dev.devices_per_node ? dev.node : dev.network;
-  auto calls = [](const Traffic& x) {
+  // Latency: each call's steps by the simulated clock's convention (SimClockModel::latency_steps)
+  // on the strategy's widest axis.
+  const int axis = std::max(first, mesh ? st.Sp : 1);
+  auto steps = [axis](const Traffic& x) {
     double c = 0;
-    for (std::uint64_t v : x.calls) c += static_cast<double>(v);
+    for (std::size_t k = 0; k < x.calls.size(); ++k)
+      c += static_cast<double>(x.calls[k]) *
+           SimClockModel::latency_steps(static_cast<CollectiveKind>(k), axis);
     return c;
   };
   const double bwd = t.paper_backward_under(a.recompute);
@@ -566,8 +574,7 @@ StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& d
   const double tp_passes = a.recompute == Recompute::full ? 3.0 : 2.0;
   const double exposed_bytes = tp_bytes * tp_passes;
   const double other_bytes = t.paper_forward + bwd - exposed_bytes;
-  const double latency = (calls(t.forward) + calls(t.backward)) *
-                         (std::max(first, mesh ? st.Sp : 1) - 1) * first_link.alpha_s;
+  const double latency = (steps(t.forward) + steps(t.backward)) * first_link.alpha_s;
   const double exposed = exposed_bytes / first_link.beta_bytes_s;
   const double overlapped = other_bytes / (mesh ? sp_link : first_link).beta_bytes_s + latency;
   StepTime r;

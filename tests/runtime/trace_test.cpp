@@ -195,6 +195,17 @@ TEST(SimClock, FollowsTheModelThroughSpansMessagesAndCollectives) {
   for (const json& e : doc["traceEvents"])
     if (e["ph"] == "X" && e["pid"].get<int>() >= 1000) ++simulated_slices;
   EXPECT_EQ(simulated_slices, 1 + n + 1);  // the span, every all_gather, the receive
+  // Each simulated track is labelled with its rank's compute / exposed / overlapped split (rank 1
+  // waits for rank 0's span, the all_gather and the message).
+  std::map<int, std::string> labels;
+  for (const json& e : doc["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_labels")
+      labels[e["pid"].get<int>()] = e["args"]["labels"].get<std::string>();
+  ASSERT_EQ(labels.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(labels[1000].rfind("compute 3.033 ms, exposed comm 0.008 ms, overlapped comm 0.000", 0),
+            0u)
+      << labels[1000];
+  EXPECT_EQ(labels[1001].rfind("compute 0.000 ms, exposed comm 3.043 ms", 0), 0u) << labels[1001];
 }
 
 // Kernels report compute through core/compute_span.hpp, with no Comm: a traced rank records the

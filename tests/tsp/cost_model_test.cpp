@@ -427,6 +427,46 @@ TEST(CostModel, StepTimeChargesFlopsOverPeakAndExposesOnlyWhatTheStrategyCannotO
   EXPECT_THROW(cost::step_time(m, cost::Strategy::tsp(8), bad, full, 8), std::invalid_argument);
 }
 
+// One algorithm convention for both estimates: the simulated clock charges each call exactly the
+// cost model's ring formula — the paper convention's bytes per rank over β (all_gather and
+// reduce_scatter of N per rank (n-1)/n·nN, all_reduce 2(n-1)/n·N, broadcast, reduce, all_to_all
+// (n-1)/n·N, a hop N) plus SimClockModel::latency_steps · α — on the link of its placement.
+TEST(CostModel, SimulatedClockChargesEveryCollectiveByTheCostModelsRingFormula) {
+  using K = CollectiveKind;
+  const double N = 3 * 5 * 7 * 4096;  // bytes of one call on one rank
+  for (const SimClockModel& m : {SimClockModel::h100_nvlink(), SimClockModel::mi300x_if()})
+    for (bool across : {false, true})
+      for (int n : {2, 3, 8}) {
+        const double alpha = across ? m.inter_alpha_s : m.alpha_s;
+        const double beta = across ? m.inter_beta_bytes_s : m.beta_bytes_s;
+        auto formula = [&](K k, double ring_bytes) {
+          return ring_bytes / beta + SimClockModel::latency_steps(k, n) * alpha;
+        };
+        const std::vector<std::pair<K, double>> expected = {
+            {K::all_gather, cost::ring_volume(n * N, n)},
+            {K::all_gatherv, cost::ring_volume(n * N, n)},
+            {K::reduce_scatter, cost::ring_volume(n * N, n)},
+            {K::all_reduce, 2 * cost::ring_volume(N, n)},
+            {K::broadcast, cost::ring_volume(N, n)},
+            {K::reduce, cost::ring_volume(N, n)},
+            {K::all_to_all, cost::ring_volume(N, n)},
+            {K::send, N}};
+        for (const auto& [k, bytes] : expected) {
+          SCOPED_TRACE(m.name + " " + collective_name(k) + " n=" + std::to_string(n) +
+                       (across ? " across nodes" : " in a node"));
+          const double clock = m.collective_seconds(k, static_cast<std::uint64_t>(N), n, across);
+          EXPECT_NEAR(clock, formula(k, bytes), 1e-12 * clock);
+        }
+      }
+  // The planner's devices are the clock's presets.
+  const cost::DeviceModel mi = cost::DeviceModel::mi300x();
+  EXPECT_EQ(mi.peak_flops, SimClockModel::mi300x_if().peak_flops);
+  EXPECT_EQ(mi.node.beta_bytes_s, SimClockModel::mi300x_if().beta_bytes_s);
+  EXPECT_EQ(mi.network.beta_bytes_s, SimClockModel::mi300x_if().inter_beta_bytes_s);
+  EXPECT_EQ(mi.devices_per_node, 8);
+  EXPECT_EQ(cost::DeviceModel::h100().network.alpha_s, SimClockModel::h100_nvlink().inter_alpha_s);
+}
+
 TEST(CostModel, RejectsShapesTheImplementationRejects) {
   cost::ModelShape m = cost::paper_7b(1, 1024);
   EXPECT_THROW(cost::layer_traffic(m, cost::Strategy::tsp(3), cost::ElementSizes{}),

@@ -126,6 +126,14 @@ class World {
   Trace trace() const;
   // A rank's simulated clock at the end of the last run, seconds (0 without options().sim_clock).
   double simulated_seconds(int rank) const;
+  // Of a rank's simulated clock, the seconds its compute stream computed, waited for
+  // communication (exposed) and ran while communication proceeded on its communication stream
+  // (overlapped communication), summed over runs (sim_streams.hpp); the rest is waiting for the
+  // other ranks at the start of a run. Zeros without options().sim_clock.
+  struct SimulatedTime {
+    double compute = 0, exposed_comm = 0, overlapped_comm = 0;
+  };
+  SimulatedTime simulated_time(int rank) const;
   // Injection for the following runs (nullopt: off). Only between runs.
   void set_injection(std::optional<Injection> inject);
 

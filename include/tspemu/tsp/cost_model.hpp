@@ -364,8 +364,10 @@ DeviceMemory device_memory(const ModelShape& m, const Strategy& st,
 //              the strategy's N ranks; backward 2 × forward; full recompute + 1 forward, selective
 //              + the attention core's forward. The LM head adds 3 · 2·B·S·V·h / N once.
 //   comm       the ring convention's bytes (LayerTraffic::paper_*, activation-sized elements,
-//              backward under the recompute policy) / β, plus (n-1)·α per collective call — the
-//              simulated clock's ring formulas (sim_clock.hpp) with its SimClockModel parameters.
+//              backward under the recompute policy) / β, plus latency α per step — the
+//              simulated clock's ring formulas (sim_clock.hpp) with its SimClockModel parameters;
+//              each call's latency steps are SimClockModel::latency_steps (all_reduce 2(n-1), a
+//              ring hop 1) on the strategy's widest axis.
 //              A group that fits in one node uses the node's link, else the network's: TP+SP puts
 //              its T axis in a node and Σ across nodes when T·Σ exceeds a node.
 //   overlap    TSP: the weight broadcasts, K/V all-gathers and MLP ring hops are prefetched by its
@@ -383,11 +385,12 @@ struct DeviceModel {
   int devices_per_node = 8;  // devices joined by `node`
   SimClockModel node;        // link inside a node (α, β)
   SimClockModel network;     // link between nodes, per device
-  // AMD Instinct MI300X (datasheet): 1307.4 TFLOP/s dense bf16; 7 Infinity Fabric links of
-  // 64 GB/s per direction = 448 GB/s per device in a fully connected node of 8; one 400 Gb/s NIC
-  // per device = 50 GB/s. MFU 0.4: a stated assumption, not a measurement.
+  // The planner's view of a simulated-clock preset (sim_clock.hpp, where the device and link
+  // numbers are cited): node = its intra-node link, network = its inter-node link.
+  static DeviceModel from_clock(const std::string& name, const SimClockModel& clock);
+  // SimClockModel::mi300x_if(): 1307.4 TFLOP/s, Infinity Fabric 448 GB/s, 400 Gb/s NIC, MFU 0.4.
   static DeviceModel mi300x();
-  // NVIDIA H100 SXM: 989 TFLOP/s dense bf16, NVLink 450 GB/s, 50 GB/s network (sim_clock.hpp).
+  // SimClockModel::h100_nvlink(): 989 TFLOP/s, NVLink 450 GB/s, 400 Gb/s NIC, MFU 0.4.
   static DeviceModel h100();
 };
 
