@@ -1008,8 +1008,9 @@ namespace {
 // What every process learns of each rank hosted elsewhere at the end of a run.
 struct RankSummary {
   TrafficCounters counters;
-  std::int64_t sim_ns = 0;
+  SimStreams sim;  // trivially copyable: sent as bytes
 };
+static_assert(std::is_trivially_copyable_v<RankSummary>, "RankSummary travels as raw bytes");
 
 }  // namespace
 
@@ -1021,7 +1022,7 @@ void MpiTransport::end_run() {
   std::vector<std::byte> mine(local * sizeof(RankSummary));
   for (std::size_t i = 0; i < local; ++i) {
     const RankState& r = *w_.ranks[static_cast<std::size_t>(w_.first_local) + i];
-    const RankSummary s{r.counters, r.sim_ns};
+    const RankSummary s{r.counters, r.sim};
     std::memcpy(mine.data() + i * sizeof s, &s, sizeof s);
   }
   std::vector<std::byte> all(w_.ranks.size() * sizeof(RankSummary));
@@ -1050,7 +1051,7 @@ void MpiTransport::end_run() {
     RankSummary s;
     std::memcpy(&s, all.data() + r * sizeof s, sizeof s);
     w_.ranks[r]->counters = s.counters;
-    w_.ranks[r]->sim_ns = s.sim_ns;
+    w_.ranks[r]->sim = s.sim;
   }
   if (failed == 0) return;
   // Some process failed: its abort message is on its way (sent before that process's ranks
