@@ -79,6 +79,7 @@ void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
   if (it != free_blocks_.end() && !it->second.empty()) {
     p = it->second.back();
     it->second.pop_back();
+    stats_.cached -= size;
   } else {
     p = dry_ ? detail::DryReservation::instance().take(size)
              : ::operator new (size, std::align_val_t{kAlignment});
@@ -89,6 +90,7 @@ void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
   stats_.current += size;
   stats_.category_current[ci] += size;
   stats_.peak = std::max(stats_.peak, stats_.current);
+  high_water_ = std::max(high_water_, stats_.current);
   stats_.category_peak[ci] = std::max(stats_.category_peak[ci], stats_.category_current[ci]);
   for (auto& ph : active_phases_) ph->second = std::max(ph->second, stats_.current);
   if (trace_ != nullptr) trace_->counter("arena bytes", stats_.current);
@@ -101,8 +103,15 @@ void Arena::release_bytes(void* p, std::size_t bytes, Category c) noexcept {
   stats_.current -= size;
   stats_.category_current[static_cast<std::size_t>(c)] -= size;
   if (trace_ != nullptr) trace_->counter("arena bytes", stats_.current);
+  // Bounded by twice the most ever live (arena.hpp): a schedule that repeats keeps its blocks, one
+  // whose sizes keep changing returns the blocks it would never reuse.
+  if (stats_.cached + size > 2 * high_water_) {
+    give_back(p, size);
+    return;
+  }
   try {
     free_blocks_[size].push_back(p);
+    stats_.cached += size;
   } catch (...) {
     give_back(p, size);
   }
@@ -119,6 +128,7 @@ void Arena::trim() {
   for (auto& [size, blocks] : free_blocks_)
     for (void* p : blocks) give_back(p, size);
   free_blocks_.clear();
+  stats_.cached = 0;
 }
 
 void Arena::reset_peaks() {

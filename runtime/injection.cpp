@@ -1,13 +1,31 @@
 #include "tspemu/runtime/injection.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "state.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu {
+
+std::chrono::microseconds max_injection_delay(std::chrono::milliseconds hang_timeout) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(hang_timeout) / 4;
+}
+
+void Injection::validate(std::chrono::milliseconds hang_timeout) const {
+  if (!(probability >= 0 && probability <= 1))
+    throw std::invalid_argument("injection: probability " + std::to_string(probability) +
+                                " must be in [0, 1]");
+  const auto bound = max_injection_delay(hang_timeout);
+  if (max_delay.count() < 0 || max_delay > bound)
+    throw std::invalid_argument("injection: max_delay " + std::to_string(max_delay.count()) +
+                                " us must be in [0, " + std::to_string(bound.count()) +
+                                "] us (a quarter of the hang timeout, " +
+                                std::to_string(hang_timeout.count()) + " ms)");
+}
 
 std::string Injection::describe() const {
   std::ostringstream s;
@@ -94,14 +112,32 @@ class InjectionObserver final : public Observer {
   }
 
  private:
+  // Sleeps on the rank's parker in slices of at most 20 ms, so a failure elsewhere (whose
+  // WorldShared::fail unparks every rank) ends the delay at once instead of after up to
+  // max_delay; the operation that follows then reports the abort. Without a failure it sleeps at
+  // least the drawn length, as sleep_for would.
   static void delay(RankState& self) {
     const auto& inj = self.world->opts.inject;
     if (!inj) return;
     const double draw = self.inject.uniform(), length = self.inject.uniform();
     if (draw >= inj->probability) return;
-    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
-        length * static_cast<double>(inj->max_delay.count())));
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double, std::micro>(
+                               length * static_cast<double>(inj->max_delay.count())));
+    for (;;) {
+      self.parker.prepare();
+      // seq_cst: pairs with the seq_cst store in WorldShared::fail, which unparks after it; with
+      // prepare() above (the Dekker pair of parker.hpp) either this load sees the abort or the
+      // unpark sees this rank sleeping and wakes it.
+      if (self.world->aborted.load(std::memory_order_seq_cst)) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) break;
+      self.parker.park(std::min<std::chrono::nanoseconds>(until - now, kDelaySlice));
+    }
+    self.parker.cancel();
   }
+  static constexpr std::chrono::milliseconds kDelaySlice{20};
 };
 
 }  // namespace

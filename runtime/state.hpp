@@ -240,6 +240,9 @@ template <class E>
 }
 
 [[noreturn]] void throw_departed(RankState& self, int peer, const OpRef& op);
+// Prints a hang diagnosis to stderr at once: a rank busy outside the runtime may keep World::run
+// from returning (and so the error from its caller) for as long as it computes.
+void report_hang_now(const std::string& diagnosis);
 [[noreturn]] void throw_hang(RankState& self, int peer, const OpRef& op,
                              std::chrono::steady_clock::duration waited);
 

@@ -235,6 +235,7 @@ void watchdog_poll(RankState& self) {
     << describe_pending(w, now);
   const std::string cycle = describe_wait_cycle(w);
   m << "\n" << (cycle.empty() ? "no wait-for cycle" : cycle);
+  report_hang_now(m.str());
   raise(self, HangError(m.str()));
 }
 

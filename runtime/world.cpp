@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "state.hpp"
 #include "transport/dry.hpp"
@@ -24,6 +27,8 @@ namespace detail {
 inline constexpr std::size_t kFlightRecordsInMessage = 6;
 
 std::string describe(const Fingerprint& fp) {
+  // A split's call carries its (color, key) pair as two int64: an encoding, not the user's call.
+  if (fp.kind == CollectiveKind::split) return "split";
   std::ostringstream s;
   s << collective_name(fp.kind) << "(count=" << fp.count << ", " << dtype_name(fp.dtype);
   if (fp.root >= 0) s << ", root=" << fp.root;
@@ -232,6 +237,11 @@ void throw_departed(RankState& self, int peer, const OpRef& op) {
                         describe_pending(*self.world, self.world->now_ns())));
 }
 
+void report_hang_now(const std::string& diagnosis) {
+  std::fprintf(stderr, "tspemu: %s\n", diagnosis.c_str());
+  std::fflush(stderr);
+}
+
 void throw_hang(RankState& self, int peer, const OpRef& op,
                 std::chrono::steady_clock::duration waited) {
   const double s = std::chrono::duration<double>(waited).count();
@@ -241,6 +251,7 @@ void throw_hang(RankState& self, int peer, const OpRef& op,
   m << "\n" << describe_pending(*self.world, self.world->now_ns());
   const std::string cycle = describe_wait_cycle(*self.world);
   if (!cycle.empty()) m << "\n" << cycle;
+  report_hang_now(m.str());
   raise(self, HangError(m.str()));
 }
 
@@ -256,8 +267,44 @@ std::string what_of(const std::exception_ptr& e) {
   }
 }
 
+// The world whose run function this thread is running (null outside a run): World::run from
+// inside it would wait for this very thread.
+thread_local const WorldShared* running_world = nullptr;
+
+// The first message of the run that was sent and never received: its sender's world rank and an
+// error naming both ends, or {-1, ""} (every message of every group of the run was consumed).
+// Called after every rank has stopped.
+std::pair<int, std::string> unreceived_message(WorldShared& w) {
+  std::vector<Group*> groups{w.world_group.get()};
+  for (const auto& g : w.run_groups) groups.push_back(g.get());
+  for (Group* g : groups) {
+    const std::size_t n = g->world_ranks.size();
+    for (std::size_t src = 0; src < n; ++src)
+      for (std::size_t dst = 0; dst < n; ++dst) {
+        // acquire: pairs with the installing CAS (Group::channel); the ranks have stopped.
+        const Channel* c = g->channels[src * n + dst].load(std::memory_order_acquire);
+        if (c == nullptr) continue;
+        // acquire: pairs with the sender's and receiver's seq_cst stores of the counters.
+        const std::uint64_t posted = c->posted.load(std::memory_order_acquire);
+        for (std::uint64_t m = c->consumed.load(std::memory_order_acquire); m < posted; ++m) {
+          const P2PMessage& msg = c->ring[m % kChannelDepth];
+          // acquire: pairs with the receiver's seq_cst store of kConsumed.
+          if (msg.state.load(std::memory_order_acquire) == kConsumed) continue;
+          std::ostringstream s;
+          s << "rank " << g->world_ranks[src] << " sent message #" << m + 1 << " ("
+            << format_bytes(msg.bytes) << ") to rank " << g->world_ranks[dst] << " on group "
+            << g->name << ", which rank " << g->world_ranks[dst]
+            << " never received before the run ended";
+          return {g->world_ranks[src], s.str()};
+        }
+      }
+  }
+  return {-1, ""};
+}
+
 void run_rank(WorldShared& w, int id) {
   RankState& st = *w.ranks[static_cast<std::size_t>(id)];
+  running_world = &w;
   try {
     Rank rank(id, w.opts.ranks, Comm(w.world_group, id, &st), &st.arena, &st.counters);
     // Kernels' ComputeSpans (core/compute_span.hpp) reach this rank's trace and simulated clock.
@@ -271,6 +318,7 @@ void run_rank(WorldShared& w, int id) {
     auto e = std::current_exception();
     w.fail(id, what_of(e), e);
   }
+  running_world = nullptr;
   // release: pairs with the acquire load in wait_until; everything this rank published is visible
   // to a waiter that sees it gone.
   st.exited.store(true, std::memory_order_release);
@@ -311,6 +359,7 @@ World::World(WorldOptions opts) {
   if (opts.watchdog_timeout.count() < 0)
     throw std::invalid_argument("World: watchdog_timeout must be positive, or 0 to disable it");
   if (opts.sim_clock) opts.sim_clock->validate(opts.ranks);
+  if (opts.inject) opts.inject->validate(opts.hang_timeout);
   shared_ = std::make_unique<detail::WorldShared>(opts);
   auto& w = *shared_;
   std::vector<int> all(static_cast<std::size_t>(opts.ranks));
@@ -360,6 +409,7 @@ Trace World::trace() const {
   return Trace(shared_.get());
 }
 void World::set_injection(std::optional<Injection> inject) {
+  if (inject) inject->validate(shared_->opts.hang_timeout);
   // Workers are idle between runs; the next run's generation bump publishes the change.
   shared_->opts.inject = std::move(inject);
 }
@@ -379,6 +429,11 @@ void World::clear_counters() {
 
 void World::run(const std::function<void(Rank&)>& fn) {
   auto& w = *shared_;
+  if (detail::running_world == &w)
+    throw std::invalid_argument(
+        "World::run called from inside a run function of the same world: it would wait for the "
+        "calling rank itself; run the nested work in the run function directly, or in another "
+        "World");
   // Workers are idle here: plain writes are published by the generation bump below.
   w.aborted.store(false, std::memory_order_relaxed);
   w.failed_rank = -1;
@@ -413,6 +468,14 @@ void World::run(const std::function<void(Rank&)>& fn) {
     w.running.wait(left, std::memory_order_acquire);
   w.fn = nullptr;
   if (w.link != nullptr) w.link->end_run();
+  if (!w.failure) {
+    // An eager message (copied at send, so its sender never waits) that nobody received is a
+    // schedule bug as much as a blocked large one: reported, not left in the mailbox.
+    if (const auto [sender, lost] = detail::unreceived_message(w); sender >= 0) {
+      const CollectiveMismatch error("unreceived message: " + lost);
+      w.fail(sender, error.what(), std::make_exception_ptr(error));
+    }
+  }
   if (w.failure) {
     // Every rank has stopped (the acquire loads of `running` above publish their recorders).
     const std::int64_t now = w.now_ns();

@@ -247,6 +247,75 @@ TEST(Failure, MismatchedElementTypeIsReportedWithBothCalls) {
       {"rank 0 called all_reduce(count=10, float)", "rank 2 called all_reduce(count=10, int32)"});
 }
 
+TEST(Failure, SplitCalledByOnlySomeRanksNamesTheSplitNotItsEncoding) {
+  World& world = shared_world(4);
+  RankFailure e = expect_failure(world, [](Rank& r) {
+    if (r.id() < 2)
+      r.comm().split(0, r.id());
+    else
+      barrier(r.comm());
+  });
+  EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
+  EXPECT_TRUE(contains(e.what(), "rank 0 called split, ")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "rank 2 called barrier")) << e.what();
+  EXPECT_FALSE(contains(e.what(), "int64")) << e.what();
+  expect_usable(world);
+}
+
+TEST(Failure, UnreceivedMessagesOfAnySizeAreReportedAtTheEndOfTheRun) {
+  // 64 B goes eagerly (its sender never waits), 4 KiB by single copy (its sender waits for the
+  // receiver): both are the same bug and must be reported, naming both ends.
+  for (const std::size_t count : {std::size_t{16}, std::size_t{1024}}) {
+    World& world = shared_world(3);
+    RankFailure e = expect_failure(world, [count](Rank& r) {
+      std::vector<float> a(count, 1.0f);
+      if (r.id() == 1) send<float>(r.comm(), a, 2);
+    });
+    if (count == 16) {
+      EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
+      EXPECT_EQ(e.rank(), 1);
+      EXPECT_TRUE(contains(e.what(),
+                           "unreceived message: rank 1 sent message #1 (64 B) to rank 2 "
+                           "on group world, which rank 2 never received"));
+    } else {
+      EXPECT_TRUE(contains(e.what(), "world rank 2, which already returned")) << e.what();
+    }
+    expect_usable(world);
+  }
+}
+
+TEST(Failure, UnreceivedMessageOnASubgroupNamesTheGroupAndWorldRanks) {
+  World& world = shared_world(4);
+  RankFailure e = expect_failure(world, [](Rank& r) {
+    Comm odd = r.comm().split(r.id() % 2, r.id(), "odd");
+    std::vector<float> a(4, 1.0f);
+    if (r.id() == 3) send<float>(odd, a, 0);  // group rank 0 of {1, 3} is world rank 1
+  });
+  EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 3 sent message #1 (16 B) to rank 1 on group odd, which "
+                       "rank 1 never received"))
+      << e.what();
+  expect_usable(world);
+}
+
+TEST(Failure, NestedRunOfTheSameWorldFailsAtOnceNamingTheMistake) {
+  World& world = shared_world(2);
+  Clock::duration took{};
+  RankFailure e = expect_failure(
+      world,
+      [&world](Rank& r) {
+        if (r.id() == 1) world.run([](Rank&) {});
+        barrier(r.comm());
+      },
+      &took);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_TRUE(cause_is<std::invalid_argument>(e)) << e.what();
+  EXPECT_TRUE(contains(e.what(), "World::run called from inside a run function of the same world"));
+  EXPECT_LT(took, 1s);
+  expect_usable(world);
+}
+
 TEST(Failure, RankReturningEarlyIsAHangErrorNamingIt) {
   World& world = shared_world(4);
   Clock::duration took{};

@@ -1,7 +1,12 @@
 // Deliberately broken schedules: each must fail within a bounded time (never hang) with the exact
 // diagnosis — every rank's pending operation and the wait-for cycle (watchdog.hpp) — and every
 // failure carries the flight recorder of every rank (flight_recorder.hpp).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
 
 #include <cctype>
 #include <chrono>
@@ -237,6 +242,46 @@ TEST(HangDiagnosis, PerWaitTimeoutStillReportsARankBusyOutsideTheRuntime) {
             "pending operations:\n"
             "  rank 0: barrier #1 on group world, waiting T s for rank 1 to enter\n"
             "  rank 1: running (in no wait)");
+}
+
+TEST(HangDiagnosis, DiagnosisReachesStderrWhileARankIsStillBusyOutsideTheRuntime) {
+  // Rank 1 computes until it reads the diagnosis from stderr (a pipe here), or gives up after
+  // 10 s: World::run cannot return before it does, so only a diagnosis printed when it was made
+  // lets it stop early.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  ::dup2(fds[1], 2);
+  World world({.ranks = 2, .hang_timeout = 300ms, .watchdog_timeout = 100ms});
+  std::string seen;
+  const auto t0 = Clock::now();
+  try {
+    world.run([&](Rank& r) {
+      if (r.id() == 0) {
+        barrier(r.comm());
+        return;
+      }
+      char buf[4096];
+      while (seen.find("made no progress") == std::string::npos && Clock::now() - t0 < 10s) {
+        const ssize_t k = ::read(fds[0], buf, sizeof buf);
+        if (k > 0) seen.append(buf, static_cast<std::size_t>(k));
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+    ADD_FAILURE() << "World::run did not throw";
+  } catch (const RankFailure& f) {
+    EXPECT_TRUE(cause_is<HangError>(f)) << f.what();
+  }
+  const auto took = Clock::now() - t0;
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_NE(seen.find("tspemu: rank 0 made no progress for"), std::string::npos) << seen;
+  EXPECT_LT(took, 5s) << "the busy rank never saw the diagnosis";
 }
 
 TEST(HangDiagnosis, FlightRecorderKeepsTheLastOperationsOfEachRankOnly) {

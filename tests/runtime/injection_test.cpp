@@ -3,9 +3,11 @@
 // order; failures under injection name the seed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,44 @@ TEST(Injection, TurnedOnBetweenRunsDelaysTheNextRun) {
   run_barriers_us(world, kBarriers);
   world.set_injection(kDelaying);
   EXPECT_GE(run_barriers_us(world, kBarriers), planned_us);
+}
+
+TEST(Injection, DelaysLongerThanAQuarterOfTheHangTimeoutAreRefusedNamingTheBound) {
+  const Injection too_long{.max_delay = std::chrono::seconds(3)};
+  try {
+    World world({.ranks = 2, .hang_timeout = std::chrono::seconds(10), .inject = too_long});
+    FAIL() << "World accepted a 3 s delay under a 10 s hang timeout";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_delay 3000000 us must be in [0, 2500000] us"),
+              std::string::npos)
+        << e.what();
+  }
+  World world({.ranks = 2, .hang_timeout = std::chrono::seconds(10)});
+  world.set_injection(kDelaying);
+  EXPECT_THROW(world.set_injection(too_long), std::invalid_argument);
+  EXPECT_THROW(world.set_injection(Injection{.probability = 1.5}), std::invalid_argument);
+  EXPECT_EQ(world.options().inject->max_delay, kDelaying.max_delay) << "a refused setting is kept";
+}
+
+TEST(Injection, AFailureElsewhereEndsAnInjectedDelayPromptly) {
+  // Rank 0's first draw delays its barrier by `planned` (seed chosen so it is over a second);
+  // rank 1 fails at once. The delay must end on the abort, not sleep out: the run returns well
+  // within half the planned delay.
+  Injection inj{.seed = 1, .probability = 1.0, .max_delay = std::chrono::seconds(2)};
+  double planned_us = 0;
+  for (; inj.seed < 64 && (planned_us = planned_delay_us(inj, 1)) < 1e6; ++inj.seed) {
+  }
+  ASSERT_GE(planned_us, 1e6) << "no seed below 64 delays rank 0's first barrier by 1 s";
+  World world({.ranks = 2, .inject = inj});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(world.run([](Rank& r) {
+    if (r.id() == 1) throw std::runtime_error("planted failure");
+    barrier(r.comm());
+  }),
+               RankFailure);
+  const double took_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took_us, planned_us / 2) << "planned delay " << planned_us << " us";
 }
 
 TEST(Injection, FailureUnderInjectionNamesTheSeed) {

@@ -9,7 +9,10 @@
 // the request, the capacity, the bytes in use and the largest categories; current and peak bytes
 // overall, per category and per named phase. Freed blocks are cached by size, so a schedule that
 // repeats the same allocations makes no system allocation after its first iteration
-// (stats().system_allocations stops growing).
+// (stats().system_allocations stops growing). The cache holds at most twice the bytes ever live at
+// once (stats().cached <= 2 x the arena's highest current: room for a pattern's blocks of other
+// sizes freed between its peaks), so schedules of ever-changing sizes cannot grow it without
+// bound; a block past that is returned to the system.
 // Dry arena (Arena(rank, capacity, /*dry=*/true), what a World with WorldOptions::dry_run makes):
 // the same accounting — current and peak by category and phase, the 64-byte granularity,
 // OutOfMemory against the capacity — but the blocks are distinct, aligned addresses in one
@@ -54,6 +57,7 @@ struct ArenaStats {
   std::array<std::size_t, kCategoryCount> category_peak{};
   std::size_t allocations = 0;         // calls to allocate
   std::size_t system_allocations = 0;  // of those, how many reached the system allocator
+  std::size_t cached = 0;              // bytes of freed blocks kept for reuse (not charged)
 };
 
 class Arena;
@@ -170,6 +174,7 @@ class Arena {
   RankTrace* trace_ = nullptr;
   ArenaStats stats_;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by charged size
+  std::size_t high_water_ = 0;  // the highest stats_.current ever: bounds the cache
   std::map<std::string, std::size_t, std::less<>> phase_peaks_;
   std::vector<std::map<std::string, std::size_t, std::less<>>::iterator> active_phases_;
 };

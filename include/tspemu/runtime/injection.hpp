@@ -4,7 +4,8 @@
 // What, with WorldOptions::inject (or World::set_injection) on, from each rank's own random
 // stream (seed, rank):
 //   - rank delays: every collective, send and receive is delayed, with `probability`, by a
-//     uniform random sleep of at most `max_delay` before it starts;
+//     uniform random sleep of at most `max_delay` before it starts; a failure elsewhere ends a
+//     sleep within milliseconds (the rank then stops at its next wait);
 //   - message delays: a send is delayed the same way again before its message is posted;
 //   - delivery order: wait_any (send_recv.hpp) completes the pending receives in a seeded random
 //     order instead of their order of arrival.
@@ -37,10 +38,18 @@ namespace tspemu {
 
 class World;
 
+// The longest injected delay a world with this hang timeout accepts: a quarter of it, so a peer
+// waiting on a delayed rank (a send draws two delays, and operations follow one another) is not
+// failed as hung.
+std::chrono::microseconds max_injection_delay(std::chrono::milliseconds hang_timeout);
+
 struct Injection {
   std::uint64_t seed = 1;
   double probability = 0.25;  // chance that an operation (or a message) is delayed
   std::chrono::microseconds max_delay{200};
+  // Throws std::invalid_argument unless 0 <= probability <= 1 and
+  // 0 <= max_delay <= max_injection_delay(hang_timeout), naming the value and the bound.
+  void validate(std::chrono::milliseconds hang_timeout) const;
   // "injection seed 7 (delay p=0.25, at most 200 us)".
   std::string describe() const;
 };

@@ -2,7 +2,8 @@
 //
 // What: World(opts).run(fn) calls fn(rank) on every rank concurrently, rank i on its own thread.
 // Requirements: 1 <= ranks <= kMaxRanks; fn must not let exceptions escape except to report a
-// failure (that is the point); run() must not be called from inside fn.
+// failure (that is the point); run() must not be called from inside fn (it throws
+// std::invalid_argument at once, so the run fails naming that rank).
 // Guarantees:
 //  - threads are created once and kept between runs; run() returns when every rank has returned;
 //  - if any rank throws, every other rank's pending or later wait fails within milliseconds with
@@ -12,6 +13,10 @@
 //    with no progress for opts.hang_timeout fails with HangError naming the operation and the
 //    ranks it waits for; when every rank is blocked for opts.watchdog_timeout, HangError lists
 //    every rank's pending operation and the wait-for cycle (watchdog).
+//  - a message sent and never received by the end of the run, of any size, fails the run with
+//    CollectiveMismatch naming the sender, the receiver, the message number and its size;
+//  - a hang diagnosis (hang_timeout or watchdog) is printed to stderr as soon as it is made, so
+//    it is seen even while a rank busy outside the runtime keeps run() from returning;
 //  - every failure carries the last operations of every rank (RankFailure::flight_record()).
 // Cost: a run round trip wakes N threads (one futex wake each when they sleep).
 //
@@ -61,6 +66,7 @@ struct WorldOptions {
   // Give every event a simulated duration from this model (sim_clock.hpp): an estimate.
   std::optional<SimClockModel> sim_clock{};
   // Seeded delays and delivery reordering (injection.hpp); World::set_injection changes it.
+  // Checked by Injection::validate against hang_timeout.
   std::optional<Injection> inject{};
   // Pin rank i's thread to core i mod (cores available).
   bool pin_threads = false;
@@ -134,7 +140,8 @@ class World {
     double compute = 0, exposed_comm = 0, overlapped_comm = 0;
   };
   SimulatedTime simulated_time(int rank) const;
-  // Injection for the following runs (nullopt: off). Only between runs.
+  // Injection for the following runs (nullopt: off). Only between runs. Throws
+  // std::invalid_argument (and keeps the setting) if Injection::validate rejects it.
   void set_injection(std::optional<Injection> inject);
 
  private:
