@@ -4,7 +4,9 @@
 #include <optional>
 #include <ostream>
 
+#include "output_files.hpp"
 #include "progress_bar.hpp"
+#include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
@@ -29,6 +31,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
 
 int compare_command(const CompareArgs& a, std::ostream& out) {
   const ProblemOptions& p = a.problem;
+  check_output_files({{"--json", a.json_path}});
   if (p.ranks < 1 || p.ranks > 256)
     throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
   // Problems common to every strategy are configuration errors, not skipped rows.
@@ -36,6 +39,24 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
     throw ConfigError(why);
   const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock, p.ranks);
   const auto strategies = tsp::strategies_at(p.ranks);
+  // Before anything runs: a table of skipped rows is not a comparison, and every row that runs
+  // must fit in memory.
+  std::string reasons;
+  bool any_runs = false;
+  for (const cost::Strategy& st : strategies) {
+    if (const std::string why = why_invalid(p, st); !why.empty()) {
+      reasons += "; " + st.name() + ": " + why;
+      continue;
+    }
+    any_runs = true;
+    StackConfig c = make_stack_config(p, st);
+    c.check = !a.no_check;
+    require_run_memory(c, false, "compare row " + st.name(), available_memory(),
+                       stack_world_options(c, st.ranks()).arena_capacity);
+  }
+  if (!any_runs)
+    throw ConfigError("--ranks " + std::to_string(p.ranks) +
+                      ": no strategy can run this configuration" + reasons);
   char line[512];
   std::snprintf(line, sizeof line,
                 "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy the layer "

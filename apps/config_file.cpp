@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <system_error>
 
 #include "problem_options.hpp"
+#include "tspemu/core/sanitized.hpp"
 
 namespace tspemu::app {
 
@@ -18,28 +20,11 @@ namespace {
 // before it is read into memory.
 constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
-// Keys and parser messages are quoted as at most 64 bytes of printable ASCII (anything else as
-// \xNN): a hostile file must not put megabytes or terminal escapes into the message.
-std::string printable(std::string_view s, std::size_t limit = 64) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += char(c);
-    } else {
-      static const char* const kHex = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  if (s.size() > limit) out += "...(" + std::to_string(s.size()) + " bytes)";
-  return out;
-}
-
 // The whole file, or ConfigError naming it: a directory, a FIFO or a device is refused before it is
 // opened (reading a directory throws std::ios_base::failure from the stream buffer; a FIFO without
 // a writer blocks forever), and a read error is reported rather than thrown past the parse phase.
 std::string read_config_file(const std::string& path) {
-  const std::string flag = "--config " + printable(path, 256);
+  const std::string flag = "--config " + sanitized(path, 256);
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (ec) throw ConfigError(flag + ": cannot read the file (" + ec.message() + ")");
@@ -60,7 +45,7 @@ std::string read_config_file(const std::string& path) {
     if (f.bad()) throw ConfigError(flag + ": cannot read the file");
     return text.str();
   } catch (const std::ios_base::failure& e) {
-    throw ConfigError(flag + ": cannot read the file (" + printable(e.what(), 200) + ")");
+    throw ConfigError(flag + ": cannot read the file (" + sanitized(e.what(), 200) + ")");
   }
 }
 
@@ -68,18 +53,30 @@ std::string read_config_file(const std::string& path) {
 
 std::vector<std::string> config_options(const CLI::App& sub, std::string_view json,
                                         const std::string& path) {
-  const std::string flag = "--config " + printable(path, 256);
+  const std::string flag = "--config " + sanitized(path, 256);
   nlohmann::json j;
+  // The keys seen in each object being parsed: a repeated key would silently replace the value.
+  std::vector<std::set<std::string>> keys;
+  const nlohmann::json::parser_callback_t refuse_duplicates =
+      [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+        if (event == nlohmann::json::parse_event_t::object_end) keys.pop_back();
+        if (event == nlohmann::json::parse_event_t::key &&
+            !keys.back().insert(parsed.get<std::string>()).second)
+          throw ConfigError(flag + ": \"" + sanitized(parsed.get<std::string>()) +
+                            "\" is given twice; give each option once");
+        return true;
+      };
   try {
-    j = nlohmann::json::parse(json);
+    j = nlohmann::json::parse(json, refuse_duplicates);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(flag + ": not JSON (" + printable(e.what(), 200) + ")");
+    throw ConfigError(flag + ": not JSON (" + sanitized(e.what(), 200) + ")");
   }
   if (!j.is_object()) throw ConfigError(flag + ": the file must hold a JSON object");
   std::vector<std::string> out;
   for (const auto& [key, value] : j.items()) {
     if (key == "command" || key == "schema_version") continue;  // documents may say what they are
-    const std::string name = "\"" + printable(key) + "\"";
+    const std::string name = "\"" + sanitized(key) + "\"";
     const CLI::Option* opt = sub.get_option_no_throw("--" + key);
     if (opt == nullptr || key == "config")
       throw ConfigError(flag + ": " + name + " is not an option of `tspemu " + sub.get_name() +
@@ -94,9 +91,16 @@ std::vector<std::string> config_options(const CLI::App& sub, std::string_view js
       if (!value.is_boolean()) throw ConfigError(flag + ": " + name + " is a flag: true or false");
       if (value.get<bool>()) out.push_back("--" + key);
     } else if (value.is_array()) {
-      for (const auto& v : value) {
+      std::vector<std::string> values;
+      for (const auto& v : value) values.push_back(text(v));
+      // Only an option that takes several values may be given a list: the last of a list would
+      // silently win over the others.
+      if (opt->get_items_expected_max() <= 1 && values.size() != 1)
+        throw ConfigError(flag + ": " + name + " takes one value, not a list of " +
+                          std::to_string(values.size()));
+      for (const std::string& v : values) {
         out.push_back("--" + key);
-        out.push_back(text(v));
+        out.push_back(v);
       }
     } else {
       out.push_back("--" + key);

@@ -11,6 +11,7 @@
 #include <array>
 #include <limits>
 
+#include "output_files.hpp"
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
@@ -388,6 +389,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
 }
 
 int plan_command(const PlanArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   if (a.devices < 1 || a.devices > 4096)
     throw ConfigError("--devices " + std::to_string(a.devices) + ": must be 1 to 4096");
   if (a.batch < 1) throw ConfigError("--batch " + std::to_string(a.batch) + ": must be >= 1");

@@ -36,7 +36,9 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
                  "sequence length S (zigzag: divisible by 2·D, resp. 2·Sp for SP and TP+SP, 2·n "
                  "for Ulysses and ring)")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "weights and inputs seed")->capture_default_str();
+  app.add_option("--seed", o.seed, "weights and inputs seed")
+      ->capture_default_str()
+      ->check(unsigned_integer());
   app.add_option("--layout", o.layout, "TSP sequence layout (the baselines use zigzag)")
       ->capture_default_str()
       ->check(CLI::IsMember({"zigzag", "contiguous", "striped"}));
@@ -64,9 +66,36 @@ void add_strategy_options(CLI::App& app, ProblemOptions& o) {
       ->capture_default_str();
 }
 
+CLI::Validator unsigned_integer() {
+  // CLI11 converts "-1" into an unsigned option by wrapping it to 2^64 - 1.
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const auto first = text.find_first_not_of(" \t");
+        return first != std::string::npos && text[first] == '-'
+                   ? text + ": must be a non-negative integer (it would wrap to 2^64 - 1 and over)"
+                   : "";
+      },
+      "UINT");
+}
+
 cost::Strategy parse_strategy(const ProblemOptions& o) {
+  const tsp::StrategyInfo* info = nullptr;
   try {
-    return tsp::strategy_named(o.strategy).make(o.ranks, o.tp, o.sp);
+    info = &tsp::strategy_named(o.strategy);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError("--strategy " + o.strategy + ": " + e.what());
+  }
+  // The degrees first, in 64 bits: a mesh past the world's limit is the degrees' fault (a shape
+  // rule would blame --heads), and T·Sp can overflow an int.
+  const bool grid = info->mesh == tsp::MeshKind::grid;
+  const std::int64_t n = grid ? std::int64_t{o.tp} * std::int64_t{o.sp} : std::int64_t{o.ranks};
+  if (n < 1 || n > kMaxRanks || (grid && (o.tp < 1 || o.sp < 1)))
+    throw ConfigError(
+        (grid ? "--tp " + std::to_string(o.tp) + " --sp " + std::to_string(o.sp) + ": the mesh has "
+              : "--ranks " + std::to_string(o.ranks) + ": ") +
+        std::to_string(n) + " ranks; a world has 1 to " + std::to_string(kMaxRanks));
+  try {
+    return info->make(o.ranks, o.tp, o.sp);
   } catch (const std::invalid_argument& e) {
     throw ConfigError("--strategy " + o.strategy + ": " + e.what());
   }

@@ -3,9 +3,13 @@
 #include <chrono>
 #include <ostream>
 
+#include "layer_stack.hpp"
+#include "output_files.hpp"
 #include "progress_bar.hpp"
+#include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "tsp_run.hpp"
+#include "tspemu/runtime/injection.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -30,7 +34,8 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   add_sim_clock_options(*run, a.sim_clock, false);
   run->add_option("--inject-seed", a.inject_seed,
                   "run under seeded injection: random delays of ranks and messages, receives "
-                  "delivered in a seeded order; the same seed reproduces the event order");
+                  "delivered in a seeded order; the same seed reproduces the event order")
+      ->check(unsigned_integer());
   run->add_option("--inject-delay-us", a.inject_delay_us, "injection: longest delay, microseconds")
       ->capture_default_str();
   run->add_option("--inject-probability", a.inject_probability,
@@ -40,23 +45,31 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
 }
 
 int run_command(const RunArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}, {"--trace", a.trace_path}});
   const tsp::cost::Strategy st = parse_strategy(a.problem);
   const bool whole = tsp::strategy_info(st.scheme).whole_model && !a.layers_only;
   StackConfig c = make_stack_config(a.problem, st, whole);
   c.check = !a.no_check;
   c.trace_path = a.trace_path;
   c.sim_clock = sim_clock_option(a.sim_clock, st.ranks());
+  // A delay the runtime would refuse (Injection::validate) named by its flag, before any work.
+  const std::chrono::milliseconds hang_timeout = stack_world_options(c, 1).hang_timeout;
+  const auto delay_bound = max_injection_delay(hang_timeout);
+  if (a.inject_delay_us < 0 || a.inject_delay_us > delay_bound.count())
+    throw ConfigError("--inject-delay-us " + std::to_string(a.inject_delay_us) +
+                      ": must be in [0, " + std::to_string(delay_bound.count()) +
+                      "], a quarter of the " + std::to_string(hang_timeout.count() / 1000) +
+                      " s hang timeout (a longer delay would fail the waiting ranks as hung)");
+  if (!(a.inject_probability >= 0 && a.inject_probability <= 1))
+    throw ConfigError("--inject-probability " + std::to_string(a.inject_probability) +
+                      ": must be in [0, 1]");
   if (a.inject_seed) {
-    if (a.inject_delay_us < 0)
-      throw ConfigError("--inject-delay-us " + std::to_string(a.inject_delay_us) +
-                        ": must be at least 0");
-    if (!(a.inject_probability >= 0 && a.inject_probability <= 1))
-      throw ConfigError("--inject-probability " + std::to_string(a.inject_probability) +
-                        ": must be in [0, 1]");
     c.inject = Injection{.seed = *a.inject_seed,
                          .probability = a.inject_probability,
                          .max_delay = std::chrono::microseconds(a.inject_delay_us)};
   }
+  require_run_memory(c, whole, "run " + st.name(), available_memory(),
+                     stack_world_options(c, st.ranks()).arena_capacity);
   StackResult r;
   {
     ProgressBar bar("run " + st.name(), stack_steps(c, whole), !a.quiet);

@@ -5,7 +5,9 @@
 #include <ostream>
 #include <thread>
 
+#include "output_files.hpp"
 #include "progress_bar.hpp"
+#include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
 #include "tspemu/tsp/strategy.hpp"
@@ -62,6 +64,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int scale_command(const ScaleArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   if (a.max_ranks < 1 || a.max_ranks > 256)
     throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) + ": must be 1 to 256");
   if (a.repeat < 1) throw ConfigError("--repeat " + std::to_string(a.repeat) + ": must be >= 1");
@@ -77,6 +80,29 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   if (a.mode != "weak") modes.push_back("strong");
   if (a.mode != "strong") modes.push_back("weak");
 
+  // Before anything runs: some point must be valid (a table of skipped points is no scaling
+  // curve) and every valid point must fit in memory.
+  std::string reasons;
+  bool any_runs = false;
+  for (const std::string& mode : modes)
+    for (int D : degrees) {
+      ProblemOptions p = a.problem;
+      p.ranks = D;
+      if (mode == "weak") p.S = per_rank * D;
+      const cost::Strategy st = parse_strategy(p);
+      if (const std::string why = why_invalid(p, st); !why.empty()) {
+        reasons += "; " + mode + " D=" + std::to_string(D) + ": " + why;
+        continue;
+      }
+      any_runs = true;
+      StackConfig c = make_stack_config(p, st);
+      c.check = false;
+      require_run_memory(c, false, "scale point " + mode + " D=" + std::to_string(D),
+                         available_memory(), stack_world_options(c, D).arena_capacity);
+    }
+  if (!any_runs)
+    throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) +
+                      ": no point of the sweep can run this configuration" + reasons);
   char line[512];
   std::snprintf(line, sizeof line,
                 "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "

@@ -1,5 +1,7 @@
 #include "stack_report.hpp"
 
+#include "tspemu/core/atomic_file.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -70,10 +72,9 @@ nlohmann::json document(const char* command) {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write " + path);
-  f << j.dump(2) << "\n";
-  if (!f) throw std::runtime_error("cannot write " + path);
+  // Invalid UTF-8 in a string (a path given by the user) is replaced, not thrown half-way.
+  write_file_atomically(path,
+                        j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 Summary summarize(const StackResult& r) {

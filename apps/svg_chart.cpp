@@ -1,5 +1,7 @@
 #include "svg_chart.hpp"
 
+#include "tspemu/core/atomic_file.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -223,10 +225,7 @@ std::string svg_chart(const std::string& title, const std::vector<Panel>& panels
 
 void write_svg(const std::string& path, const std::string& title,
                const std::vector<Panel>& panels) {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write " + path);
-  f << svg_chart(title, panels);
-  if (!f) throw std::runtime_error("cannot write " + path);
+  write_file_atomically(path, svg_chart(title, panels));
 }
 
 }  // namespace tspemu::app

@@ -1,10 +1,6 @@
 #include "tspemu/reference/safetensors.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -23,6 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tspemu/core/atomic_file.hpp"
+#include "tspemu/core/sanitized.hpp"
+
 namespace tspemu::ref {
 
 static_assert(std::endian::native == std::endian::little,
@@ -37,31 +36,8 @@ constexpr std::uint64_t kMaxHeader = 100u << 20;  // as the reference implementa
 // parse and every later walk of the JSON (dump, destruction) shallow.
 constexpr int kMaxHeaderDepth = 3;
 
-// Longest excerpt of a name, key or value quoted in a message: enough to recognise it, short
-// enough that a hostile 100 KB string does not become a 100 KB message.
-constexpr std::size_t kQuoteLimit = 64;
-
 [[noreturn]] void fail(const std::string& what) {
   throw SafetensorsError("safetensors: " + what);
-}
-
-// At most `limit` bytes of s, printable ASCII kept, anything else (control characters, bytes of
-// multi-byte UTF-8, the quote and the backslash) as \xNN, and the full length when cut short.
-std::string sanitized(std::string_view s, std::size_t limit = kQuoteLimit) {
-  static const char* const kHex = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += char(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (s.size() > limit) out += "...(" + std::to_string(s.size()) + " bytes)";
-  return out;
 }
 
 std::string quote(std::string_view s) {
@@ -434,81 +410,13 @@ std::vector<unsigned char> SafetensorsWriter::to_bytes() const {
   return out;
 }
 
-namespace {
-
-[[noreturn]] void fail_io(const std::string& what, const std::string& path, int err) {
-  fail(what + " '" + sanitized(path, 256) + "': " + std::generic_category().message(err));
-}
-
-// Writes all of bytes to fd, retrying short writes and EINTR.
-void write_all(int fd, const std::vector<unsigned char>& bytes, const std::string& path) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t k = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) fail_io("cannot write", path, k < 0 ? errno : EIO);
-    done += std::size_t(k);
-  }
-}
-
-// Writes bytes to the file at path, replacing it only once they are all on disk: a temporary
-// file beside it (same directory, so the same filesystem and rename is atomic), written, synced
-// and closed with every result checked, then renamed over it. A reader sees the old file or the
-// new one, never a part; on failure the temporary is removed and the old file is left as it was.
-// A path that exists and is not a regular file (/dev/null, /dev/full, a FIFO) cannot be replaced
-// by a rename, so it is written in place, still checking every write and the close.
-void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);  // follows symlinks
-  if (fs::is_directory(st)) fail("cannot write '" + sanitized(path, 256) + "': it is a directory");
-  if (fs::exists(st) && !fs::is_regular_file(st)) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) fail_io("cannot open", path, errno);
-    try {
-      write_all(fd, bytes, path);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    if (::close(fd) != 0) fail_io("cannot write", path, errno);
-    return;
-  }
-  // Through a symlink, replace the file it names, not the link.
-  const std::string target = fs::is_symlink(fs::symlink_status(path, ec)) && fs::exists(st)
-                                 ? fs::canonical(path, ec).string()
-                                 : path;
-  // relaxed: the counter only makes names unique within the process (the pid does across
-  // processes, O_EXCL catches the rest); it publishes no data.
-  static std::atomic<unsigned> counter{0};
-  const std::string temp = target + ".tmp." + std::to_string(::getpid()) + "." +
-                           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) fail_io("cannot create a temporary file beside", path, errno);
-  try {
-    write_all(fd, bytes, path);
-    if (::fsync(fd) != 0) fail_io("cannot write", path, errno);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    fail_io("cannot write", path, err);
-  }
-  if (::rename(temp.c_str(), target.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    fail_io("cannot replace", path, err);
-  }
-}
-
-}  // namespace
-
 void SafetensorsWriter::save(const std::string& path) const {
-  write_file_atomically(path, to_bytes());
+  const std::vector<unsigned char> bytes = to_bytes();
+  try {
+    write_file_atomically(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+  } catch (const FileWriteError& e) {
+    fail(e.what());
+  }
 }
 
 // ---------------------------------------------------------------- model checkpoints

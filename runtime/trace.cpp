@@ -3,9 +3,11 @@
 #include <cstdio>
 #include <fstream>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "state.hpp"
+#include "tspemu/core/atomic_file.hpp"
 
 namespace tspemu {
 
@@ -176,11 +178,9 @@ void Trace::write_chrome_json(std::ostream& out) const {
 }
 
 void Trace::write_chrome_json(const std::string& path) const {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write the trace to " + path);
-  write_chrome_json(f);
-  f.close();
-  if (!f) throw std::runtime_error("error while writing the trace to " + path);
+  std::ostringstream text;
+  write_chrome_json(text);
+  write_file_atomically(path, text.view());
 }
 
 namespace detail {

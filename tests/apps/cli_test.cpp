@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "cli_outcome.hpp"
 #include "plan_command.hpp"
 #include "problem_options.hpp"
+#include "run_memory.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -369,6 +372,14 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
       {{"run", "--inject-seed", "3", "--inject-probability", "2"},
        "--inject-probability 2.000000: must be in [0, 1]"},
       {{"run", "--inject-seed", "3", "--inject-delay-us", "-5"}, "--inject-delay-us -5"},
+      {{"run", "--strategy", "tp-sp", "--tp", "65536", "--sp", "65536"},
+       "--tp 65536 --sp 65536: the mesh has 4294967296 ranks; a world has 1 to 256"},
+      {{"run", "--ranks", "100000"}, "--ranks 100000: 100000 ranks; a world has 1 to 256"},
+      {{"run", "--seed", "-1"}, "-1: must be a non-negative integer"},
+      {{"run", "--inject-seed", "-1"}, "-1: must be a non-negative integer"},
+      {{"run", "--inject-seed", "3", "--inject-delay-us", "2147483647"},
+       "--inject-delay-us 2147483647: must be in [0, 7500000], a quarter of the 30 s hang "
+       "timeout"},
   };
   for (const Case& c : cases) {
     const Outcome o = tspemu(c.args);
@@ -376,6 +387,122 @@ TEST(Cli, BadConfigurationsExitTwoNamingTheFlagAndTheConstraint) {
     EXPECT_NE(o.err.find(c.message), std::string::npos)
         << "args: " << c.args[1] << "\nstderr: " << o.err;
   }
+}
+
+TEST(Cli, RunsThatCannotFitInMemoryAreRefusedBeforeAllocatingNamingGiBPerRankAndTotal) {
+  // Each would grow to the machine's limit and die of std::bad_alloc if run.
+  const std::vector<std::vector<std::string>> cases = {
+      {"run", "--hidden", "65536", "--seq", "1048576", "-q"},
+      {"run", "--layers", "100000", "-q"},
+      {"run", "--strategy", "tp", "--layers", "100000", "--no-check", "-q"},
+      {"compare", "--layers", "100000", "-q"},
+      {"scale", "--layers", "100000", "--max-ranks", "2", "-q"},
+  };
+  for (const auto& args : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Outcome o = tspemu(args);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(o.code, 2) << args[0] << " " << args[1] << "\n" << o.err;
+    for (const char* part :
+         {"invalid configuration: memory: ", " per rank (arena capacity 16.00 GiB)", " in total (",
+          " available, MemAvailable in /proc/meminfo"})
+      EXPECT_NE(o.err.find(part), std::string::npos) << part << "\n" << o.err;
+    EXPECT_LT(took, 2.0) << "the check must be cheap: " << o.err;
+  }
+}
+
+TEST(Cli, RunMemoryIsALowerBoundOfWhatTheRunAllocatesAndRefusesPastTheArenaCapacity) {
+  ProblemOptions p;
+  p.model.n_layers = 2;
+  p.S = 256;
+  for (const char* strategy : {"tsp", "tp", "sp"}) {
+    p.strategy = strategy;
+    StackConfig c = make_stack_config(p, parse_strategy(p));
+    const RunMemory need = require_run_memory(c, false, strategy, UINT64_MAX, std::size_t{1} << 40);
+    const StackResult r = run_stack(c);
+    ASSERT_EQ(need.rank.size(), r.ranks.size());
+    for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+      // The run's arena peak counts from after construction plus what was resident then.
+      EXPECT_LE(need.rank[i], r.ranks[i].arena.peak) << strategy << " rank " << i;
+      // ... and not a useless one: at least a quarter of it.
+      EXPECT_GE(need.rank[i], r.ranks[i].arena.peak / 4) << strategy << " rank " << i;
+    }
+    EXPECT_GT(need.host, 0u);
+    try {
+      require_run_memory(c, false, strategy, UINT64_MAX, need.max_rank() - 1);
+      ADD_FAILURE() << strategy << ": accepted a capacity below its need";
+    } catch (const ConfigError& e) {
+      // Refused by the stack's total or by the dry layer itself, both against the capacity.
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("a rank's arena exceeds its capacity") != std::string::npos ||
+                  what.find("one layer alone does not fit in a rank's arena") != std::string::npos)
+          << what;
+    }
+    EXPECT_THROW(require_run_memory(c, false, strategy, need.total() - 1, std::size_t{1} << 40),
+                 ConfigError);
+  }
+}
+
+TEST(Cli, ACommandThatWouldRunNothingIsRefused) {
+  // compare at 3 ranks of the default model: every strategy's row is skipped; scale of an odd
+  // sequence: every point is.
+  const Outcome c = tspemu({"compare", "--ranks", "3", "-q"});
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_EQ(c.out, "") << "refused after starting";
+  EXPECT_NE(c.err.find("--ranks 3: no strategy can run this configuration; TSP D=3: "),
+            std::string::npos)
+      << c.err;
+  std::vector<std::string> odd = tiny({"scale", "--max-ranks", "2", "--mode", "strong"});
+  odd.insert(odd.end(), {"--seq", "33"});
+  const Outcome s = tspemu(odd);
+  EXPECT_EQ(s.code, 2) << s.out;
+  EXPECT_EQ(s.out, "") << "refused after starting";
+  EXPECT_NE(s.err.find("--max-ranks 2: no point of the sweep can run this configuration; strong "
+                       "D=1: "),
+            std::string::npos)
+      << s.err;
+}
+
+TEST(Cli, OutputsAreCheckedBeforeTheRunNamingTheFlagAndWrittenWholeOrNotAtAll) {
+  const std::string dir = temp_path("out");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string missing = dir + "/no/such/dir/r.json";
+  const std::vector<Case> cases = {
+      {{"run", "--json", missing}, "--json " + missing + ": cannot create a temporary file"},
+      {{"run", "--trace", dir}, "--trace " + dir + ": cannot write"},
+      {{"compare", "--json", missing}, "--json " + missing},
+      {{"plan", "--svg", missing}, "--svg " + missing},
+      {{"scale", "--svg", missing}, "--svg " + missing},
+      {{"run", "--json", dir + "/x.json", "--trace", dir + "/./x.json"},
+       "--trace " + dir + "/./x.json: the same file as --json"},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Outcome o = tspemu(c.args[0] == "plan" ? c.args : tiny(c.args));
+    EXPECT_EQ(o.code, 2) << c.args[0] << "\n" << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
+    EXPECT_EQ(o.out, "") << "refused after starting work";
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  }
+  // A full device: nothing written is a failure, not exit 0.
+  const Outcome full = tspemu(tiny({"scale", "--max-ranks", "1", "--json", "/dev/full"}));
+  EXPECT_EQ(full.code, 1) << full.err;
+  EXPECT_NE(full.err.find("'/dev/full': No space left on device"), std::string::npos) << full.err;
+  // A path that is not UTF-8 still gets a whole JSON document, and no temporary is left.
+  const std::string odd = dir + "/r\xff.json";
+  const Outcome ok = tspemu(tiny({"run", "--json", odd, "--trace", dir + "/t\xfe.json"}));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(read_json(odd)["command"], "run");
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, RunWritesAChromeTraceAndReportsTheSimulatedClockAndTheInjectionSeed) {
@@ -435,9 +562,12 @@ TEST(Cli, CompareWithASimulatedClockAddsEachStrategysEstimate) {
 }
 
 TEST(Cli, RuntimeFailuresExitOne) {
-  const Outcome o = tspemu(tiny({"run", "--json", "/nonexistent-dir/x/report.json"}));
+  // A report that cannot be written once the run is done (an unwritable path is refused up front,
+  // exit 2: OutputsAreCheckedBefore...).
+  const Outcome o = tspemu(tiny({"run", "--json", "/dev/full"}));
   EXPECT_EQ(o.code, 1) << o.err;
-  EXPECT_NE(o.err.find("cannot write /nonexistent-dir/x/report.json"), std::string::npos);
+  EXPECT_NE(o.err.find("cannot write '/dev/full': No space left on device"), std::string::npos)
+      << o.err;
 }
 
 TEST(Cli, HelpExplainsEveryOptionWithItsDefault) {

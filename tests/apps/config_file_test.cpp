@@ -118,6 +118,9 @@ TEST(ConfigOptions, RefusesWithConfigErrorNamingTheKey) {
       {R"({"quiet": 1})", "\"quiet\" is a flag: true or false"},
       {R"({"config": "x.json"})", "\"config\" is not an option of `tspemu plan`"},
       {R"({"sequence": 1})", "\"sequence\" is not an option of `tspemu plan`"},
+      {R"({"seq": [1004, 1024]})", "\"seq\" takes one value, not a list"},
+      {R"({"seq": 1004, "seq": 1024})", "\"seq\" is given twice"},
+      {R"({"quiet": true, "tag": "a", "quiet": false})", "\"quiet\" is given twice"},
   };
   for (const auto& [json, message] : cases) {
     try {

@@ -71,6 +71,19 @@ TEST(TspConfig, RejectsMlpWidthNotDivisibleByD) {
   expect_rejected(s, "D=4 does not divide the MLP width ffn=98");
 }
 
+TEST(TspConfig, WholeModelRejectsAVocabularyNotDivisibleByDBeforeAnyRankRuns) {
+  auto s = valid_shape();
+  s.model.vocab = 30;
+  EXPECT_NO_THROW(s.validate()) << "the layers alone have no vocabulary";
+  try {
+    s.validate_whole_model();
+    FAIL() << "accepted vocab 30 at D=4";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("30"));
+    EXPECT_THAT(std::string(e.what()), HasSubstr("D=4"));
+  }
+}
+
 TEST(TspConfig, RejectsDegreeBelowOne) {
   auto s = valid_shape();
   s.D = 0;

@@ -107,7 +107,8 @@ class Trace {
   std::string group_name(std::uint64_t group_id) const;
   void clear();
   void write_chrome_json(std::ostream& out) const;
-  void write_chrome_json(const std::string& path) const;  // throws std::runtime_error on I/O
+  // Whole or not at all (core/atomic_file.hpp); throws FileWriteError naming the path.
+  void write_chrome_json(const std::string& path) const;
 
  private:
   detail::WorldShared* w_;
