@@ -114,7 +114,7 @@ std::vector<std::string> expand_config_files(const CLI::App& app, std::vector<st
   std::size_t at = 0;  // the subcommand's position
   const CLI::App* sub = nullptr;
   for (; at < args.size(); ++at) {
-    if (args[at].rfind("-", 0) == 0) continue;
+    if (args[at].rfind('-', 0) == 0) continue;
     try {
       sub = app.get_subcommand(args[at]);
     } catch (const CLI::OptionNotFound&) {

@@ -124,6 +124,7 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
                  C);
     };
     std::vector<std::unique_ptr<tsp::RankLayer>> layers;
+    layers.reserve(w.size());
     for (const auto& lw : w) layers.push_back(strategy.make_layer(rank, problem, c.strategy, lw));
     std::vector<Buffer<float>> act;
     for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));

@@ -31,8 +31,10 @@ struct Preset {
 
 // The paper's 7B-class model (TSP-NOTES.md: F = 4 gated) and common published shapes.
 constexpr Preset kPresets[] = {
-    {"paper-7b", 4096, 32, 32, 32, 4 * 4096, 32000}, {"llama2-7b", 4096, 32, 32, 32, 11008, 32000},
-    {"llama3-8b", 4096, 32, 32, 8, 14336, 128256},   {"llama2-13b", 5120, 40, 40, 40, 13824, 32000},
+    {"paper-7b", 4096, 32, 32, 32, std::int64_t{4} * 4096, 32000},
+    {"llama2-7b", 4096, 32, 32, 32, 11008, 32000},
+    {"llama3-8b", 4096, 32, 32, 8, 14336, 128256},
+    {"llama2-13b", 5120, 40, 40, 40, 13824, 32000},
     {"llama3-70b", 8192, 80, 64, 8, 28672, 128256},
 };
 

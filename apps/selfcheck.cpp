@@ -27,6 +27,12 @@ float value(int rank, std::size_t i) {
   return static_cast<float>((rank + 1) * static_cast<int>(i % 17));
 }
 
+// What the ranks' factors (rank + 1) of value() sum to, 1 + 2 + ... + n: exact, n·(n + 1) is even.
+float rank_value_sum(int n) {
+  const int sum = n * (n + 1) / 2;
+  return static_cast<float>(sum);
+}
+
 std::vector<Check> checks() {
   std::vector<Check> c;
   c.push_back({"broadcast", CollectiveKind::broadcast, [](Rank& r, std::size_t n) {
@@ -54,7 +60,7 @@ std::vector<Check> checks() {
                  auto y = r.arena().allocate<float>(n, Category::comm);
                  for (std::size_t i = 0; i < n * p; ++i) x[i] = value(r.id(), i);
                  reduce_scatter<float>(r.comm(), x, y);
-                 const float ranks_sum = static_cast<float>(r.size() * (r.size() + 1) / 2);
+                 const float ranks_sum = rank_value_sum(r.size());
                  for (std::size_t i = 0; i < n; ++i)
                    if (y[i] != ranks_sum * static_cast<float>((r.id() * n + i) % 17)) return false;
                  return true;
@@ -63,7 +69,7 @@ std::vector<Check> checks() {
                  auto x = r.arena().allocate<float>(n, Category::comm);
                  for (std::size_t i = 0; i < n; ++i) x[i] = value(r.id(), i);
                  all_reduce<float>(r.comm(), x.span());
-                 const float ranks_sum = static_cast<float>(r.size() * (r.size() + 1) / 2);
+                 const float ranks_sum = rank_value_sum(r.size());
                  for (std::size_t i = 0; i < n; ++i)
                    if (x[i] != ranks_sum * static_cast<float>(i % 17)) return false;
                  return true;
@@ -73,7 +79,7 @@ std::vector<Check> checks() {
                  auto y = r.arena().allocate<float>(n, Category::comm);
                  for (std::size_t i = 0; i < n; ++i) x[i] = value(r.id(), i);
                  reduce<float>(r.comm(), x, y, 0);
-                 const float ranks_sum = static_cast<float>(r.size() * (r.size() + 1) / 2);
+                 const float ranks_sum = rank_value_sum(r.size());
                  if (r.id() == 0)
                    for (std::size_t i = 0; i < n; ++i)
                      if (y[i] != ranks_sum * static_cast<float>(i % 17)) return false;

@@ -106,8 +106,8 @@ ShardMap columns(std::int64_t begin, std::int64_t count) {
 }
 
 ShardMap rectangles(std::vector<Rect> rects) {
-  return {"rectangles(" + std::to_string(rects.size()) + ")",
-          [rects = std::move(rects)](const TensorShape&) { return rects; }};
+  std::string name = "rectangles(" + std::to_string(rects.size()) + ")";
+  return {std::move(name), [rects = std::move(rects)](const TensorShape&) { return rects; }};
 }
 
 void cut(const float* master, const TensorShape& t, const std::vector<Rect>& rects, float* shard) {

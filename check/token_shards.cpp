@@ -23,7 +23,7 @@ TokenShards replicated_tokens(int B, int S) {
   };
 }
 
-TokenShards data_parallel(int replicas, int ranks_per_replica, int B, TokenShards inner) {
+TokenShards data_parallel(int replicas, int ranks_per_replica, int B, const TokenShards& inner) {
   if (replicas <= 0 || ranks_per_replica <= 0 || B % replicas != 0)
     throw std::invalid_argument("data_parallel: B=" + std::to_string(B) +
                                 " must be divisible by replicas=" + std::to_string(replicas) +

@@ -5,6 +5,7 @@
 # writes JSON (safetensors headers, reports). clang builds the fuzzing harnesses; libFuzzer is in
 # libclang-rt-14-dev, which clang-14 only recommends (and --no-install-recommends skips).
 # chromium opens the page `tspemu paper` writes, headless, in tests/apps (every figure rendered).
+# clang-tidy (with its run-clang-tidy) is test.sh's static-analysis step.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -13,6 +14,6 @@ apt-get install -y -qq --no-install-recommends \
   libtbb-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev \
   nlohmann-json3-dev libcli11-dev pkg-config \
   python3 python3-torch python3-numpy \
-  clang-format clang libclang-rt-14-dev \
+  clang-format clang clang-tidy libclang-rt-14-dev \
   libopenmpi-dev openmpi-bin \
   chromium >/dev/null

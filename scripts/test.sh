@@ -3,7 +3,9 @@
 #   1. the whole suite (ctest) in a RelWithDebInfo build, then `cmake --install` of it and the
 #      out-of-tree consumer tests/package built against the install, by find_package and by
 #      pkg-config;
-#   2. the runtime tests under ThreadSanitizer;
+#   2. clang-tidy with the curated checks of .clang-tidy over apps/ runtime/ tsp/ reference/
+#      check/ (any finding fails), then the runtime tests and the TSP, baseline and
+#      sequence-attention block tests under ThreadSanitizer;
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the libFuzzer harnesses of fuzz/ (clang), 60 s each, failing on any crash (fuzz/run.sh).
 # `--quick` stops after step 1. Run from anywhere, as root on Debian 12.
@@ -45,10 +47,23 @@ echo "package step: $((SECONDS - started)) s"
 
 [ "$quick" = 1 ] && exit 0
 
-echo "== runtime tests under ThreadSanitizer"
-build build-tsan -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=ON -DTSPEMU_BUILD_BENCH=OFF
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir build-tsan --output-on-failure --timeout 900
+echo "== clang-tidy: .clang-tidy's curated checks over the first-party sources, warnings as errors"
+started=$SECONDS
+run-clang-tidy -quiet -p build -j "$jobs" "^$PWD/(apps|runtime|tsp|reference|check)/.*\.cpp\$" >/dev/null
+echo "clang-tidy step: $((SECONDS - started)) s"
+
+echo "== runtime tests and the TSP, baseline and sequence-attention block tests under ThreadSanitizer"
+# Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/.
+started=$SECONDS
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
+  -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+ctest --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
+ctest --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
+  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention'
+unset TSAN_OPTIONS
+echo "ThreadSanitizer step: $((SECONDS - started)) s"
 
 echo "== whole suite under AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF

@@ -31,7 +31,7 @@ using TokenShards = std::function<TokenShard(int rank)>;
 
 TokenShards sequence_sharded(const tsp::SequenceLayout& layout, int B);
 TokenShards replicated_tokens(int B, int S);
-TokenShards data_parallel(int replicas, int ranks_per_replica, int B, TokenShards inner);
+TokenShards data_parallel(int replicas, int ranks_per_replica, int B, const TokenShards& inner);
 
 // Every rank's shard, checked against [B, S] over `ranks` ranks.
 std::vector<TokenShard> resolve_tokens(const TokenShards& shards, int ranks, int B, int S);
