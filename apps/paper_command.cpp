@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "output_files.hpp"
 #include "plan_command.hpp"
 #include "problem_options.hpp"
 #include "stack_report.hpp"
@@ -239,6 +240,7 @@ CLI::App* add_paper_command(CLI::App& app, PaperArgs& a) {
 }
 
 int paper_command(const PaperArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}});
   const cost::MemoryAssumptions chosen = memory_assumptions(a.assumptions);
   const cost::MemoryAssumptions meg = assumption_bundle("megatron-mi300x");
   const std::string cname = "--assume " + a.assumptions.assume;

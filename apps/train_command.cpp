@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "corpus.hpp"
+#include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
@@ -117,6 +118,7 @@ void write_chart(const std::string& path, const TrainConfig& c, const TrainResul
 }  // namespace
 
 int train_command(const TrainArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   const tsp::cost::Strategy st = parse_strategy(a.problem);
   const bool whole = st.scheme == tsp::cost::Scheme::tsp;
   TrainConfig c;
