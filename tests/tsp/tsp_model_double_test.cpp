@@ -27,8 +27,13 @@ struct DoubleCase {
   bool tied = false;
   TspShape shape() const {
     TspShape s;
-    s.model = {.vocab = 8 * D, .hidden = 16 * D, .n_layers = 2, .n_heads = 2 * D,
-               .n_kv_heads = D, .ffn = 48 * D, .tie_embeddings = tied};
+    s.model = {.vocab = 8 * D,
+               .hidden = 16 * D,
+               .n_layers = 2,
+               .n_heads = 2 * D,
+               .n_kv_heads = D,
+               .ffn = 48 * D,
+               .tie_embeddings = tied};
     s.D = D;
     s.B = 2;
     s.S = 8 * D;
