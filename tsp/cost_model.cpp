@@ -328,23 +328,6 @@ LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const Elemen
 
 namespace {
 
-// How many ways a strategy splits the embedding and LM head rows (see cost_model.hpp).
-double vocab_split(const Strategy& st, bool tsp_shards_vocab) {
-  switch (st.scheme) {
-    case Scheme::tsp:
-      return tsp_shards_vocab ? st.D : 1;
-    case Scheme::tp:
-    case Scheme::megatron_sp:
-    case Scheme::tp_sp:
-      return st.T;
-    case Scheme::sp:
-    case Scheme::ulysses:
-    case Scheme::ring:
-      return 1;
-  }
-  return 1;
-}
-
 // How many ways a strategy splits one layer's attention and MLP weights.
 i64 layer_split(const Strategy& st) {
   switch (st.scheme) {
@@ -360,6 +343,13 @@ i64 layer_split(const Strategy& st) {
       return 1;
   }
   return 1;
+}
+
+// How many ways a strategy splits the embedding and LM head rows (see cost_model.hpp): as its
+// layers, except a TSP whose vocabulary is replicated.
+double vocab_split(const Strategy& st, bool tsp_shards_vocab) {
+  if (st.scheme == Scheme::tsp && !tsp_shards_vocab) return 1;
+  return static_cast<double>(layer_split(st));
 }
 
 i64 params_per_rank(const Strategy& st, const ModelShape& m, bool tsp_shards_vocab) {
