@@ -72,24 +72,32 @@ inline bool same_description(Call& call, int r) {
 }
 
 // Every member compares each member's description with member 0's, so all reach the same verdict;
-// on a difference each raises the same CollectiveMismatch naming member 0's call and every
-// differing one (describe(words) formats a description). Uses step 1 only on a mismatch.
+// on a difference each reads every description and raises the same CollectiveMismatch, formatted
+// by mismatch_message with equal descriptions as the classes (describe(words) formats one). Uses
+// step 1 only on a mismatch.
 template <class Describe>
 void require_same_description(Call& call, Comm& comm, Describe&& describe) {
   bool ok = true;
   for (int r = 1; r < call.size(); ++r) ok = ok && same_description(call, r);
   if (ok) return;
-  std::string calls = " rank 0 called " + describe(description_of(call, 0));
-  for (int r = 1; r < call.size(); ++r)
-    if (!same_description(call, r))
-      calls += ", rank " + std::to_string(r) + " called " + describe(description_of(call, r));
+  const auto n = static_cast<std::size_t>(call.size());
+  std::vector<std::vector<std::uint64_t>> descriptions(n);
+  std::vector<int> cls(n, -1);
+  std::vector<std::string> calls(n);
+  int classes = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    descriptions[r] = description_of(call, static_cast<int>(r));
+    calls[r] = describe(descriptions[r]);
+    for (std::size_t q = 0; q < r && cls[r] < 0; ++q)
+      if (descriptions[q] == descriptions[r]) cls[r] = cls[q];
+    if (cls[r] < 0) cls[r] = classes++;
+  }
   // Every member reached this verdict; wait until all have finished reading before raising, or a
   // slower member's read would see the abort first and throw PeerFailure instead of the mismatch.
   call.post(1, std::span<const std::byte>());
   for (int r = 0; r < call.size(); ++r)
     if (r != call.rank()) call.recv(r, 1, 0, {});
-  raise(comm, CollectiveMismatch("collective #" + std::to_string(call.seq()) + " on group " +
-                                 comm.name() + " disagrees:" + calls));
+  raise(comm, CollectiveMismatch(mismatch_message(comm.name(), call.seq(), cls, calls)));
 }
 
 }  // namespace tspemu::detail

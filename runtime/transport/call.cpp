@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "../state.hpp"
 #include "tspemu/runtime/error.hpp"
@@ -15,19 +16,91 @@ bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_mat
          (!counts_must_match || a.count == b.count);
 }
 
+// "rank 2", "ranks 1-3", "ranks 0, 2-3": the members listed, ascending.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) s += ", ";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+// "ranks 1, 3 called X, rank 2 called Y": one class's members, those with equal descriptions
+// together, in order of first member.
+std::string class_calls(const std::vector<int>& members, std::span<const std::string> calls) {
+  std::string s;
+  std::vector<bool> listed(members.size(), false);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (listed[i]) continue;
+    std::vector<int> same;
+    for (std::size_t j = i; j < members.size(); ++j)
+      if (!listed[j] && calls[static_cast<std::size_t>(members[j])] ==
+                            calls[static_cast<std::size_t>(members[i])]) {
+        listed[j] = true;
+        same.push_back(members[j]);
+      }
+    if (!s.empty()) s += ", ";
+    s += rank_list(same) + " called " + calls[static_cast<std::size_t>(members[i])];
+  }
+  return s;
+}
+
 }  // namespace
+
+std::string mismatch_message(const std::string& group, std::uint64_t seq, std::span<const int> cls,
+                             std::span<const std::string> calls) {
+  std::vector<std::vector<int>> classes;
+  for (std::size_t r = 0; r < cls.size(); ++r) {
+    const auto k = static_cast<std::size_t>(cls[r]);
+    if (classes.size() <= k) classes.resize(k + 1);
+    classes[k].push_back(static_cast<int>(r));
+  }
+  // Largest first; among equals, the one whose first member is lowest (stable sort).
+  std::stable_sort(classes.begin(), classes.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::ostringstream m;
+  m << "collective #" << seq << " on group " << group << ": ";
+  if (classes.size() > 1 && classes[0].size() == classes[1].size()) {
+    // No majority: no member can be called the deviating one.
+    m << "ranks split ";
+    for (std::size_t k = 0; k < classes.size(); ++k) m << (k ? "/" : "") << classes[k].size();
+    m << ":";
+    for (std::size_t k = 0; k < classes.size(); ++k)
+      m << (k ? ", " : " ") << class_calls(classes[k], calls);
+    return m.str();
+  }
+  // The minority classes, in order of first member, then the majority's call.
+  std::sort(classes.begin() + 1, classes.end());
+  for (std::size_t k = 1; k < classes.size(); ++k)
+    m << (k > 1 ? ", " : "") << class_calls(classes[k], calls);
+  m << " while " << class_calls(classes[0], calls);
+  return m.str();
+}
 
 std::string disagreement(const std::string& group, std::uint64_t seq, int size,
                          const Fingerprint* const* fps, bool counts_must_match) {
   bool ok = true;
   for (int r = 1; r < size; ++r) ok = ok && compatible(*fps[0], *fps[r], counts_must_match);
   if (ok) return {};
-  std::ostringstream m;
-  m << "collective #" << seq << " on group " << group << " disagrees:";
-  for (int r = 0; r < size; ++r)
-    if (r == 0 || !compatible(*fps[0], *fps[r], counts_must_match))
-      m << (r ? ", " : " ") << "rank " << r << " called " << describe(*fps[r]);
-  return m.str();
+  // Classes of compatible calls, numbered by first member: compatibility compares a fixed set of
+  // fields for equality, so it is an equivalence.
+  std::vector<int> cls(static_cast<std::size_t>(size), -1);
+  std::vector<std::string> calls(static_cast<std::size_t>(size));
+  int classes = 0;
+  for (int r = 0; r < size; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    calls[ur] = describe(*fps[r]);
+    for (int q = 0; q < r && cls[ur] < 0; ++q)
+      if (compatible(*fps[q], *fps[r], counts_must_match))
+        cls[ur] = cls[static_cast<std::size_t>(q)];
+    if (cls[ur] < 0) cls[ur] = classes++;
+  }
+  return mismatch_message(group, seq, cls, calls);
 }
 
 Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
@@ -56,8 +129,8 @@ Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
                          ? t_.open_rooted(st_, fp, call_header(self), step0)
                          : (t_.open(st_, fp, call_header(self), step0), true);
     if (!met) return;  // the transport compares the fingerprints once it meets the members
-    // Every member compares every fingerprint with member 0's, so all of them reach the same
-    // verdict and the same message.
+    // Every member reads every fingerprint, so all of them reach the same verdict and the same
+    // message.
     const Fingerprint* fps[kMaxRanks];
     for (int r = 0; r < st_.size; ++r) fps[r] = &fingerprint(r);
     const std::string differ = disagreement(comm.name(), st_.seq, st_.size, fps, counts_must_match);

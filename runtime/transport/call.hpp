@@ -6,10 +6,10 @@
 // Requirements: one Call at a time per Comm, on the rank's own thread; the verbs' rules are the
 // transport's (transport.hpp).
 // Guarantees: the constructor meets every member and compares fingerprints: every member reaches
-// the same verdict and raises the same CollectiveMismatch, naming member 0's call and every
-// differing one. It tells the world's observers (observer.hpp) of the call's begin, meet and end. A
-// Call left by an exception waits, like finish(), until no member can still read this rank's
-// buffers.
+// the same verdict and raises the same CollectiveMismatch, naming the minority's calls and the
+// majority's (disagreement()). It tells the world's observers (observer.hpp) of the call's begin,
+// meet and end. A Call left by an exception waits, like finish(), until no member can still read
+// this rank's buffers.
 #pragma once
 
 #include <cstddef>

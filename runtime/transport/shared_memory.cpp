@@ -219,15 +219,13 @@ bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
   wait_stage(c, fp.root, step_stage(0));
   const Fingerprint& theirs = desc(c, fp.root).fp;
   if (!(theirs == fp)) {
-    // The root's call and this one, in rank order (the format of disagreement()).
-    const bool root_first = fp.root < c.rank;
-    const Fingerprint* pair[2] = {root_first ? &theirs : &fp, root_first ? &fp : &theirs};
-    const int ranks[2] = {std::min(fp.root, c.rank), std::max(fp.root, c.rank)};
-    raise(c.comm->self(),
-          CollectiveMismatch("collective #" + std::to_string(c.seq) + " on group " +
-                             c.comm->name() + " disagrees: rank " + std::to_string(ranks[0]) +
-                             " called " + describe(*pair[0]) + ", rank " +
-                             std::to_string(ranks[1]) + " called " + describe(*pair[1])));
+    // Meet every member, as open() does, so the message is disagreement()'s over all of them (the
+    // one every member that meets formats), naming the minority rather than this pair.
+    for (int i = 1; i < c.size; ++i) wait_stage(c, (c.rank + i) % c.size, step_stage(0));
+    const Fingerprint* fps[kMaxRanks];
+    for (int r = 0; r < c.size; ++r) fps[r] = &desc(c, r).fp;
+    raise(c.comm->self(), CollectiveMismatch(disagreement(c.comm->name(), c.seq, c.size, fps,
+                                                          /*counts_must_match=*/true)));
   }
   return false;
 }

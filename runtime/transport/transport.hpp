@@ -140,10 +140,20 @@ class Transport {
 };
 
 // The CollectiveMismatch message of call #seq on `group` whose members' fingerprints are
-// *fps[0] .. *fps[size - 1], each compared with member 0's (kind, dtype, root, and the count when
-// counts_must_match); empty when they all agree. Every member formats the same message.
+// *fps[0] .. *fps[size - 1] (compatible: equal kind, dtype, root, and count when
+// counts_must_match); empty when they are all compatible. Formatted by mismatch_message from the
+// classes of compatible calls and describe(); every member formats the same message.
 std::string disagreement(const std::string& group, std::uint64_t seq, int size,
                          const Fingerprint* const* fps, bool counts_must_match);
+
+// The CollectiveMismatch message of call #seq on `group` whose member r made call calls[r], of
+// class cls[r] of compatible calls (classes numbered from 0). A unique largest class is the calls
+// the others made, and the headline names the rest as deviating ("collective #3 on group world:
+// rank 0 called X while ranks 1-3 called Y"); without one it says the ranks split ("ranks split
+// 2/2: ranks 0-1 called X, ranks 2-3 called Y"). Members of a class with equal calls[] are listed
+// together. A function of its arguments only, so members with the same inputs agree.
+std::string mismatch_message(const std::string& group, std::uint64_t seq, std::span<const int> cls,
+                             std::span<const std::string> calls);
 
 // acc[0, count) = sum over r in [0, n) of srcs[r][0, count), rank order; safe when acc aliases a
 // source (tiled: a tile is read from every source before it is written).

@@ -181,8 +181,47 @@ TEST(Failure, MismatchedKindIsReportedWithBothCalls) {
         else
           all_gather<float>(r.comm(), a, b);
       },
-      {"collective #1", "rank 0 called all_gather(count=8, float)",
-       "rank 2 called all_reduce(count=8, float)"});
+      {"collective #1 on group world: rank 2 called all_reduce(count=8, float) while ranks 0-1, 3 "
+       "called all_gather(count=8, float)"});
+}
+
+// The headline names the deviating rank, even when it is rank 0, and the call the others made.
+TEST(Failure, MismatchWhereRankZeroDeviatesNamesRankZeroAlone) {
+  expect_mismatch(
+      [](Rank& r) {
+        std::vector<float> a(8), b(32);
+        if (r.id() == 0)
+          broadcast<float>(r.comm(), std::span(b).first(8), 1);
+        else
+          all_gather<float>(r.comm(), a, b);
+      },
+      {"collective #1 on group world: rank 0 called broadcast(count=8, float, root=1) while ranks "
+       "1-3 called all_gather(count=8, float)"});
+}
+
+// Without a majority no rank is blamed: the headline says how the ranks split.
+TEST(Failure, MismatchSplitTwoAgainstTwoSaysSoAndNamesBothCalls) {
+  expect_mismatch(
+      [](Rank& r) {
+        std::vector<float> a(r.id() % 2 == 0 ? 300 : 400, 1.0f);
+        all_reduce<float>(r.comm(), std::span(a));
+      },
+      {"collective #1 on group world: ranks split 2/2: ranks 0, 2 called all_reduce(count=300, "
+       "float), ranks 1, 3 called all_reduce(count=400, float)"});
+}
+
+// Two minorities: each is named with its call, then the majority's.
+TEST(Failure, MismatchWithTwoDeviatingCallsNamesEachBeforeTheMajority) {
+  expect_mismatch(
+      [](Rank& r) {
+        std::vector<float> a(r.id() == 1 ? 8 : 16), b(64);
+        if (r.id() == 3)
+          all_reduce<float>(r.comm(), std::span(a));
+        else
+          all_gather<float>(r.comm(), a, std::span(b).first(4 * a.size()));
+      },
+      {"collective #1 on group world: rank 1 called all_gather(count=8, float), rank 3 called "
+       "all_reduce(count=16, float) while ranks 0, 2 called all_gather(count=16, float)"});
 }
 
 TEST(Failure, MismatchedCountIsReportedWithBothCalls) {
@@ -192,7 +231,8 @@ TEST(Failure, MismatchedCountIsReportedWithBothCalls) {
         std::vector<float> a(c), b(4 * c);
         all_gather<float>(r.comm(), a, b);
       },
-      {"rank 0 called all_gather(count=4096", "rank 2 called all_gather(count=2048"});
+      {"collective #1 on group world: rank 2 called all_gather(count=2048, float) while ranks 0-1, "
+       "3 called all_gather(count=4096, float)"});
 }
 
 TEST(Failure, MismatchedRootIsReportedWithBothCalls) {
@@ -201,8 +241,8 @@ TEST(Failure, MismatchedRootIsReportedWithBothCalls) {
         std::vector<double> a(100);
         broadcast<double>(r.comm(), a, r.id() == 2 ? 3 : 1);
       },
-      {"rank 0 called broadcast(count=100, double, root=1)",
-       "rank 2 called broadcast(count=100, double, root=3)"});
+      {"collective #1 on group world: rank 2 called broadcast(count=100, double, root=3) while "
+       "ranks 0-1, 3 called broadcast(count=100, double, root=1)"});
 }
 
 // An eager broadcast's root (payload of at most 256 bytes) returns without meeting the members;
@@ -215,8 +255,8 @@ TEST(Failure, MismatchedRootOfAnEagerBroadcastFailsOnEveryRankByItsNextCall) {
         broadcast<float>(r.comm(), a, r.id() < 2 ? 0 : 2);
         barrier(r.comm());
       },
-      {"collective #1 on group world disagrees", "rank 0 called broadcast(count=2, float, root=0)",
-       "rank 2 called broadcast(count=2, float, root=2)"});
+      {"collective #1 on group world: ranks split 2/2: ranks 0-1 called broadcast(count=2, float, "
+       "root=0), ranks 2-3 called broadcast(count=2, float, root=2)"});
 }
 
 // Every rank is a root in its own view, so no rank meets the others at the broadcast: the
@@ -228,8 +268,12 @@ TEST(Failure, EagerBroadcastWhoseEveryRankIsARootIsAMismatchAtTheEndOfTheRun) {
     broadcast<float>(r.comm(), a, r.id());
   });
   EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
-  EXPECT_TRUE(contains(e.what(), "rank 0 called broadcast(count=2, float, root=0)"));
-  EXPECT_TRUE(contains(e.what(), "root=3)"));
+  EXPECT_TRUE(contains(e.what(),
+                       "collective #1 on group world: ranks split 1/1/1/1: rank 0 called "
+                       "broadcast(count=2, float, root=0), rank 1 called broadcast(count=2, float, "
+                       "root=1), rank 2 called broadcast(count=2, float, root=2), rank 3 called "
+                       "broadcast(count=2, float, root=3)"))
+      << e.what();
   expect_usable(world);
 }
 
@@ -244,7 +288,8 @@ TEST(Failure, MismatchedElementTypeIsReportedWithBothCalls) {
           all_reduce<float>(r.comm(), std::span(a));
         }
       },
-      {"rank 0 called all_reduce(count=10, float)", "rank 2 called all_reduce(count=10, int32)"});
+      {"collective #1 on group world: rank 2 called all_reduce(count=10, int32) while ranks 0-1, 3 "
+       "called all_reduce(count=10, float)"});
 }
 
 TEST(Failure, SplitCalledByOnlySomeRanksNamesTheSplitNotItsEncoding) {
@@ -256,8 +301,10 @@ TEST(Failure, SplitCalledByOnlySomeRanksNamesTheSplitNotItsEncoding) {
       barrier(r.comm());
   });
   EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
-  EXPECT_TRUE(contains(e.what(), "rank 0 called split, ")) << e.what();
-  EXPECT_TRUE(contains(e.what(), "rank 2 called barrier")) << e.what();
+  EXPECT_TRUE(contains(e.what(),
+                       "collective #1 on group world: ranks split 2/2: ranks 0-1 called split, "
+                       "ranks 2-3 called barrier"))
+      << e.what();
   EXPECT_FALSE(contains(e.what(), "int64")) << e.what();
   expect_usable(world);
 }

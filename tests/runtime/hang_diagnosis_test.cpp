@@ -191,8 +191,8 @@ TEST(HangDiagnosis, MismatchedSizesAreNamedOnBothSides) {
       1s);
   EXPECT_TRUE(cause_is<CollectiveMismatch>(coll));
   EXPECT_EQ(coll.diagnosis().substr(coll.diagnosis().find(':')),
-            ": collective #1 on group world disagrees: rank 0 called all_gather(count=4096, "
-            "float), rank 2 called all_gather(count=2048, float)");
+            ": collective #1 on group world: rank 2 called all_gather(count=2048, float) while "
+            "ranks 0-1, 3 called all_gather(count=4096, float)");
 }
 
 TEST(HangDiagnosis, RankReturningEarlyIsNamedWithEveryPendingOperation) {

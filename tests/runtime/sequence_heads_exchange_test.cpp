@@ -141,28 +141,34 @@ TEST(SequenceHeadsExchange, AnotherCallOnOneRankIsAMismatchNamingBothCalls) {
     Call call;
     std::vector<std::string> parts;
   };
-  const std::string rank0 = "rank 0 called all_to_all_sequence_to_heads(B=1, S_local=4, H=4, hs=4)";
+  const std::string others = "called all_to_all_sequence_to_heads(B=1, S_local=4, H=4, hs=4)";
   const std::vector<Case> cases = {
       {2,
        [](Comm& c, auto in, auto out) {
          all_to_all_sequence_to_heads<float>(c, in, out, {1, 2, 8, 4});
        },
-       {"collective #1 on group world disagrees", rank0,
-        "rank 2 called all_to_all_sequence_to_heads(B=1, S_local=2, H=8, hs=4)"}},
+       {"collective #1 on group world: rank 2 called all_to_all_sequence_to_heads(B=1, S_local=2, "
+        "H=8, hs=4) while ranks 0-1, 3 " +
+        others}},
       {1,
        [](Comm& c, auto in, auto out) {
          all_to_all_sequence_to_heads<float>(c, in.first(48), out.first(48), {1, 3, 4, 4});
        },
-       {rank0, "rank 1 called all_to_all_sequence_to_heads(B=1, S_local=3, H=4, hs=4)"}},
+       {"collective #1 on group world: rank 1 called all_to_all_sequence_to_heads(B=1, S_local=3, "
+        "H=4, hs=4) while ranks 0, 2-3 " +
+        others}},
       {3,
        [](Comm& c, auto in, auto out) {
          all_to_all_heads_to_sequence<float>(c, in, out, {1, 4, 4, 4});
        },
-       {rank0, "rank 3 called all_to_all_heads_to_sequence(B=1, S_local=4, H=4, hs=4)"}},
+       {"collective #1 on group world: rank 3 called all_to_all_heads_to_sequence(B=1, S_local=4, "
+        "H=4, hs=4) while ranks 0-2 " +
+        others}},
       // The fingerprint tells the exchange from a plain all_to_all, but describes both alike.
       {1,
        [](Comm& c, auto in, auto out) { all_to_all<float>(c, in, out); },
-       {"collective #1", "rank 1 called all_to_all(count=64, float)"}},
+       {"collective #1 on group world: rank 1 called all_to_all(count=64, float) while ranks 0, "
+        "2-3 called all_to_all(count=64, float)"}},
   };
   for (const Case& k : cases)
     expect_every_rank_throws<CollectiveMismatch>(
