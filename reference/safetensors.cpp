@@ -504,48 +504,59 @@ ModelConfig config_from_metadata(const SafetensorsReader& file) {
 }
 
 template <class T>
-ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg) {
+ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
+                           const std::string& source) {
   cfg.validate();
-  const std::string in = in_file(file.source());
-  // Every check against the file comes before any allocation, so a file claiming a huge config
+  const std::string in = in_file(source);
+  // Every check against the files comes before any allocation, so a file claiming a huge config
   // fails on what it lacks instead of allocating for it; once they pass, every tensor is inside
-  // the file, so the model allocated below is at most 4x its bytes (2-byte F16 or BF16 to 8-byte
+  // a file, so the model allocated below is at most 4x their bytes (2-byte F16 or BF16 to 8-byte
   // F64). Names and shapes come from a skeleton whose layers hold no data, with no more layers than
-  // the file could fill: past tensors/9 + 1 layers some expected name is missing anyway.
+  // the files could fill: past tensors/9 + 1 layers some expected name is missing anyway.
   constexpr std::size_t kPerLayer = std::tuple_size_v<decltype(LayerWeights<T>{}.named())>;
   ModelWeights<T> skeleton;
   skeleton.config = cfg;
-  skeleton.layers.resize(
-      std::min(std::size_t(cfg.n_layers), file.tensors().size() / kPerLayer + 1));
+  skeleton.layers.resize(std::min(std::size_t(cfg.n_layers), files.size() / kPerLayer + 1));
   std::set<std::string> expected;
   for (const auto& p : parameters(skeleton)) {
-    const TensorInfo& ti = file.info(p.name);  // throws "missing tensor", naming the file
+    const auto it = files.find(p.name);
+    if (it == files.end()) fail("missing tensor " + quote(p.name) + in);
+    const TensorInfo& ti = it->second->info(p.name);
+    const std::string in_its_file = in_file(it->second->source());
     if (ti.shape != p.shape) {
       fail("tensor " + quote(p.name) + ": shape " + shape_str(ti.shape) +
            " disagrees with the config's " + shape_str(p.shape) + " (" + cfg.to_string() + ")" +
-           in);
+           in_its_file);
     }
-    check_float_dtype(p.name, ti.dtype, file.source());
+    check_float_dtype(p.name, ti.dtype, it->second->source());
     expected.insert(p.name);
   }
   if (skeleton.layers.size() != std::size_t(cfg.n_layers)) {  // unreachable, by the count above
-    fail("the file's " + std::to_string(file.tensors().size()) + " tensors cannot hold " +
+    fail("the " + std::to_string(files.size()) + " tensors cannot hold " +
          std::to_string(cfg.n_layers) + " layers" + in);
   }
-  for (const auto& [name, ti] : file.tensors()) {
+  for (const auto& [name, file] : files) {
     if (expected.count(name)) continue;
+    const TensorInfo& ti = file->info(name);
     const bool inv_freq = name.size() >= 19 && name.ends_with("rotary_emb.inv_freq");
     const bool tied_head = cfg.tie_embeddings && name == "lm_head.weight" &&
                            ti.shape == std::vector<std::int64_t>{cfg.vocab, cfg.hidden};
     if (!inv_freq && !tied_head) {
       fail("unexpected tensor " + quote(name) + " " + shape_str(ti.shape) + " for config " +
-           cfg.to_string() + in);
+           cfg.to_string() + in_file(file->source()));
     }
   }
   ModelWeights<T> w = std::move(skeleton);
   w.layers.resize(std::size_t(cfg.n_layers));
-  for (auto& p : parameters(w)) *p.data = file.read<T>(p.name);
+  for (auto& p : parameters(w)) *p.data = files.at(p.name)->template read<T>(p.name);
   return w;
+}
+
+template <class T>
+ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg) {
+  TensorFiles files;
+  for (const auto& [name, info] : file.tensors()) files.emplace(name, &file);
+  return load_model<T>(files, cfg, file.source());
 }
 
 template <class T>
@@ -575,6 +586,10 @@ std::vector<unsigned char> save_model_bytes(const ModelWeights<T>& w) {
 
 template std::vector<float> SafetensorsReader::read<float>(const std::string&) const;
 template std::vector<double> SafetensorsReader::read<double>(const std::string&) const;
+template ModelWeights<float> load_model<float>(const TensorFiles&, const ModelConfig&,
+                                               const std::string&);
+template ModelWeights<double> load_model<double>(const TensorFiles&, const ModelConfig&,
+                                                 const std::string&);
 template ModelWeights<float> load_model<float>(const SafetensorsReader&, const ModelConfig&);
 template ModelWeights<double> load_model<double>(const SafetensorsReader&, const ModelConfig&);
 template ModelWeights<float> load_model<float>(const std::string&, const ModelConfig&);

@@ -28,12 +28,13 @@
 //   path that is not a regular file (/dev/null, /dev/full) is written in place, still checked.
 // Guarantees (model): config_from_metadata parses each field whole (integers in decimal within
 //   int, rope_base and norm_eps finite and positive, tie_embeddings "0" or "1") and validates the
-//   config. load_model checks the whole file against the config before allocating anything:
-//   every tensor the config implies present with exactly that shape and a float dtype; unknown
-//   tensors are rejected (they mean a config mismatch), except "*.rotary_emb.inv_freq" buffers
-//   (old HF checkpoints; RoPE is recomputed) and, for a tied config, an "lm_head.weight" of the
-//   embedding's shape (ignored: the head is the embedding). So a small file claiming a huge
-//   config fails on what it lacks, and the model it allocates is at most 4x the file's data.
+//   config. load_model checks the whole file (or set of files) against the config before
+//   allocating anything: every tensor the config implies present with exactly that shape and a
+//   float dtype; unknown tensors are rejected (they mean a config mismatch), except
+//   "*.rotary_emb.inv_freq" buffers (old HF checkpoints; RoPE is recomputed) and, for a tied
+//   config, an "lm_head.weight" of the embedding's shape (ignored: the head is the embedding). So a
+//   small file claiming a huge config fails on what it lacks, and the model it allocates is at most
+//   4x the file's data.
 // Cost: the reader holds the file and parses the header once; load_model converts each tensor
 //   once; save() holds the file's bytes once more and pays one fsync.
 #pragma once
@@ -119,6 +120,13 @@ ModelConfig config_from_metadata(const SafetensorsReader& file);
 
 template <class T>
 ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg);
+// Tensor name -> the file holding it: the tensors of a checkpoint spread over several files.
+using TensorFiles = std::map<std::string, const SafetensorsReader*>;
+// load_model over several files, with the same checks; each tensor's errors name its file, a
+// missing one names `source` (what the caller read, e.g. the index file).
+template <class T>
+ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
+                           const std::string& source);
 template <class T>
 ModelWeights<T> load_model(const std::string& path, const ModelConfig& cfg);
 // Writes every parameter in T's dtype (F32 or F64) under its Llama name, config in metadata.
