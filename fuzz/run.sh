@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-targets=(safetensors model_config config_file)
+targets=(safetensors model_config llama_config config_file)
 
 started=$SECONDS
 CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
