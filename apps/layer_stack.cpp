@@ -292,13 +292,18 @@ void finish_debugging(const StackConfig& c, const World& world, StackResult& out
   t.write_chrome_json(c.trace_path);
 }
 
+ref::ModelWeights<float> initial_weights(const StackConfig& c) {
+  if (c.weights) return *c.weights;
+  ref::ModelConfig wm = c.model;
+  if (wm.vocab <= 0) wm.vocab = 2;  // the stack has no embedding; init_weights wants a vocabulary
+  return ref::convert_weights<float>(ref::init_weights<double>(wm, c.seed));
+}
+
 StackResult run_stack(const StackConfig& c) {
   validate_stack(c);
   const int L = c.model.n_layers, n = c.strategy.ranks();
   const std::size_t full = static_cast<std::size_t>(c.B) * c.S * c.model.hidden;
-  ref::ModelConfig wm = c.model;
-  if (wm.vocab <= 0) wm.vocab = 2;  // the stack has no embedding; init_weights wants a vocabulary
-  const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(wm, c.seed));
+  const auto w32 = initial_weights(c);
   const std::vector<float> x = normal_floats(full, c.seed, "x");
   const std::vector<float> dy = normal_floats(full, c.seed, "dy");
 

@@ -5,20 +5,23 @@
 //   * traffic: each rank's counters against L × cost::layer_traffic for that rank, exactly;
 //   * numerics (optional): every output and gradient against the same stack run by the reference
 //     in float and in double (the fp64 oracle), with the rule of reference/numerics.hpp.
-// Inputs are seeded: weights from ref::init_weights, the stack's input and upstream gradient from
-// a normal distribution. This is what `run --strategy <baseline>`, `compare` and `scale` run; the
-// baselines exist only as layer blocks, so TSP runs the same stack there for a like-for-like row.
+// Inputs are seeded: weights from ref::init_weights (or a checkpoint's), the stack's input and
+// upstream gradient from a normal distribution. This is what `run --strategy <baseline>`, `compare`
+// and `scale` run; the baselines exist only as layer blocks, so TSP runs the same stack there for a
+// like-for-like row.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tspemu/reference/model.hpp"
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
@@ -42,6 +45,8 @@ struct StackConfig {
   tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the others use zigzag rows
   int head_buckets = 1;                              // TSP only
   std::uint64_t seed = 1;
+  // The weights to run (--weights: a checkpoint's, model their config); null: seeded from seed.
+  std::shared_ptr<const ref::ModelWeights<float>> weights;
   double k = 3.0;     // the oracle rule's factor, as tests/tsp uses
   bool check = true;  // run the reference and the oracle and judge every tensor
   bool pin = false;   // WorldOptions::pin_threads
@@ -57,6 +62,10 @@ struct StackConfig {
 
 // The world a run of c uses: n ranks, pinning, and the debugging options.
 WorldOptions stack_world_options(const StackConfig& c, int ranks);
+
+// The fp32 weights a run of c starts from: c.weights, or ref::init_weights(c.model, c.seed) in
+// double rounded to float (a stack without vocabulary gets a 2-token one, unused).
+ref::ModelWeights<float> initial_weights(const StackConfig& c);
 
 // The TSP shape of c (strategy TSP).
 tsp::TspShape tsp_shape(const StackConfig& c);

@@ -22,6 +22,7 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
       "default: TSP D=4 on a 2-layer model, 2048 tokens)");
   add_strategy_options(*run, a.problem);
   add_problem_options(*run, a.problem);
+  add_checkpoint_options(*run, a.checkpoint);
   run->add_flag("--layers-only", a.layers_only,
                 "TSP: run the layer stack (as the baselines) instead of the whole model");
   run->add_flag("--no-check", a.no_check,
@@ -46,9 +47,12 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
 
 int run_command(const RunArgs& a, std::ostream& out) {
   check_output_files({{"--json", a.json_path}, {"--trace", a.trace_path}});
-  const tsp::cost::Strategy st = parse_strategy(a.problem);
+  ProblemOptions problem = a.problem;
+  const auto weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model
+  const tsp::cost::Strategy st = parse_strategy(problem);
   const bool whole = tsp::strategy_info(st.scheme).whole_model && !a.layers_only;
-  StackConfig c = make_stack_config(a.problem, st, whole);
+  StackConfig c = make_stack_config(problem, st, whole);
+  c.weights = weights;
   c.check = !a.no_check;
   c.trace_path = a.trace_path;
   c.sim_clock = sim_clock_option(a.sim_clock, st.ranks());
@@ -76,7 +80,9 @@ int run_command(const RunArgs& a, std::ostream& out) {
     c.on_step = [&bar] { bar.step(); };
     r = whole ? run_tsp_model(c) : run_stack(c);
   }
+  if (c.weights) out << "weights: the checkpoint in " << a.checkpoint.weights << "\n";
   print_report(out, c, r);
+  save_checkpoint_option(a.checkpoint, initial_weights(c), out);
   if (!a.json_path.empty()) write_json(a.json_path, report_json(c, r));
   return r.pass() ? 0 : 1;
 }

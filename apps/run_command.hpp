@@ -8,12 +8,14 @@
 #include <optional>
 #include <string>
 
+#include "checkpoint_options.hpp"
 #include "problem_options.hpp"
 
 namespace tspemu::app {
 
 struct RunArgs {
   ProblemOptions problem;
+  CheckpointArgs checkpoint;  // --weights, --save, --save-shard-size
   bool layers_only = false;
   bool no_check = false;
   bool quiet = false;

@@ -25,6 +25,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "minute on 2 cores); the baselines train their layer stack");
   add_strategy_options(*train, a.problem);
   add_problem_options(*train, a.problem);
+  add_checkpoint_options(*train, a.checkpoint);
   train->add_option("--steps", a.steps, "optimizer steps")->capture_default_str();
   train->add_option("--optimizer", a.optimizer, "adamw or sgd (fp32 state)")
       ->capture_default_str()
@@ -119,10 +120,13 @@ void write_chart(const std::string& path, const TrainConfig& c, const TrainResul
 
 int train_command(const TrainArgs& a, std::ostream& out) {
   check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
-  const tsp::cost::Strategy st = parse_strategy(a.problem);
+  ProblemOptions problem = a.problem;
+  const auto weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model
+  const tsp::cost::Strategy st = parse_strategy(problem);
   const bool whole = st.scheme == tsp::cost::Scheme::tsp;
   TrainConfig c;
-  c.stack = make_stack_config(a.problem, st, whole);
+  c.stack = make_stack_config(problem, st, whole);
+  c.stack.weights = weights;
   c.steps = a.steps;
   if (a.steps < 1) throw ConfigError("--steps " + std::to_string(a.steps) + ": must be >= 1");
   c.optimizer = a.opt;
@@ -138,6 +142,9 @@ int train_command(const TrainArgs& a, std::ostream& out) {
   out << "tspemu train: " << st.name() << ", B=" << c.stack.B << ", S=" << c.stack.S << ", model "
       << c.stack.model.to_string() << "\n"
       << "trained: " << r.scope << "\n"
+      << "weights: "
+      << (c.stack.weights ? "the checkpoint in " + a.checkpoint.weights : std::string("seeded"))
+      << "\n"
       << "optimizer: " << c.optimizer.to_string() << " (fp32 state); corpus: " << c.corpus_name
       << " (" << c.corpus.size() << " tokens)\n"
       << "rule at every step t, against the fp64 oracle's trajectory from the same float "
@@ -183,6 +190,7 @@ int train_command(const TrainArgs& a, std::ostream& out) {
       << "\n";
   if (!a.json_path.empty()) write_json(a.json_path, train_json(c, r));
   if (!a.svg_path.empty()) write_chart(a.svg_path, c, r);
+  save_checkpoint_option(a.checkpoint, r.trained, out);
   return r.pass() ? 0 : 1;
 }
 

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "checkpoint_options.hpp"
 #include "problem_options.hpp"
 #include "tspemu/reference/optimizer.hpp"
 
@@ -14,6 +15,7 @@ namespace tspemu::app {
 
 struct TrainArgs {
   ProblemOptions problem;
+  CheckpointArgs checkpoint;  // --weights, --save, --save-shard-size
   int steps = 60;
   std::string optimizer = "adamw";
   ref::OptimizerConfig opt{.lr = 3e-3};

@@ -217,7 +217,7 @@ TrainResult run_training(const TrainConfig& c) {
   validate(c, whole);
   const ref::ModelConfig& m = sc.model;
   const int n = sc.strategy.ranks(), B = sc.B, S = sc.S, C = m.hidden, L = m.n_layers;
-  const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(m, sc.seed));
+  const auto w32 = initial_weights(sc);
   ReferenceTrainer<float> r32(c, w32, whole);
   ReferenceTrainer<double> o64(c, ref::convert_weights<double>(w32), whole);
   const tsp::TspShape shape = tsp_shape(sc);
@@ -371,6 +371,12 @@ TrainResult run_training(const TrainConfig& c) {
     out.steps.push_back(step);
     if (c.on_step) c.on_step(step.step);
   }
+  if (!whole) {  // the stack trains only the layers
+    got.embed = w32.embed;
+    got.final_norm = w32.final_norm;
+    got.lm_head = w32.lm_head;
+  }
+  out.trained = std::move(got);
   return out;
 }
 

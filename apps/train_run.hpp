@@ -83,6 +83,9 @@ struct TrainResult {
   std::vector<ModelStateBytes> measured;  // per rank, after the first step
   ModelStateBytes planned;                // per rank (the same for every rank)
   bool memory_match = false;
+  // The parallel run's weights after the last step taken (the layer stack: its trained layers
+  // with the frozen embedding, final norm and head of the start).
+  ref::ModelWeights<float> trained;
   bool ok = true;       // every step within the rule
   std::string failure;  // the first broken rule, naming the step and the tensor
   double max_err_ratio() const;

@@ -44,8 +44,7 @@ StackResult run_tsp_model(const StackConfig& c) {
   const tsp::TspShape s = tsp_shape(c);
   s.validate_whole_model();
   const int D = s.D, B = s.B, S = s.S, L = s.model.n_layers;
-  auto w64 = ref::init_weights<double>(s.model, c.seed);
-  auto w32 = ref::convert_weights<float>(w64);
+  const auto w32 = initial_weights(c);
   const std::size_t n = static_cast<std::size_t>(B) * S;
   std::vector<std::int32_t> tokens(n), targets(n);
   std::mt19937_64 gen(c.seed + 1);

@@ -22,7 +22,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64}
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64,
+          "BF16": torch.bfloat16, "F16": torch.float16}
 NAMES = {torch.float64: "F64", torch.float32: "F32", torch.int64: "I64"}
 
 
