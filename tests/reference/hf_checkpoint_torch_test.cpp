@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -85,6 +86,8 @@ void torch_reads_back(const ModelConfig& cfg, std::uint64_t shard_bytes, const c
   const Verdict l = check_close64(std::string(tag) + " loss", std::vector<double>{loss},
                                   got.read<double>("loss"), 1e-12);
   EXPECT_TRUE(l) << l.report;
+  if (std::getenv("TSPEMU_VERBOSE"))
+    std::printf("%s\n%s\n", logits.report.c_str(), l.report.c_str());
   fs::remove_all(dir);
 }
 
