@@ -3,12 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <ostream>
 
 #include "compare_command.hpp"
 #include "config_file.hpp"
+#include "mpi_job.hpp"
 #include "paper_command.hpp"
 #include "plan_command.hpp"
 #include "run_command.hpp"
@@ -20,11 +20,27 @@ namespace tspemu::app {
 
 namespace {
 
-// Processes in the mpirun job this process belongs to (OpenMPI's launcher sets the variable), 1
-// when not launched by mpirun.
-int mpirun_processes() {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return size != nullptr ? std::max(1, std::atoi(size)) : 1;
+// The subcommands' work, then their exit code (the body of tspemu_main once parsed).
+int run_parsed(CLI::App* check, CLI::App* compare, CLI::App* plan, CLI::App* scale, CLI::App* paper,
+               CLI::App* train, const SelfcheckOptions& sc, const RunArgs& run_args,
+               const CompareArgs& compare_args, const PlanArgs& plan_args,
+               const ScaleArgs& scale_args, const PaperArgs& paper_args,
+               const TrainArgs& train_args, std::ostream& out, std::ostream& err) {
+  try {
+    if (check->parsed()) return selfcheck(sc, out) == 0 ? 0 : 1;
+    if (compare->parsed()) return compare_command(compare_args, out);
+    if (plan->parsed()) return plan_command(plan_args, out);
+    if (scale->parsed()) return scale_command(scale_args, out);
+    if (paper->parsed()) return paper_command(paper_args, out);
+    if (train->parsed()) return train_command(train_args, out);
+    return run_command(run_args, out);
+  } catch (const std::invalid_argument& e) {
+    err << "tspemu: invalid configuration: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "tspemu: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace
@@ -79,33 +95,27 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "tspemu: invalid configuration: " << e.what() << "\n";
     return 2;
   }
-  // The commands do not span processes yet: under mpirun each process would run its own
-  // complete, independent world (and write the same files), and P copies of a report are not a
-  // run across processes. Only plan (no ranks, no files unless asked) runs as usual. A world
-  // spanning processes is a library option (WorldOptions::mpi).
-  if (const int p = mpirun_processes(); p > 1 && !plan->parsed()) {
-    err << "tspemu: invalid configuration: launched by mpirun with " << p
-        << " processes, but only plan runs under mpirun: the commands that run ranks do not span "
-           "processes yet (each process would run its own independent world); run tspemu "
-           "without mpirun, or build a program on tspemu::World with WorldOptions::mpi (README: "
-           "Across processes)\n";
+  // Under mpirun (mpi_job.hpp) run, compare and scale span the job's processes and plan runs as
+  // usual; the others would each run P independent copies of one world, which is no run across
+  // processes.
+  const MpiJob job = mpi_job();
+  if (job.spans() && (check->parsed() || paper->parsed() || train->parsed())) {
+    err << "tspemu: invalid configuration: launched by mpirun with " << job.processes
+        << " processes, but "
+        << (check->parsed()   ? "selfcheck"
+            : paper->parsed() ? "paper"
+                              : "train")
+        << " does not span processes (each process would run its own independent world); run, "
+           "compare, scale and plan do; run this one without mpirun (README: Across processes)\n";
     return 2;
   }
-  try {
-    if (check->parsed()) return selfcheck(sc, out) == 0 ? 0 : 1;
-    if (compare->parsed()) return compare_command(compare_args, out);
-    if (plan->parsed()) return plan_command(plan_args, out);
-    if (scale->parsed()) return scale_command(scale_args, out);
-    if (paper->parsed()) return paper_command(paper_args, out);
-    if (train->parsed()) return train_command(train_args, out);
-    return run_command(run_args, out);
-  } catch (const std::invalid_argument& e) {
-    err << "tspemu: invalid configuration: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    err << "tspemu: " << e.what() << "\n";
-    return 1;
-  }
+  // Process 0 prints; the others run their ranks silently (their errors still go to err).
+  std::ostream silent(nullptr);
+  std::ostream& report = job.prints() ? out : silent;
+  const int code = run_parsed(check, compare, plan, scale, paper, train, sc, run_args, compare_args,
+                              plan_args, scale_args, paper_args, train_args, report, err);
+  // plan runs no world: every process computes the same code without MPI.
+  return plan->parsed() ? code : agree_exit_code(code);
 }
 
 }  // namespace tspemu::app

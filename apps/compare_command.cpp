@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 
+#include "mpi_job.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
@@ -34,6 +35,7 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   check_output_files({{"--json", a.json_path}});
   if (p.ranks < 1 || p.ranks > 256)
     throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
+  require_ranks_divisible(p.ranks, "--ranks");
   // Problems common to every strategy are configuration errors, not skipped rows.
   if (const std::string why = why_invalid(p, cost::Strategy::tsp(1)); !why.empty())
     throw ConfigError(why);

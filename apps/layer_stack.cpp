@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "mpi_job.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
@@ -142,6 +143,7 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
       if (p == 0 && c.on_step) c.on_step();
     }
     clock.forward_done();
+    if (p == c.fail_rank) throw std::runtime_error("injected failure (--inject-failure-rank)");
     for (std::size_t l = layers.size(); l-- > 0;) {
       layers[l]->backward(act[l].data(), g.data(), g_next.data());
       std::swap(g, g_next);
@@ -271,7 +273,13 @@ WorldOptions stack_world_options(const StackConfig& c, int ranks) {
   o.trace_capacity = std::size_t{1} << 18;
   o.sim_clock = c.sim_clock;
   o.inject = c.inject;
+  o.mpi = mpi_job().spans();  // under mpirun: the ranks spread over the job's processes
   return o;
+}
+
+void share_measures(StackResult& out) {
+  share_per_rank(out.ranks);
+  share_from_printer(std::as_writable_bytes(std::span(&out.seconds, 1)));  // rank 0's clock
 }
 
 void finish_debugging(const StackConfig& c, const World& world, StackResult& out) {
@@ -283,7 +291,7 @@ void finish_debugging(const StackConfig& c, const World& world, StackResult& out
         out.slowest_rank = r;
       }
     }
-  if (c.trace_path.empty()) return;
+  if (c.trace_path.empty() || !mpi_job().prints()) return;
   const Trace t = world.trace();
   for (int r = 0; r < world.size(); ++r) {
     out.trace_events += t.events(r).size();
@@ -319,6 +327,7 @@ StackResult run_stack(const StackConfig& c) {
   }
   World world(stack_world_options(c, n));
   run_layers(c, world, w32.layers, x, dy, out, got);
+  share_measures(out);
   finish_debugging(c, world, out);
   out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
 
@@ -334,6 +343,9 @@ StackResult run_stack(const StackConfig& c) {
       tsp::measure_layer(c.model, c.B, c.S, c.strategy, {.head_buckets = c.head_buckets}).ranks[0];
   check_memory(out, L);
   if (!c.check) return out;
+  // Under mpirun: process 0 judges every tensor, with the parts other processes' ranks wrote.
+  for_each_tensor(got, [](const std::string&, std::vector<float>& v) { merge_written(v); });
+  if (!mpi_job().prints()) return out;
 
   const auto w_oracle = ref::convert_weights<double>(w32);
   const std::vector<double> x64(x.begin(), x.end()), dy64(dy.begin(), dy.end());

@@ -58,6 +58,8 @@ struct StackConfig {
   std::string trace_path;
   std::optional<SimClockModel> sim_clock;
   std::optional<Injection> inject;
+  // This rank throws after its forward pass (-1: none), to see a failure reported (failure_test).
+  int fail_rank = -1;
 };
 
 // The world a run of c uses: n ranks, pinning, and the debugging options.
@@ -118,6 +120,9 @@ struct StackResult {
 };
 
 StackResult run_stack(const StackConfig& c);
+// After the run, under mpirun (mpi_job.hpp): every rank's measures (out.ranks, written by the
+// ranks' own processes) and rank 0's out.seconds, into every process.
+void share_measures(StackResult& out);
 // After the run: writes the trace file and reads the simulated clocks into out (as c asks).
 void finish_debugging(const StackConfig& c, const World& world, StackResult& out);
 

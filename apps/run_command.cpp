@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "layer_stack.hpp"
+#include "mpi_job.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
@@ -42,6 +43,9 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   run->add_option("--inject-probability", a.inject_probability,
                   "injection: chance that an operation or a message is delayed")
       ->capture_default_str();
+  run->add_option("--inject-failure-rank", a.inject_failure_rank,
+                  "injection: this rank throws after its forward pass, to see how a failure is "
+                  "reported (every rank stops, exit code 1)");
   return run;
 }
 
@@ -50,6 +54,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   ProblemOptions problem = a.problem;
   const auto weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model
   const tsp::cost::Strategy st = parse_strategy(problem);
+  require_ranks_divisible(st.ranks(), problem.strategy == "tp-sp" ? "--tp x --sp" : "--ranks");
   const bool whole = tsp::strategy_info(st.scheme).whole_model && !a.layers_only;
   StackConfig c = make_stack_config(problem, st, whole);
   c.weights = weights;
@@ -67,6 +72,10 @@ int run_command(const RunArgs& a, std::ostream& out) {
   if (!(a.inject_probability >= 0 && a.inject_probability <= 1))
     throw ConfigError("--inject-probability " + std::to_string(a.inject_probability) +
                       ": must be in [0, 1]");
+  if (a.inject_failure_rank < -1 || a.inject_failure_rank >= st.ranks())
+    throw ConfigError("--inject-failure-rank " + std::to_string(a.inject_failure_rank) +
+                      ": must be a rank in [0, " + std::to_string(st.ranks()) + ") or -1 (none)");
+  c.fail_rank = a.inject_failure_rank;
   if (a.inject_seed) {
     c.inject = Injection{.seed = *a.inject_seed,
                          .probability = a.inject_probability,

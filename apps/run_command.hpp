@@ -26,6 +26,7 @@ struct RunArgs {
   std::optional<std::uint64_t> inject_seed;
   int inject_delay_us = 200;
   double inject_probability = 0.25;
+  int inject_failure_rank = -1;
 };
 
 CLI::App* add_run_command(CLI::App& app, RunArgs& a);

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <thread>
 
+#include "mpi_job.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
@@ -56,6 +57,15 @@ struct Point {
   bool match = false;
 };
 
+// Under mpirun (mpi_job.hpp) a degree the job's P processes do not divide cannot run.
+std::string why_not_run(const ProblemOptions& p, const cost::Strategy& st) {
+  const MpiJob job = mpi_job();
+  if (job.spans() && p.ranks % job.processes != 0)
+    return "D=" + std::to_string(p.ranks) + " is not a multiple of the " +
+           std::to_string(job.processes) + " mpirun processes";
+  return why_invalid(p, st);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -74,6 +84,13 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
                       ": weak scaling needs at least one token per rank at --max-ranks " +
                       std::to_string(a.max_ranks));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Under mpirun the smallest degree is the job's P processes (one rank each), not 1.
+  const std::string efficiency_definition =
+      mpi_job().spans()
+          ? "(tokens/s at D / tokens/s at the first D that ran) / (min(D, cores) / min(that D, "
+            "cores)), across " +
+                std::to_string(mpi_job().processes) + " mpirun processes"
+          : "(tokens/s at D / tokens/s at D=1) / min(D, cores)";
   std::vector<int> degrees;
   for (int D = 1; D <= a.max_ranks; D *= 2) degrees.push_back(D);
   std::vector<std::string> modes;
@@ -90,7 +107,7 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
       p.ranks = D;
       if (mode == "weak") p.S = per_rank * D;
       const cost::Strategy st = parse_strategy(p);
-      if (const std::string why = why_invalid(p, st); !why.empty()) {
+      if (const std::string why = why_not_run(p, st); !why.empty()) {
         reasons += "; " + mode + " D=" + std::to_string(D) + ": " + why;
         continue;
       }
@@ -107,10 +124,10 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   std::snprintf(line, sizeof line,
                 "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
                 "B=%d, model %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
-                "at every D; weak: S = D x %d tokens per rank\nefficiency = (tokens/s at D / "
-                "tokens/s at D=1) / min(D, cores)\n\n",
+                "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
                 a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
-                a.problem.model.to_string().c_str(), cores, a.repeat, a.problem.S, per_rank);
+                a.problem.model.to_string().c_str(), cores, a.repeat, a.problem.S, per_rank,
+                efficiency_definition.c_str());
   out << line;
   std::snprintf(line, sizeof line, "%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S",
                 "tokens/rank", "time ms", "tokens/s", "speedup", "effic", "model");
@@ -120,13 +137,14 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   ProgressBar bar("scale", static_cast<int>(modes.size() * degrees.size()) * a.repeat, !a.quiet);
   for (const std::string& mode : modes) {
     double base = 0;
+    int base_D = 1;
     for (int D : degrees) {
       ProblemOptions p = a.problem;
       p.ranks = D;
       if (mode == "weak") p.S = per_rank * D;
       Point pt{mode, D, p.S, {}, 0, 0, 0, false};
       const cost::Strategy st = parse_strategy(p);
-      pt.skipped = why_invalid(p, st);
+      pt.skipped = why_not_run(p, st);
       if (!pt.skipped.empty()) {
         std::snprintf(line, sizeof line, "%-7s %4d %7d  skipped: %s\n", mode.c_str(), D, p.S,
                       pt.skipped.c_str());
@@ -148,9 +166,13 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
       all_match = all_match && pt.match;
       pt.seconds = median(secs);
       pt.tokens_per_s = static_cast<double>(p.B) * p.S / pt.seconds;
-      if (base == 0 && D == 1) base = pt.tokens_per_s;
-      const double speedup = base > 0 ? pt.tokens_per_s / base : 0;
-      pt.efficiency = speedup / std::min(D, cores);
+      // The base is D=1, or under mpirun the smallest degree the processes divide (D0 = P).
+      if (base == 0) {
+        base = pt.tokens_per_s;
+        base_D = D;
+      }
+      const double speedup = pt.tokens_per_s / base;
+      pt.efficiency = speedup * std::min(base_D, cores) / std::min(D, cores);
       std::snprintf(line, sizeof line, "%-7s %4d %7d %11d %10.1f %12.0f %8.2f %6.2f %s\n",
                     mode.c_str(), D, p.S, p.S / D, pt.seconds * 1e3, pt.tokens_per_s, speedup,
                     pt.efficiency, pt.match ? "yes" : "NO");
@@ -173,7 +195,8 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
                    {"model", a.problem.model.to_string()},
                    {"pin", a.problem.pin}};
     j["cores"] = cores;
-    j["efficiency_definition"] = "(tokens/s at D / tokens/s at D=1) / min(D, cores)";
+    j["efficiency_definition"] = efficiency_definition;
+    j["processes"] = mpi_job().processes;
     j["rows"] = nlohmann::json::array();
     for (const Point& pt : points) {
       nlohmann::json row = {{"mode", pt.mode}, {"D", pt.D}, {"S", pt.S}};
@@ -192,14 +215,7 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   }
   if (!a.svg_path.empty()) {
     Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}, {}};
-    Panel eff{"parallel efficiency",
-              "ranks D",
-              "efficiency vs D=1 / min(D, cores)",
-              true,
-              {},
-              {},
-              {},
-              {}};
+    Panel eff{"parallel efficiency", "ranks D", efficiency_definition, true, {}, {}, {}, {}};
     for (const std::string& mode : modes) {
       Series s1{mode, {}, false}, s2{mode, {}, false};
       for (const Point& pt : points)

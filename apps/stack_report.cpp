@@ -1,5 +1,7 @@
 #include "stack_report.hpp"
 
+#include "mpi_job.hpp"
+
 #include "tspemu/core/atomic_file.hpp"
 
 #include <algorithm>
@@ -72,6 +74,7 @@ nlohmann::json document(const char* command) {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
+  if (!mpi_job().prints()) return;  // under mpirun, process 0 writes the files
   // Invalid UTF-8 in a string (a path given by the user) is replaced, not thrown half-way.
   write_file_atomically(path,
                         j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -1,5 +1,7 @@
 #include "svg_chart.hpp"
 
+#include "mpi_job.hpp"
+
 #include "tspemu/core/atomic_file.hpp"
 
 #include <algorithm>
@@ -225,6 +227,7 @@ std::string svg_chart(const std::string& title, const std::vector<Panel>& panels
 
 void write_svg(const std::string& path, const std::string& title,
                const std::vector<Panel>& panels) {
+  if (!mpi_job().prints()) return;  // under mpirun, process 0 writes the files
   write_file_atomically(path, svg_chart(title, panels));
 }
 
