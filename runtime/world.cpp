@@ -372,10 +372,12 @@ World::World(WorldOptions opts) {
   if (w.link != nullptr) w.link->add_group(*w.world_group);
   if (opts.trace) {
     w.group_names[0] = "world";
-    for (int i = w.first_local; i < w.first_local + w.local_ranks; ++i) {
+    // A rank hosted by another process has a buffer too: its events are copied into it at the
+    // end of each run (transport/mpi.hpp), so Trace shows every rank in every process.
+    for (int i = 0; i < opts.ranks; ++i) {
       auto& r = w.ranks[static_cast<std::size_t>(i)];
       r->trace = std::make_unique<RankTrace>(opts.trace_capacity, w.t0);
-      r->arena.set_trace(r->trace.get());
+      if (w.hosts(i)) r->arena.set_trace(r->trace.get());
     }
   }
   for (int i = w.first_local; i < w.first_local + w.local_ranks; ++i)
@@ -467,15 +469,23 @@ void World::run(const std::function<void(Rank&)>& fn) {
        left = w.running.load(std::memory_order_acquire))
     w.running.wait(left, std::memory_order_acquire);
   w.fn = nullptr;
-  if (w.link != nullptr) w.link->end_run();
-  if (!w.failure) {
+  bool failed = false;
+  {
+    // Under the lock: another process's failure may be recorded by the MPI progress thread.
+    std::lock_guard lock(w.failure_mu);
+    failed = w.failed_rank >= 0;
+  }
+  if (!failed) {
     // An eager message (copied at send, so its sender never waits) that nobody received is a
-    // schedule bug as much as a blocked large one: reported, not left in the mailbox.
+    // schedule bug as much as a blocked large one: reported, not left in the mailbox. Checked
+    // before end_run, so that across processes every process ends the run with it (a message
+    // to another process is checked by the receiving process's end_run).
     if (const auto [sender, lost] = detail::unreceived_message(w); sender >= 0) {
       const CollectiveMismatch error("unreceived message: " + lost);
       w.fail(sender, error.what(), std::make_exception_ptr(error));
     }
   }
+  if (w.link != nullptr) w.link->end_run();
   if (w.failure) {
     // Every rank has stopped (the acquire loads of `running` above publish their recorders).
     const std::int64_t now = w.now_ns();

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -172,8 +174,10 @@ struct MpiTransport::Fetch {
 struct MpiTransport::Progress {
   struct Command {
     // kBarrier: every process meets; kAgree: also *value = the maximum over processes;
-    // kGather: every process's `bytes` into `gathered`, in process order.
-    enum Kind { kSend, kFetch, kCancel, kBarrier, kAgree, kGather } kind = kSend;
+    // kGather: every process's `bytes` into `gathered`, in process order; kGatherv: the same with
+    // process q's `counts[q]` bytes at `displs[q]`.
+    enum Kind { kSend, kFetch, kCancel, kBarrier, kAgree, kGather, kGatherv } kind = kSend;
+    std::vector<int> counts, displs;
     int dest = -1;
     std::vector<std::byte> bytes;
     std::byte* gathered = nullptr;
@@ -187,6 +191,7 @@ struct MpiTransport::Progress {
     Fetch* fetch = nullptr;
     int owner = -1;  // kReply: the world rank whose posted buffer is being sent
     std::atomic<int>* flag = nullptr;
+    std::vector<int> counts, displs;  // kGatherv's, alive until it completes
   };
   struct Incoming {
     MessageHeader header;
@@ -231,6 +236,25 @@ struct MpiTransport::Progress {
   // Progress thread only.
   std::vector<MPI_Request> requests;
   std::vector<Outstanding> pending;
+  // Messages (control, read requests, replies) sent to and received from each process over the
+  // world's life: at the world's end every message sent to this process is taken in (drain), so
+  // none is left to match the traffic of a later communicator that reuses this one's context.
+  // Progress thread only, then the destructor once it has stopped.
+  std::vector<std::uint64_t> wire_sent, wire_received;
+
+  // Point-to-point messages (kMessage) of the current run sent to and received from each process:
+  // end_run waits until every message sent to this process has arrived, then checks that every
+  // one was taken. `messages_to`: incremented by rank threads (relaxed: end_run reads it after
+  // every local rank stopped, ordered by World::run's acquire load of `running`);
+  // `messages_from`: release increments by the progress thread after the message is stored,
+  // pairing with end_run's acquire loads. Both reset by start_run before its barrier, when no
+  // message of the next run can be on its way.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> messages_to, messages_from;
+  // This process's clock (WorldShared::now_ns) when the run's opening barrier completed: traces
+  // from another process are shifted by the difference of the two (share_traces).
+  std::int64_t run_start_ns = 0;
+  // Names of other processes' trace events and groups (TraceEvent::name points into it).
+  std::set<std::string> trace_names;
 
   void push(Command c) {
     {
@@ -248,9 +272,12 @@ struct MpiTransport::Progress {
   }
 
   void loop();
+  // One MPI_Testsome over `requests`, completing what finished; false when nothing did.
+  bool test_some();
   void execute(Command& c);
   void receive(const MPI_Status& status, MPI_Message message);
-  void complete(std::size_t i);
+  void complete(std::size_t i, const MPI_Status& status);
+  bool drain();
   void apply(Group& g, const std::vector<std::byte>& m);
   void serve_read(const std::vector<std::byte>& m, int from_process);
   void take_abort(const std::vector<std::byte>& m);
@@ -298,17 +325,7 @@ void MpiTransport::Progress::loop() {
       receive(status, message);
       busy = true;
     }
-    if (!requests.empty()) {
-      std::vector<int> done(requests.size());
-      int count = 0;
-      MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
-                   MPI_STATUSES_IGNORE);
-      if (count > 0 && count != MPI_UNDEFINED) {
-        busy = true;
-        std::sort(done.begin(), done.begin() + count);
-        for (int k = count - 1; k >= 0; --k) complete(static_cast<std::size_t>(done[k]));
-      }
-    }
+    if (!requests.empty() && test_some()) busy = true;
     // Waiting, by time since the last traffic: poll without pause for kSpin (the answer to a
     // message just sent is a few microseconds away, and a yield or park there costs a wake-up on
     // both sides), then yield up to kYield, then park in short slices: incoming MPI traffic is only
@@ -345,17 +362,63 @@ void MpiTransport::Progress::loop() {
   // never took) are polled for a bounded time; those left keep their buffers, left to MPI (the
   // few bytes leak) rather than freed under a send MPI may still read.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (!requests.empty() && std::chrono::steady_clock::now() < until) {
-    std::vector<int> done(requests.size());
-    int count = 0;
-    MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
-                 MPI_STATUSES_IGNORE);
-    if (count == MPI_UNDEFINED) break;
-    std::sort(done.begin(), done.begin() + count);
-    for (int k = count - 1; k >= 0; --k) complete(static_cast<std::size_t>(done[k]));
-    if (count == 0) std::this_thread::yield();
+  while (!requests.empty() && std::chrono::steady_clock::now() < until)
+    if (!test_some()) std::this_thread::yield();
+  // Sends still in flight are left to the destructor's drain.
+}
+
+bool MpiTransport::Progress::test_some() {
+  std::vector<int> done(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  int count = 0;
+  MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
+               statuses.data());
+  if (count <= 0 || count == MPI_UNDEFINED) return false;
+  // Highest index first: complete() erases its entry.
+  std::vector<std::pair<int, MPI_Status>> finished;
+  for (int k = 0; k < count; ++k) finished.emplace_back(done[k], statuses[k]);
+  std::sort(finished.begin(), finished.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [i, status] : finished) complete(static_cast<std::size_t>(i), status);
+  return true;
+}
+
+bool MpiTransport::Progress::drain() {
+  // How many messages every process sent here, against what arrived: the rest is taken in and
+  // dropped (a done after a failed run, the reply to a read its reader cancelled). Bounded: a
+  // process that never ends this world (it failed elsewhere) leaves the communicator to MPI.
+  const std::size_t P = wire_sent.size();
+  std::vector<std::uint64_t> expected(P, 0);
+  MPI_Request counts = MPI_REQUEST_NULL;
+  MPI_Ialltoall(wire_sent.data(), 1, MPI_UINT64_T, expected.data(), 1, MPI_UINT64_T, comm, &counts);
+  bool counted = false;
+  std::vector<std::byte> dropped;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    if (!counted) {
+      int flag = 0;
+      MPI_Test(&counts, &flag, MPI_STATUS_IGNORE);
+      counted = flag != 0;
+    }
+    if (!requests.empty()) test_some();
+    for (;;) {
+      int flag = 0;
+      MPI_Message message;
+      MPI_Status status;
+      MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &message, &status);
+      if (!flag) break;
+      int size = 0;
+      MPI_Get_count(&status, MPI_BYTE, &size);
+      dropped.resize(static_cast<std::size_t>(std::max(size, 1)));
+      MPI_Mrecv(dropped.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
+    }
+    bool all_in = counted && requests.empty();
+    for (std::size_t q = 0; all_in && q < P; ++q) all_in = wire_received[q] >= expected[q];
+    if (all_in) return true;
+    std::this_thread::yield();
   }
-  if (!requests.empty()) new std::vector<Outstanding>(std::move(pending));  // see above
+  return false;
 }
 
 void MpiTransport::Progress::execute(Command& c) {
@@ -367,6 +430,7 @@ void MpiTransport::Progress::execute(Command& c) {
       MPI_Request r;
       MPI_Isend(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.dest, kControlTag,
                 comm, &r);
+      ++wire_sent[static_cast<std::size_t>(c.dest)];
       requests.push_back(r);
       pending.push_back(std::move(o));
       break;
@@ -396,6 +460,7 @@ void MpiTransport::Progress::execute(Command& c) {
       MPI_Request s;
       MPI_Isend(q.buffer.data(), static_cast<int>(q.buffer.size()), MPI_BYTE, f.source, kControlTag,
                 comm, &s);
+      ++wire_sent[static_cast<std::size_t>(f.source)];
       requests.push_back(s);
       pending.push_back(std::move(q));
       break;
@@ -406,13 +471,20 @@ void MpiTransport::Progress::execute(Command& c) {
           MPI_Cancel(&requests[i]);  // completes (cancelled or arrived) in a later Testsome
       break;
     case Command::kAgree:
-    case Command::kGather: {
+    case Command::kGather:
+    case Command::kGatherv: {
       Outstanding o;
       o.kind = Outstanding::kBarrier;
       o.flag = c.flag;
       MPI_Request r;
       if (c.kind == Command::kAgree) {
         MPI_Iallreduce(MPI_IN_PLACE, c.value, 1, MPI_INT, MPI_MAX, comm, &r);
+      } else if (c.kind == Command::kGatherv) {
+        o.buffer = std::move(c.bytes);  // these live until the gather completes
+        o.counts = std::move(c.counts);
+        o.displs = std::move(c.displs);
+        MPI_Iallgatherv(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.gathered,
+                        o.counts.data(), o.displs.data(), MPI_BYTE, comm, &r);
       } else {
         o.buffer = std::move(c.bytes);  // the send buffer lives until the gather completes
         MPI_Iallgather(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.gathered,
@@ -435,7 +507,7 @@ void MpiTransport::Progress::execute(Command& c) {
   }
 }
 
-void MpiTransport::Progress::complete(std::size_t i) {
+void MpiTransport::Progress::complete(std::size_t i, const MPI_Status& status) {
   // MPI_Testsome set requests[i] to MPI_REQUEST_NULL; drop the entry.
   Outstanding o = std::move(pending[i]);
   requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
@@ -449,6 +521,9 @@ void MpiTransport::Progress::complete(std::size_t i) {
       break;
     case Outstanding::kFetchRecv: {
       Fetch& f = *o.fetch;
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      if (!cancelled) ++wire_received[static_cast<std::size_t>(f.source)];
       RankState* waiter = f.waiter;
       // A cancelled receive and one that got its reply both end here; the reader only needs to
       // know the receive is over (it asked for the cancel only because it is unwinding).
@@ -470,6 +545,7 @@ void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message messa
   MPI_Get_count(&status, MPI_BYTE, &size);
   std::vector<std::byte> m(static_cast<std::size_t>(size));
   MPI_Mrecv(m.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
   if (m.size() < sizeof(WireHead)) return;
   WireHead h;
   std::memcpy(&h, m.data(), sizeof h);
@@ -504,6 +580,9 @@ void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message messa
         std::lock_guard lock(incoming_mu);
         if (h.generation != run()) return;
         incoming[{h.group, h.member, b.dst, b.index}] = std::move(in);
+        // release: pairs with end_run's acquire load; the message is in `incoming` before.
+        messages_from[static_cast<std::size_t>(status.MPI_SOURCE)].fetch_add(
+            1, std::memory_order_release);
       }
       // The receiver polls `incoming` under its mutex, so the unpark below is ordered after the
       // insertion; a receiver of a group not registered yet is woken by its next park timeout.
@@ -613,6 +692,7 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
   }
   MPI_Request r;
   MPI_Isend(src, count, type, from_process, b.tag, comm, &r);
+  ++wire_sent[static_cast<std::size_t>(from_process)];
   if (type != MPI_BYTE) MPI_Type_free(&type);
   requests.push_back(r);
   pending.push_back(std::move(o));
@@ -660,6 +740,15 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
   w.local_ranks = n / size;
   w.first_local = rank * w.local_ranks;
   p_->process = rank;
+  const auto processes = static_cast<std::size_t>(size);
+  p_->wire_sent.assign(processes, 0);
+  p_->wire_received.assign(processes, 0);
+  p_->messages_to.reset(new std::atomic<std::uint64_t>[processes]);
+  p_->messages_from.reset(new std::atomic<std::uint64_t>[processes]);
+  for (std::size_t q = 0; q < processes; ++q) {
+    p_->messages_to[q].store(0, std::memory_order_relaxed);
+    p_->messages_from[q].store(0, std::memory_order_relaxed);
+  }
   p_->serving.reset(new std::atomic<int>[static_cast<std::size_t>(n)]);
   for (int i = 0; i < n; ++i)
     p_->serving[static_cast<std::size_t>(i)].store(0, std::memory_order_relaxed);
@@ -677,10 +766,17 @@ MpiTransport::~MpiTransport() {
   std::lock_guard lock(mp.mu);
   stop_progress(*p_);
   mp.live.erase(std::remove(mp.live.begin(), mp.live.end(), p_.get()), mp.live.end());
-  // The communicator is not freed: messages of this world may still be in flight to a process
-  // (a done, an abort, the reply to a read cancelled by a failure), and a freed communicator's
-  // context id is reused by the next MPI_Comm_dup, where they would be taken for the next world's
-  // traffic. MPI_Finalize releases it; a World per run of a program is the intended use.
+  // A freed communicator's context id is reused by the next MPI_Comm_dup, so every message still
+  // on its way on this one (a done, an abort, the reply to a read cancelled by a failure) is taken
+  // in first (drain: collective, every process destroys its worlds in the same order). If that
+  // does not complete (another process never ends this world), the communicator and the buffers
+  // of sends in flight are left to MPI_Finalize rather than freed under MPI.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && p_->drain())
+    MPI_Comm_free(&p_->comm);
+  else
+    new std::vector<Progress::Outstanding>(std::move(p_->pending));  // left to MPI, see above
 }
 
 bool MpiTransport::remote(const Comm& comm, int member) const {
@@ -923,7 +1019,10 @@ bool MpiTransport::send(Comm& comm, int dst, std::uint64_t index, const MessageH
   b.index = index;
   b.header = header;
   checked_int(sizeof h + sizeof b + data.size(), "a message to another process");
-  p_->send_to(w_.process_of(comm.world_rank(dst)), encode(h, b, data));
+  const int process = w_.process_of(comm.world_rank(dst));
+  // relaxed: see Progress::messages_to.
+  p_->messages_to[static_cast<std::size_t>(process)].fetch_add(1, std::memory_order_relaxed);
+  p_->send_to(process, encode(h, b, data));
   return true;  // copied: complete at once
 }
 
@@ -993,6 +1092,11 @@ void MpiTransport::start_run(std::uint32_t generation) {
     p_->groups[0] = world;
     p_->deferred.clear();
     p_->incoming.clear();
+    // relaxed: no message of the next run moves before the barrier below (Progress::messages_to).
+    for (int q = 0; q < w_.processes; ++q) {
+      p_->messages_to[static_cast<std::size_t>(q)].store(0, std::memory_order_relaxed);
+      p_->messages_from[static_cast<std::size_t>(q)].store(0, std::memory_order_relaxed);
+    }
   }
   std::atomic<int> met{0};
   Progress::Command cmd;
@@ -1001,9 +1105,69 @@ void MpiTransport::start_run(std::uint32_t generation) {
   p_->push(std::move(cmd));
   // acquire: pairs with the progress thread's release store when the barrier completes.
   met.wait(0, std::memory_order_acquire);
+  p_->run_start_ns = w_.now_ns();
 }
 
 namespace {
+
+// Every process's `mine` (sizes may differ) into every process, in process order; the offset of
+// each process's part in `offsets` (P + 1 entries).
+std::vector<std::byte> gather_all(MpiTransport::Progress& p, int processes,
+                                  std::vector<std::byte> mine, std::vector<std::size_t>& offsets) {
+  using Command = MpiTransport::Progress::Command;
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(processes));
+  const std::uint64_t my_size = mine.size();
+  {
+    std::atomic<int> done{0};
+    Command c;
+    c.kind = Command::kGather;
+    c.bytes.resize(sizeof my_size);
+    std::memcpy(c.bytes.data(), &my_size, sizeof my_size);
+    c.gathered = reinterpret_cast<std::byte*>(sizes.data());
+    c.flag = &done;
+    p.push(std::move(c));
+    // acquire: pairs with the progress thread's release store when the gather completes.
+    done.wait(0, std::memory_order_acquire);
+  }
+  offsets.assign(1, 0);
+  Command c;
+  c.kind = Command::kGatherv;
+  for (std::uint64_t n : sizes) {
+    c.counts.push_back(checked_int(n, "one process's part of a gather"));
+    c.displs.push_back(checked_int(offsets.back(), "a gather"));
+    offsets.push_back(offsets.back() + n);
+  }
+  std::vector<std::byte> all(offsets.back());
+  std::atomic<int> done{0};
+  c.bytes = std::move(mine);
+  c.gathered = all.data();
+  c.flag = &done;
+  p.push(std::move(c));
+  // acquire: as above.
+  done.wait(0, std::memory_order_acquire);
+  return all;
+}
+
+template <class T>
+void put(std::vector<std::byte>& out, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const auto at = out.size();
+  out.resize(at + sizeof v);
+  std::memcpy(out.data() + at, &v, sizeof v);
+}
+template <class T>
+T get(const std::byte*& at) {
+  T v;
+  std::memcpy(&v, at, sizeof v);
+  at += sizeof v;
+  return v;
+}
+
+// A trace event as sent: its name and group as indices into the sender's string table.
+struct WireEvent {
+  TraceEvent event;  // name and group_id not meaningful here
+  std::uint32_t name = 0, group = 0;
+};
 
 // What every process learns of each rank hosted elsewhere at the end of a run.
 struct RankSummary {
@@ -1014,59 +1178,215 @@ static_assert(std::is_trivially_copyable_v<RankSummary>, "RankSummary travels as
 
 }  // namespace
 
+void MpiTransport::share_traces() {
+  // This process's events, whole (a receiver replaces a rank's copy, so Trace::clear() needs no
+  // bookkeeping): [start_ns][names: count, then (length, bytes) each][per local rank: events,
+  // dropped, WireEvent each].
+  std::vector<std::string> names;
+  std::map<std::string, std::uint32_t> index;
+  auto name_of = [&](const std::string& n) {
+    auto [it, made] = index.emplace(n, static_cast<std::uint32_t>(names.size()));
+    if (made) names.push_back(n);
+    return it->second;
+  };
+  std::vector<std::byte> events;
+  {
+    std::lock_guard lock(w_.groups_mu);  // group_names
+    for (int r = w_.first_local; r < w_.first_local + w_.local_ranks; ++r) {
+      const RankTrace& t = *w_.ranks[static_cast<std::size_t>(r)]->trace;
+      put(events, static_cast<std::uint64_t>(t.events().size()));
+      put(events, t.dropped());
+      for (const TraceEvent& e : t.events()) {
+        WireEvent we{e, name_of(e.name), 0};
+        auto g = w_.group_names.find(e.group_id);
+        we.group = name_of(g != w_.group_names.end() ? g->second : "group ?");
+        we.event.name = nullptr;
+        put(events, we);
+      }
+    }
+  }
+  std::vector<std::byte> mine;
+  put(mine, p_->run_start_ns);
+  put(mine, static_cast<std::uint64_t>(names.size()));
+  for (const std::string& n : names) {
+    put(mine, static_cast<std::uint64_t>(n.size()));
+    const auto at = mine.size();
+    mine.resize(at + n.size());
+    std::memcpy(mine.data() + at, n.data(), n.size());
+  }
+  mine.insert(mine.end(), events.begin(), events.end());
+  std::vector<std::size_t> offsets;
+  const std::vector<std::byte> all = gather_all(*p_, w_.processes, std::move(mine), offsets);
+
+  std::lock_guard lock(w_.groups_mu);
+  for (int q = 0; q < w_.processes; ++q) {
+    if (q == p_->process) continue;
+    const std::byte* at = all.data() + offsets[static_cast<std::size_t>(q)];
+    // Their clock started elsewhere: aligned at the run's opening barrier, which every process
+    // leaves within a poll of the others (microseconds on one machine).
+    const std::int64_t shift = p_->run_start_ns - get<std::int64_t>(at);
+    std::vector<const char*> text;
+    std::vector<std::uint64_t> group;
+    const auto n_names = get<std::uint64_t>(at);
+    for (std::uint64_t i = 0; i < n_names; ++i) {
+      const auto len = get<std::uint64_t>(at);
+      std::string n(reinterpret_cast<const char*>(at), len);
+      at += len;
+      // The same group has the same name in every process; its id here (ids are per process).
+      std::uint64_t id = 0;
+      auto g = std::find_if(w_.group_names.begin(), w_.group_names.end(),
+                            [&](const auto& e) { return e.second == n; });
+      if (g != w_.group_names.end()) {
+        id = g->first;
+      } else if (n.rfind("group ", 0) != 0) {
+        id = w_.next_group_id++;
+        w_.group_names[id] = n;
+      }
+      group.push_back(id);
+      text.push_back(p_->trace_names.insert(std::move(n)).first->c_str());
+    }
+    for (int r = q * w_.local_ranks; r < (q + 1) * w_.local_ranks; ++r) {
+      RankTrace& t = *w_.ranks[static_cast<std::size_t>(r)]->trace;
+      t.clear();
+      const auto count = get<std::uint64_t>(at);
+      const auto dropped = get<std::uint64_t>(at);
+      TraceEvent last;
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const auto we = get<WireEvent>(at);
+        last = we.event;
+        last.name = text[we.name];
+        last.group_id = group[we.group];
+        last.begin_ns += shift;
+        last.end_ns += shift;
+        t.record(last);
+      }
+      // The sender's buffer was full (the same capacity as this one): each record now only
+      // counts one more dropped event, as it did there.
+      for (std::uint64_t i = 0; i < dropped; ++i) t.record(last);
+    }
+  }
+}
+
 void MpiTransport::end_run() {
-  // Every rank's counters and simulated clock, to every process: World::counters(r) and
-  // simulated_seconds(r) then hold for every rank in every process, and the next run starts every
-  // process's simulated clock at the same latest time.
+  // Every rank's counters and simulated clock, and how many point-to-point messages went to each
+  // process, to every process: World::counters(r) and simulated_seconds(r) then hold for every
+  // rank in every process, and the next run starts every process's simulated clock at the same
+  // latest time.
   const std::size_t local = static_cast<std::size_t>(w_.local_ranks);
-  std::vector<std::byte> mine(local * sizeof(RankSummary));
+  const std::size_t P = static_cast<std::size_t>(w_.processes);
+  const std::size_t block = local * sizeof(RankSummary) + P * sizeof(std::uint64_t);
+  std::vector<std::byte> mine(block);
   for (std::size_t i = 0; i < local; ++i) {
     const RankState& r = *w_.ranks[static_cast<std::size_t>(w_.first_local) + i];
     const RankSummary s{r.counters, r.sim};
     std::memcpy(mine.data() + i * sizeof s, &s, sizeof s);
   }
-  std::vector<std::byte> all(w_.ranks.size() * sizeof(RankSummary));
-  int failed = 0;
-  {
-    std::lock_guard lock(w_.failure_mu);
-    failed = w_.failed_rank >= 0 ? 1 : 0;
+  for (std::size_t q = 0; q < P; ++q) {
+    // relaxed: see Progress::messages_to.
+    const std::uint64_t n = p_->messages_to[q].load(std::memory_order_relaxed);
+    std::memcpy(mine.data() + local * sizeof(RankSummary) + q * sizeof n, &n, sizeof n);
   }
-  std::atomic<int> gathered{0}, agreed{0};
-  Progress::Command gather;
-  gather.kind = Progress::Command::kGather;
-  gather.bytes = std::move(mine);
-  gather.gathered = all.data();
-  gather.flag = &gathered;
-  p_->push(std::move(gather));
-  Progress::Command agree;
-  agree.kind = Progress::Command::kAgree;
-  agree.flag = &agreed;
-  agree.value = &failed;
-  p_->push(std::move(agree));
-  // acquire: pairs with the progress thread's release stores when each collective completes.
-  gathered.wait(0, std::memory_order_acquire);
-  agreed.wait(0, std::memory_order_acquire);
+  std::vector<std::byte> all(P * block);
+  {
+    std::atomic<int> gathered{0};
+    Progress::Command gather;
+    gather.kind = Progress::Command::kGather;
+    gather.bytes = std::move(mine);
+    gather.gathered = all.data();
+    gather.flag = &gathered;
+    p_->push(std::move(gather));
+    // acquire: pairs with the progress thread's release store when the gather completes.
+    gathered.wait(0, std::memory_order_acquire);
+  }
   for (std::size_t r = 0; r < w_.ranks.size(); ++r) {
     if (w_.hosts(static_cast<int>(r))) continue;
+    const std::size_t q = static_cast<std::size_t>(w_.process_of(static_cast<int>(r)));
     RankSummary s;
-    std::memcpy(&s, all.data() + r * sizeof s, sizeof s);
+    std::memcpy(&s, all.data() + q * block + (r - q * local) * sizeof s, sizeof s);
     w_.ranks[r]->counters = s.counters;
     w_.ranks[r]->sim = s.sim;
+  }
+  auto failed_here = [&] {
+    std::lock_guard lock(w_.failure_mu);
+    return w_.failed_rank >= 0;
+  };
+  if (!failed_here()) check_messages_taken(all, block);
+  if (w_.opts.trace) share_traces();
+  int failed = failed_here() ? 1 : 0;
+  {
+    std::atomic<int> agreed{0};
+    Progress::Command agree;
+    agree.kind = Progress::Command::kAgree;
+    agree.flag = &agreed;
+    agree.value = &failed;
+    p_->push(std::move(agree));
+    // acquire: pairs with the progress thread's release store when the all-reduce completes.
+    agreed.wait(0, std::memory_order_acquire);
   }
   if (failed == 0) return;
   // Some process failed: its abort message is on its way (sent before that process's ranks
   // returned). Wait for it, bounded, so this process reports the same first failure.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
-    {
-      std::lock_guard lock(w_.failure_mu);
-      if (w_.failed_rank >= 0) return;
-    }
+    if (failed_here()) return;
     if (std::chrono::steady_clock::now() > until) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   w_.fail(-1, "another process failed, and its failure did not arrive within 10 s of the run's end",
           std::make_exception_ptr(PeerFailure("another process failed")), true);
+}
+
+void MpiTransport::check_messages_taken(const std::vector<std::byte>& summaries,
+                                        std::size_t block) {
+  // Every message another process's ranks sent here has arrived (bounded: a sender's process is
+  // past its run, so its messages are on the wire), then none may be left untaken: a message
+  // nobody received is a schedule bug, reported as World::run reports one within a process.
+  const std::size_t local = static_cast<std::size_t>(w_.local_ranks);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int q = 0; q < w_.processes; ++q) {
+    std::uint64_t expected = 0;
+    std::memcpy(&expected,
+                summaries.data() + static_cast<std::size_t>(q) * block +
+                    local * sizeof(RankSummary) +
+                    static_cast<std::size_t>(p_->process) * sizeof expected,
+                sizeof expected);
+    // acquire: pairs with the progress thread's release increment (Progress::messages_from).
+    while (p_->messages_from[static_cast<std::size_t>(q)].load(std::memory_order_acquire) <
+           expected) {
+      if (std::chrono::steady_clock::now() > until) {
+        const Error error("process " + std::to_string(q) + " sent " + std::to_string(expected) +
+                          " messages to process " + std::to_string(p_->process) +
+                          "'s ranks in this run, and not all of them arrived within 10 s of its "
+                          "end");
+        w_.fail(q * w_.local_ranks, error.what(), std::make_exception_ptr(error));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  std::lock_guard lock(p_->incoming_mu);
+  if (p_->incoming.empty()) return;
+  const auto& [key, message] = *p_->incoming.begin();
+  const auto& [group_id, src, dst, index] = key;
+  std::lock_guard groups_lock(p_->groups_mu);
+  const auto g = p_->groups.find(group_id);
+  std::ostringstream m;
+  int sender = -1;
+  if (g != p_->groups.end()) {
+    const Group& group = *g->second;
+    sender = group.world_ranks[static_cast<std::size_t>(src)];
+    m << "unreceived message: rank " << sender << " sent message #" << index + 1 << " ("
+      << message->payload.size() << " B) to rank "
+      << group.world_ranks[static_cast<std::size_t>(dst)] << " on group " << group.name
+      << ", which rank " << group.world_ranks[static_cast<std::size_t>(dst)]
+      << " never received before the run ended";
+  } else {
+    m << "unreceived message: message #" << index + 1 << " from group rank " << src
+      << " to group rank " << dst << " of a group no rank of process " << p_->process
+      << " joined, never received before the run ended";
+  }
+  const CollectiveMismatch error(m.str());
+  w_.fail(sender, error.what(), std::make_exception_ptr(error));
 }
 
 void MpiTransport::local_failure(int rank, const std::string& message,

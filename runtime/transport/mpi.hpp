@@ -32,12 +32,21 @@
 // process with the same first failure (the first one this process learns of: two processes
 // failing at once may each name their own); a hang error in one process carries, in every
 // process that receives it, that process's ranks' pending operations. A process killed outright
-// is OpenMPI's to report: mpirun ends every process of the job.
+// is OpenMPI's to report: mpirun ends every process of the job. At the end of each run every
+// process has every rank's counters and simulated clock, and (tracing) every rank's events with
+// names and groups as text and times shifted to this process's clock at the run's opening
+// barrier; a point-to-point message to this process's ranks never taken fails the run in every
+// process (counted: the receiving process waits for every message sent to it, then checks). The
+// communicator is freed with the world once every message sent on it has been taken in (drain).
 // Cost: per call, per other process hosting members: one message at open, one per post, one at
-// done; a read of another process's message is one request and one reply.
+// done; a read of another process's message is one request and one reply. Per run: a barrier,
+// an all-gather of every rank's counters, an all-reduce of the verdict, and with tracing an
+// all-gather of every process's whole trace (all of it each run: a receiver replaces its copy).
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "../state.hpp"
 #include "shared_memory.hpp"
@@ -99,6 +108,12 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
                    std::size_t row_bytes, std::size_t rows, std::byte* dst, std::size_t dst_stride,
                    Fetch& fetch);
   void wait_fetch(CallState& c, int from, Fetch& fetch);
+  // After a run (end_run): every process's trace events, into every process's copy of the
+  // ranks it does not host (Trace shows every rank everywhere).
+  void share_traces();
+  // After a run that did not fail here: every message sent to this process's ranks arrived and
+  // was taken, or the run fails naming the first one left (as World::run does within a process).
+  void check_messages_taken(const std::vector<std::byte>& summaries, std::size_t block);
   // Tells the other processes hosting members of the call's group of a post or of done.
   void notify(const CallState& c, int type, int step, std::uint64_t bytes);
 

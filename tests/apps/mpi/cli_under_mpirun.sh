@@ -56,6 +56,27 @@ for args in "--strategy tsp" "--strategy tsp --layers-only" "--strategy tp" \
   echo "run $args: the same report under mpirun -np $np"
 done
 
+# --trace: one file, one track per rank, each with the events of the run without mpirun (but the
+# "send wait" slices: a message to another process is copied at send, so its send never waits).
+"$tspemu" run "${small[@]}" --trace "$dir/one.trace" >/dev/null || fail "run --trace failed"
+mpirun_ "$tspemu" run "${small[@]}" --trace "$dir/many.trace" >/dev/null ||
+  fail "run --trace under mpirun failed"
+python3 - "$dir/one.trace" "$dir/many.trace" <<'PY' || fail "the merged trace differs"
+import collections, json, sys
+def tracks(path):
+    j = json.load(open(path))
+    events = j["traceEvents"] if isinstance(j, dict) else j
+    names = sorted(e["args"]["name"] for e in events
+                   if e.get("ph") == "M" and e.get("name") == "process_name")
+    per_rank = collections.Counter((e["pid"], e["ph"], e["name"].split(" #")[0]) for e in events
+                                   if not e["name"].startswith("send wait"))
+    return names, per_rank
+one, many = tracks(sys.argv[1]), tracks(sys.argv[2])
+assert one[0] == many[0] == ["rank 0", "rank 1", "rank 2", "rank 3"], many[0]
+assert one[1] == many[1], (one[1] - many[1], many[1] - one[1])
+PY
+echo "run --trace: one track per rank, the events of the run without mpirun"
+
 model=(--layers 1 --seq 256 --hidden 64 --heads 4 --kv-heads 4 --ffn 128)
 "$tspemu" compare -q "${model[@]}" --json "$dir/one.json" >/dev/null || fail "compare failed"
 mpirun_ "$tspemu" compare -q "${model[@]}" --json "$dir/many.json" >/dev/null ||

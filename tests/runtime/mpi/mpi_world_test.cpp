@@ -22,6 +22,7 @@
 
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/error.hpp"
+#include "tspemu/runtime/trace.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu {
@@ -276,6 +277,103 @@ TEST_P(MpiWorld, HangAcrossProcessesReportsPendingOperationsWithGlobalRanks) {
     if (processes() > 1) {
       EXPECT_NE(m.find(": in process "), std::string::npos) << m;
     }
+  }
+}
+
+TEST_P(MpiWorld, TraceInEveryProcessHasEveryRanksEventsOnce) {
+  const int n = GetParam();
+  WorldOptions o = across(n);
+  o.trace = true;
+  World w(o);
+  auto schedule = [&](Rank& r) {
+    std::vector<float> x(1000, 1.0f);
+    all_reduce<float>(r.comm(), x);
+    // Rank 0 (first process) to rank n-1 (last process): a flow across processes.
+    if (r.id() == 0) send<float>(r.comm(), x, n - 1);
+    if (r.id() == n - 1) recv<float>(r.comm(), x, 0);
+  };
+  auto count = [&](int rank, const char* name) {
+    int k = 0;
+    for (const TraceEvent& e : w.trace().events(rank)) k += std::string(e.name) == name ? 1 : 0;
+    return k;
+  };
+  w.run(schedule);
+  w.run(schedule);  // recording continues across runs; each process's copy is not doubled
+  const Trace t = w.trace();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(count(r, "all_reduce"), 2) << "rank " << r << (w.hosts(r) ? "" : " (elsewhere)");
+    for (const TraceEvent& e : t.events(r))
+      if (e.type == TraceEvent::Type::collective) {
+        EXPECT_EQ(t.group_name(e.group_id), "world") << "rank " << r;
+      }
+  }
+  // The receive at rank n-1 carries the flow id of rank 0's send, whichever process holds them.
+  std::vector<std::uint64_t> sends, recvs;
+  for (const TraceEvent& e : t.events(0))
+    if (e.type == TraceEvent::Type::send) sends.push_back(e.flow);
+  for (const TraceEvent& e : t.events(n - 1))
+    if (e.type == TraceEvent::Type::recv) recvs.push_back(e.flow);
+  EXPECT_EQ(sends.size(), 2u);
+  EXPECT_EQ(sends, recvs);
+  // Aligned clocks: every rank's first all_reduce starts within a second of rank 0's.
+  auto first = [&](int rank) {
+    for (const TraceEvent& e : t.events(rank))
+      if (std::string(e.name) == "all_reduce") return e.begin_ns;
+    return std::int64_t{-1};
+  };
+  for (int r = 1; r < n; ++r) EXPECT_LT(std::llabs(first(r) - first(0)), 1'000'000'000) << r;
+  w.trace().clear();
+  w.run(schedule);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(count(r, "all_reduce"), 1) << "rank " << r;
+}
+
+TEST_P(MpiWorld, MessageToAnotherProcessNeverReceivedFailsEveryProcess) {
+  const int n = GetParam();
+  World w(across(n));
+  try {
+    w.run([&](Rank& r) {
+      std::vector<float> x(16, 1.0f);
+      if (r.id() == 0) send<float>(r.comm(), x, n - 1);  // rank n-1 never receives it
+    });
+    FAIL() << "the run returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_EQ(e.rank(), 0) << m;
+    EXPECT_NE(m.find("unreceived message: rank 0 sent message #1 (64 B) to rank " +
+                     std::to_string(n - 1)),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+  w.run([&](Rank& r) { barrier(r.comm()); });  // the next run starts clean
+}
+
+TEST_P(MpiWorld, WorldMadeAfterOneEndedByAFailureIsBitwiseTheOneProcessResult) {
+  const int n = GetParam();
+  {
+    // Large reads in flight when the last rank throws: their replies and the dones may still be
+    // on the wire when this world ends; none may reach the next world's communicator.
+    World failed(across(n));
+    EXPECT_THROW(failed.run([&](Rank& r) {
+      std::vector<float> x(300000, 1.0f);
+      if (r.id() == n - 1) throw std::runtime_error("injected");
+      all_reduce<float>(r.comm(), x);
+    }),
+                 RankFailure);
+  }
+  for (int round = 0; round < 3; ++round) {
+    World spanning(across(n));
+    World local(WorldOptions{.ranks = n});
+    const auto got = run_outputs(spanning, every_collective);
+    const auto want = run_outputs(local, every_collective);
+    for (int r = 0; r < n; ++r)
+      if (spanning.hosts(r)) {
+        const auto& g = got[static_cast<std::size_t>(r)].values;
+        const auto& e = want[static_cast<std::size_t>(r)].values;
+        ASSERT_EQ(g.size(), e.size());
+        EXPECT_EQ(std::memcmp(g.data(), e.data(), g.size() * sizeof(float)), 0)
+            << "round " << round << " rank " << r;
+      }
   }
 }
 
