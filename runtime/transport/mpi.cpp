@@ -775,7 +775,7 @@ MpiTransport::~MpiTransport() {
   MPI_Finalized(&finalized);
   if (!finalized && p_->drain())
     MPI_Comm_free(&p_->comm);
-  else
+  else if (!p_->pending.empty())
     new std::vector<Progress::Outstanding>(std::move(p_->pending));  // left to MPI, see above
 }
 
