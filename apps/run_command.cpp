@@ -91,7 +91,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   }
   if (c.weights) out << "weights: the checkpoint in " << a.checkpoint.weights << "\n";
   print_report(out, c, r);
-  save_checkpoint_option(a.checkpoint, initial_weights(c), out);
+  if (mpi_job().prints()) save_checkpoint_option(a.checkpoint, initial_weights(c), out);
   if (!a.json_path.empty()) write_json(a.json_path, report_json(c, r));
   return r.pass() ? 0 : 1;
 }
