@@ -376,7 +376,7 @@ World::World(WorldOptions opts) {
     // end of each run (transport/mpi.hpp), so Trace shows every rank in every process.
     for (int i = 0; i < opts.ranks; ++i) {
       auto& r = w.ranks[static_cast<std::size_t>(i)];
-      r->trace = std::make_unique<RankTrace>(opts.trace_capacity, w.t0);
+      r->trace = std::make_unique<RankTrace>(opts.trace_capacity, w.clock);
       if (w.hosts(i)) r->arena.set_trace(r->trace.get());
     }
   }

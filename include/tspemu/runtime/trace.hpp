@@ -24,7 +24,6 @@
 //   world.trace().write_chrome_json("schedule.json");  // open in https://ui.perfetto.dev
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <span>
@@ -33,6 +32,7 @@
 
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/comm.hpp"
+#include "tspemu/runtime/elapsed_clock.hpp"
 
 namespace tspemu {
 
@@ -61,14 +61,9 @@ struct TraceEvent {
 // One rank's bounded event buffer.
 class RankTrace {
  public:
-  RankTrace(std::size_t capacity, std::chrono::steady_clock::time_point t0) : t0_(t0) {
-    events_.reserve(capacity);
-  }
-  std::int64_t now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                t0_)
-        .count();
-  }
+  // `clock`: the world's (its events share one time base).
+  RankTrace(std::size_t capacity, ElapsedClock clock) : clock_(clock) { events_.reserve(capacity); }
+  std::int64_t now_ns() const { return clock_.now_ns(); }
   void counter(const char* name, std::uint64_t value) noexcept {
     const std::int64_t t = now_ns();
     record(TraceEvent{TraceEvent::Type::counter, name, 0, 0, -1, -1, value, 0, 0, t, t, -1, -1});
@@ -93,7 +88,7 @@ class RankTrace {
   std::vector<TraceEvent> events_;
   std::uint64_t dropped_ = 0;
   std::uint64_t flows_ = 0;
-  std::chrono::steady_clock::time_point t0_;
+  ElapsedClock clock_;
 };
 
 // The world's trace, between runs (World::trace()).
