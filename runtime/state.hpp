@@ -202,6 +202,16 @@ struct WorldShared {
   std::string first_failure();
 };
 
+inline void notify_begin(RankState& self, OpInfo& op) {
+  for (Observer* o : self.world->on_begin) o->on_begin(self, op);
+}
+inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
+  for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
+}
+inline void notify_end(RankState& self, OpInfo& op, bool ok) {
+  for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
+}
+
 // The simulated-clock model of the world, or null (sim_clock.hpp).
 inline const SimClockModel* sim_model(const RankState& self) {
   return self.world->opts.sim_clock ? &*self.world->opts.sim_clock : nullptr;

@@ -50,16 +50,6 @@ CallHeader call_header(const RankState& self) {
   return CallHeader{self.sim.now_ns()};
 }
 
-void notify_begin(RankState& self, OpInfo& op) {
-  for (Observer* o : self.world->on_begin) o->on_begin(self, op);
-}
-void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
-  for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
-}
-void notify_end(RankState& self, OpInfo& op, bool ok) {
-  for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
-}
-
 void WorldShared::select_observers() {
   on_begin.clear();
   on_meet.clear();

@@ -11,11 +11,6 @@ namespace tspemu::detail {
 
 namespace {
 
-bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_match) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.root == b.root &&
-         (!counts_must_match || a.count == b.count);
-}
-
 // "rank 2", "ranks 1-3", "ranks 0, 2-3": the members listed, ascending.
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
@@ -129,12 +124,17 @@ Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
                          ? t_.open_rooted(st_, fp, call_header(self), step0)
                          : (t_.open(st_, fp, call_header(self), step0), true);
     if (!met) return;  // the transport compares the fingerprints once it meets the members
-    // Every member reads every fingerprint, so all of them reach the same verdict and the same
-    // message.
-    const Fingerprint* fps[kMaxRanks];
-    for (int r = 0; r < st_.size; ++r) fps[r] = &fingerprint(r);
-    const std::string differ = disagreement(comm.name(), st_.seq, st_.size, fps, counts_must_match);
-    if (!differ.empty()) detail::raise(self, CollectiveMismatch(differ));
+    // Every member compares every fingerprint with member 0's, so all of them reach the same
+    // verdict and the same message (formatted only then).
+    bool agree = true;
+    for (int r = 1; r < st_.size; ++r)
+      agree = agree && compatible(fingerprint(0), fingerprint(r), counts_must_match);
+    if (!agree) {
+      const Fingerprint* fps[kMaxRanks];
+      for (int r = 0; r < st_.size; ++r) fps[r] = &fingerprint(r);
+      detail::raise(self, CollectiveMismatch(disagreement(comm.name(), st_.seq, st_.size, fps,
+                                                          counts_must_match)));
+    }
     notify_meet(self, op_, MemberHeaders{&t_, &st_});
   } catch (...) {
     t_.abandon(st_);

@@ -23,10 +23,12 @@ Descriptor& desc(const CallState& c, int member) {
 }
 
 void unpark_members(const Group& g, int me) {
-  for (int r = 0; r < g.size(); ++r)
-    if (r != me)
-      g.world->ranks[static_cast<std::size_t>(g.world_ranks[static_cast<std::size_t>(r)])]
-          ->parker.unpark();
+  // Locals: the seq_cst loads in unpark() keep the compiler from caching these across the loop.
+  const int n = g.size();
+  const int* world_ranks = g.world_ranks.data();
+  const std::unique_ptr<RankState>* ranks = g.world->ranks.data();
+  for (int r = 0; r < n; ++r)
+    if (r != me) ranks[world_ranks[r]]->parker.unpark();
 }
 
 RankState& state_of(const Comm& c, int group_rank) {
@@ -151,10 +153,13 @@ void settle_unmet(RankState& self, Group& g, int me, std::uint64_t upto) {
   }
   for (std::uint64_t u = first; u <= last; ++u) {
     const Fingerprint* fps[kMaxRanks];
-    for (int r = 0; r < n; ++r)
+    bool agree = true;
+    for (int r = 0; r < n; ++r) {
       fps[r] = &g.slots[static_cast<std::size_t>(r)].fps[u % (2 * kDescriptors)];
-    const std::string differ = disagreement(g.name, u, n, fps, /*counts_must_match=*/true);
-    if (!differ.empty()) raise(self, CollectiveMismatch(differ));
+      agree = agree && compatible(*fps[0], *fps[r], /*counts_must_match=*/true);
+    }
+    if (!agree)
+      raise(self, CollectiveMismatch(disagreement(g.name, u, n, fps, /*counts_must_match=*/true)));
   }
 }
 

@@ -89,8 +89,10 @@ struct alignas(64) Slot {
   // rather than release because the same store is half of the Parker's Dekker handshake.
   std::atomic<std::uint64_t> progress{0};
   // Owner only (and Group::reset between runs): calls #unmet_first .. #unmet_last were eager
-  // broadcasts this rank has not yet seen every member enter (open_rooted); 0 when none.
-  std::uint64_t unmet_first = 0;
+  // broadcasts this rank has not yet seen every member enter (open_rooted); 0 when none. On their
+  // own line: an eager broadcast writes them right after publishing `progress`, which the members
+  // are polling, and would take that line away from them again.
+  alignas(64) std::uint64_t unmet_first = 0;
   std::uint64_t unmet_last = 0;
   // Owner only: call #unawaited exposed no member's buffer (an eager broadcast), so nobody waits
   // for its done stage and finish() does not publish it.

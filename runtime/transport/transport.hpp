@@ -139,6 +139,13 @@ class Transport {
                     const OpRef& op) = 0;
 };
 
+// Whether members calling with fingerprints a and b agree: kind, dtype, root, and the count when
+// counts_must_match (inline: every call compares every member's with member 0's).
+inline bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_match) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.root == b.root &&
+         (!counts_must_match || a.count == b.count);
+}
+
 // The CollectiveMismatch message of call #seq on `group` whose members' fingerprints are
 // *fps[0] .. *fps[size - 1] (compatible: equal kind, dtype, root, and count when
 // counts_must_match); empty when they are all compatible. Formatted by mismatch_message from the
