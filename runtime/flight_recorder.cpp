@@ -64,15 +64,8 @@ class FlightObserver final : public Observer {
       case OpInfo::Kind::collective:
       case OpInfo::Kind::send:
       case OpInfo::Kind::recv_post:
-        op.record = self.flight.begin(OpRecord{op.what,
-                                               op.seq,
-                                               &op.group->name,
-                                               op.peer,
-                                               op.root,
-                                               op.bytes,
-                                               self.world->now_ns(),
-                                               0,
-                                               {}});
+        op.record = self.flight.begin(op.what, op.seq, &op.group->name, op.peer, op.root, op.bytes,
+                                      self.world->now_ns());
         return;
       default:
         return;

@@ -31,8 +31,14 @@ void unpark_members(const Group& g, int me) {
     if (r != me) ranks[world_ranks[r]]->parker.unpark();
 }
 
+// World rank of a group member the caller already validated (Comm::world_rank checks the range
+// and costs a call on every message).
+int world_rank_of(const Comm& c, int group_rank) {
+  return c.group().world_ranks[static_cast<std::size_t>(group_rank)];
+}
+
 RankState& state_of(const Comm& c, int group_rank) {
-  return *c.group().world->ranks[static_cast<std::size_t>(c.world_rank(group_rank))];
+  return *c.group().world->ranks[static_cast<std::size_t>(world_rank_of(c, group_rank))];
 }
 
 // The abort-safe reading flag (RankState::reading) is held over a run of reads of other ranks'
@@ -90,6 +96,12 @@ bool touches_dry(const void* dst, const void* src) {
 void copy_range(const CallState& c, int member, int step, const StepMessage& m, std::size_t offset,
                 std::span<std::byte> dst, bool skip_dry) {
   if (offset + dst.size() > m.bytes) out_of_range(c, member, step, offset, dst.size(), m.bytes);
+  if (m.pieces == nullptr) {  // one span: every message but a set of buffers
+    const std::byte* src = m.single + offset;
+    if (src != dst.data() && !dst.empty() && !(skip_dry && touches_dry(dst.data(), src)))
+      std::memcpy(dst.data(), src, dst.size());
+    return;
+  }
   std::size_t done = 0;
   while (done < dst.size()) {
     const auto [src, avail] = locate(m, offset + done);
@@ -376,7 +388,7 @@ void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t s
                                       : "a member's next step";
   // seq_cst load: acquires the member's descriptor and step messages (pairs with its seq_cst
   // store) and is the load half of the Parker handshake.
-  wait_until(c.comm->self(), c.comm->world_rank(member), c.op,
+  wait_until(c.comm->self(), world_rank_of(*c.comm, member), c.op,
              [&] { return progress.load(std::memory_order_seq_cst) >= target; });
 }
 
@@ -403,7 +415,7 @@ bool SharedMemoryTransport::send(Comm& comm, int dst, std::uint64_t index,
   Channel& ch = comm.group().channel(comm.rank(), dst);
   if (index >= kChannelDepth) {
     // seq_cst: pairs with the receiver's seq_cst store of `consumed` (frees slot index % depth).
-    wait_until(comm.self(), comm.world_rank(dst), op, [&] {
+    wait_until(comm.self(), world_rank_of(comm, dst), op, [&] {
       return ch.consumed.load(std::memory_order_seq_cst) >= index + 1 - kChannelDepth;
     });
   }
@@ -423,7 +435,8 @@ bool SharedMemoryTransport::send(Comm& comm, int dst, std::uint64_t index,
 
 void SharedMemoryTransport::wait_sent(Comm& comm, int dst, std::uint64_t index, const OpRef& op) {
   Channel& ch = comm.group().channel(comm.rank(), dst);
-  wait_until(comm.self(), comm.world_rank(dst), op, [&] { return message_consumed(ch, index); });
+  wait_until(comm.self(), world_rank_of(comm, dst), op,
+             [&] { return message_consumed(ch, index); });
 }
 
 bool SharedMemoryTransport::withdraw_send(Comm& comm, int dst, std::uint64_t index) noexcept {
@@ -451,7 +464,7 @@ const MessageHeader& SharedMemoryTransport::wait_message(Comm& comm, int src, st
                                                          const OpRef& op) {
   Channel& ch = comm.group().channel(src, comm.rank());
   // seq_cst: pairs with the sender's store of `posted`, publishing the message slot.
-  wait_until(comm.self(), comm.world_rank(src), op,
+  wait_until(comm.self(), world_rank_of(comm, src), op,
              [&] { return ch.posted.load(std::memory_order_seq_cst) >= index + 1; });
   return ch.ring[index % kChannelDepth].header;
 }
@@ -472,7 +485,7 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
       // raises the abort. Throwing at once would let this rank's PeerFailure become the run's
       // "first failure", misnaming the failing rank. Wait (bounded by the hang timeout and the
       // sender's departure) for the abort so the error names the sender's failure.
-      wait_until(self, comm.world_rank(src), op, [] { return false; });
+      wait_until(self, world_rank_of(comm, src), op, [] { return false; });
       throw PeerFailure("recv #" + std::to_string(index + 1) + " on group " + comm.name() +
                         ": rank " + std::to_string(src) + " withdrew its message");
     }

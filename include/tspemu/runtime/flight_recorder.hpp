@@ -37,10 +37,18 @@ class FlightRecorder {
   explicit FlightRecorder(std::size_t depth) : ring_(depth) {}
 
   // Records the start of an operation; returns its id for end().
-  std::uint64_t begin(const OpRecord& r) {
+  std::uint64_t begin(const char* what, std::uint64_t seq, const std::string* group, int peer,
+                      int root, std::uint64_t bytes, std::int64_t begin_ns) {
     if (ring_.empty()) return 0;
     OpRecord& slot = ring_[next_slot_];
-    slot = r;
+    slot.what = what;
+    slot.seq = seq;
+    slot.group = group;
+    slot.peer = peer;
+    slot.root = root;
+    slot.bytes = bytes;
+    slot.begin_ns = begin_ns;
+    slot.end_ns = 0;
     slot.outcome = OpRecord::Outcome::running;
     next_slot_ = next_slot_ + 1 == ring_.size() ? 0 : next_slot_ + 1;
     return next_++;
