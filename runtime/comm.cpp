@@ -7,6 +7,7 @@
 
 #include "state.hpp"
 #include "transport/call.hpp"
+#include "transport/deferred_calls.hpp"
 
 namespace tspemu {
 
@@ -34,7 +35,15 @@ Comm::Comm(std::shared_ptr<detail::Group> group, int rank, detail::RankState* se
       sends_(static_cast<std::size_t>(group_->size()), 0),
       recvs_(static_cast<std::size_t>(group_->size()), 0) {}
 
+Comm::Comm() = default;
+Comm::Comm(Comm&&) noexcept = default;
+Comm& Comm::operator=(Comm&&) noexcept = default;
 Comm::~Comm() = default;
+
+detail::DeferredCalls& Comm::make_deferred() {
+  if (!deferred_) deferred_ = std::make_unique<detail::DeferredCalls>();
+  return *deferred_;
+}
 
 int Comm::size() const {
   return group_ ? group_->size() : 0;

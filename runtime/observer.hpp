@@ -43,6 +43,8 @@ struct OpInfo {
   std::uint64_t bytes = 0;
   CollectiveKind collective = CollectiveKind::barrier;
   int members = 0;
+  // A non-blocking collective's call (nonblocking.hpp): its handle charges the simulated clock.
+  bool nonblocking = false;
   // Set by the operation before end:
   bool completes_record = true;  // send: the message was copied at isend (eager)
   // Observers' state, carried from begin to end (and by a handle from isend/irecv to its wait):

@@ -200,6 +200,12 @@ class SimClockObserver final : public Observer {
   void on_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) override {
     const SimClockModel* sim = sim_model(self);
     if (sim == nullptr) return;
+    if (op.nonblocking) {
+      // Charged by its handle: issued on the communication stream, waited at wait()
+      // (nonblocking.cpp).
+      op.sim_begin_ns = op.sim_end_ns = self.sim.now_ns();
+      return;
+    }
     std::int64_t start = 0;
     for (int r = 0; r < headers.size(); ++r) start = std::max(start, headers[r].sim_ns);
     const std::int64_t cost = sim_ns_of(

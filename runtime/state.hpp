@@ -120,6 +120,10 @@ struct RankState {
   // Own thread only (reset by World::run before the run starts): how many groups hold an eager
   // broadcast this rank was root of and has not met the members of yet (Slot::unmet).
   int unmet_calls = 0;
+  // Own thread only (reset by World::run before the run starts): the first non-blocking
+  // collective whose handle was destroyed unwaited (nonblocking.hpp), as the error the rank
+  // raises at its next collective or when its run function returns; empty when none.
+  std::string unwaited;
   // Own thread only (reset by World::run before the run starts): this rank's injection stream.
   InjectionStream inject;
 };

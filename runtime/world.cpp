@@ -30,7 +30,8 @@ std::string describe(const Fingerprint& fp) {
   // A split's call carries its (color, key) pair as two int64: an encoding, not the user's call.
   if (fp.kind == CollectiveKind::split) return "split";
   std::ostringstream s;
-  s << collective_name(fp.kind) << "(count=" << fp.count << ", " << dtype_name(fp.dtype);
+  s << (fp.nonblocking ? "i" : "") << collective_name(fp.kind) << "(count=" << fp.count << ", "
+    << dtype_name(fp.dtype);
   if (fp.root >= 0) s << ", root=" << fp.root;
   s << ")";
   return s.str();
@@ -302,6 +303,8 @@ void run_rank(WorldShared& w, int id) {
     ScopedComputeObserver observer(observed ? &st.compute : nullptr);
     ScopedDryRun dry(w.opts.dry_run);
     (*w.fn)(rank);
+    // A handle destroyed unwaited whose rank made no collective since (nonblocking.hpp).
+    if (!st.unwaited.empty()) throw std::logic_error(st.unwaited);
     // Meets the members of this rank's last eager broadcasts (transport.hpp: open_rooted).
     w.transport->settle(st);
   } catch (...) {
@@ -446,6 +449,7 @@ void World::run(const std::function<void(Rank&)>& fn) {
     r->flight.clear();
     r->scan_valid = false;
     r->unmet_calls = 0;
+    r->unwaited.clear();
     r->exited.store(false, std::memory_order_relaxed);
     r->reading.store(false, std::memory_order_relaxed);
     r->arena.reset_peaks();

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "../state.hpp"
+#include "deferred_calls.hpp"
 #include "tspemu/runtime/error.hpp"
 
 namespace tspemu::detail {
@@ -98,10 +100,20 @@ std::string disagreement(const std::string& group, std::uint64_t seq, int size,
   return mismatch_message(group, seq, cls, calls);
 }
 
-Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
+Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte> step0,
            bool counts_must_match, bool root_returns_early)
     : t_(transport_of(comm)) {
   RankState& self = comm.self();
+  // Before this call takes its number: a handle destroyed unwaited is reported here, and the
+  // rank's pending non-blocking calls on the Comm run first, in issue order, so every member's
+  // mailbox calls follow issue order whatever order it waits in (deferred_calls.hpp). A deferred
+  // call's own Call is the non-blocking form.
+  if (!self.unwaited.empty()) detail::raise(self, std::logic_error(self.unwaited));
+  DeferredCalls* deferred = comm.deferred();
+  const bool nonblocking = deferred != nullptr && deferred->running();
+  if (deferred != nullptr && !nonblocking && deferred->pending()) deferred->run_all(comm);
+  Fingerprint fp = blocking_fp;
+  fp.nonblocking = nonblocking;
   st_.comm = &comm;
   st_.rank = comm.rank();
   st_.size = comm.size();
@@ -115,6 +127,7 @@ Call::Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
   op_.root = fp.root;
   op_.bytes = call_bytes;
   op_.collective = fp.kind;
+  op_.nonblocking = nonblocking;
   op_.members = st_.size;
   notify_begin(self, op_);
   try {
@@ -174,6 +187,24 @@ void fail_world(Comm& comm, const std::string& message, std::exception_ptr error
 
 void wait_for(Comm& comm, const OpRef& op, const std::function<bool()>& ready) {
   wait_until(comm.self(), -1, op, ready);
+}
+
+SimStreams::Transfer issue_on_comm_stream(Comm& comm, CollectiveKind kind, std::uint64_t bytes) {
+  RankState& self = comm.self();
+  const SimClockModel* sim = sim_model(self);
+  if (sim == nullptr) return {};
+  return self.sim.issue(sim_ns_of(sim->collective_seconds(
+      kind, bytes, comm.size(), sim->spans_nodes(comm.group().world_ranks))));
+}
+
+void wait_on_comm_stream(Comm& comm, const SimStreams::Transfer& transfer) {
+  RankState& self = comm.self();
+  if (sim_model(self) != nullptr) self.sim.wait(transfer);
+}
+
+void report_unwaited(Comm& comm, const std::string& message) {
+  RankState& self = comm.self();
+  if (self.unwaited.empty()) self.unwaited = message;
 }
 
 void observe_begin(Comm& comm, OpInfo& op) {

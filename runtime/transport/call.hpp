@@ -21,6 +21,7 @@
 
 #include "../observer.hpp"
 #include "transport.hpp"
+#include "tspemu/runtime/sim_streams.hpp"
 
 namespace tspemu::detail {
 
@@ -74,6 +75,15 @@ template <class E>
 // Waits until ready() holds (the runtime's one waiting policy: spin, yield, park; polling the
 // abort flag and the hang timeout). For waits on several messages at once (wait_any).
 void wait_for(Comm& comm, const OpRef& op, const std::function<bool()>& ready);
+
+// The rank's simulated streams (sim_streams.hpp) for a non-blocking collective: its transfer,
+// charged by the cost model on the communication stream at issue ({} without a simulated clock),
+// and the compute stream's wait for it.
+SimStreams::Transfer issue_on_comm_stream(Comm& comm, CollectiveKind kind, std::uint64_t bytes);
+void wait_on_comm_stream(Comm& comm, const SimStreams::Transfer& transfer);
+// Records a handle destroyed unwaited: the rank raises `message` as std::logic_error at its next
+// collective or when its run function returns (the first such message is kept).
+void report_unwaited(Comm& comm, const std::string& message);
 
 // The observers (observer.hpp) of this rank's point-to-point operations (send_recv.cpp).
 void observe_begin(Comm& comm, OpInfo& op);

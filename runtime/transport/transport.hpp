@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "../watchdog.hpp"
 #include "tspemu/runtime/comm.hpp"
@@ -45,12 +46,20 @@ inline constexpr int kMaxSteps = 4;
 inline constexpr std::size_t kSmallMessageBytes = 256;
 
 struct Fingerprint {
+  Fingerprint() = default;
+  constexpr Fingerprint(CollectiveKind k, Dtype d, int r, std::uint64_t c, bool nb = false)
+      : kind(k), dtype(d), nonblocking(nb), root(r), count(c) {}
   CollectiveKind kind = CollectiveKind::barrier;
   Dtype dtype = Dtype::byte;
+  // The non-blocking form (nonblocking.hpp: iall_gather ...): never meets the blocking one. Sits
+  // in padding, so the struct's size and byte image (sent as is by the MPI transport) keep their
+  // layout.
+  bool nonblocking = false;
   int root = -1;
   std::uint64_t count = 0;
   bool operator==(const Fingerprint&) const = default;
 };
+static_assert(sizeof(Fingerprint) == 16 && std::is_trivially_copyable_v<Fingerprint>);
 std::string describe(const Fingerprint& fp);
 
 // What observers exchange at the meet, beside the fingerprint.
@@ -139,10 +148,12 @@ class Transport {
                     const OpRef& op) = 0;
 };
 
-// Whether members calling with fingerprints a and b agree: kind, dtype, root, and the count when
-// counts_must_match (inline: every call compares every member's with member 0's).
+// Whether members calling with fingerprints a and b agree: kind, dtype, form (blocking or not),
+// root, and the count when counts_must_match (inline: every call compares every member's with
+// member 0's).
 inline bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_match) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.root == b.root &&
+  return a.kind == b.kind && a.dtype == b.dtype && a.nonblocking == b.nonblocking &&
+         a.root == b.root &&
          (!counts_must_match || a.count == b.count);
 }
 

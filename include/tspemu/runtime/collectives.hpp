@@ -6,6 +6,7 @@
 #include "tspemu/runtime/all_to_all.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/broadcast.hpp"
+#include "tspemu/runtime/nonblocking.hpp"
 #include "tspemu/runtime/reduce.hpp"
 #include "tspemu/runtime/reduce_buffers.hpp"
 #include "tspemu/runtime/reduce_scatter.hpp"

@@ -5,7 +5,9 @@
 // Requirements: a Comm is used by the thread of the rank that owns it; every member calls the
 // group's collectives in the same order (that order is the sequence number in error messages).
 // Guarantees: each Comm has its own sequence numbers and mailboxes, so collectives on different
-// groups never interfere; a Comm is move-only (copying would fork its sequence numbers).
+// groups never interfere; a Comm is move-only (copying would fork its sequence numbers). A Comm
+// with non-blocking collectives outstanding (nonblocking.hpp) must neither move nor die before
+// their handles complete: the handles refer to it.
 // Transport: the collectives are free functions on Comm (broadcast.hpp, all_gather.hpp, ...), so
 // schedules never see the shared-memory mailbox behind them.
 #pragma once
@@ -20,13 +22,14 @@ namespace tspemu {
 namespace detail {
 struct Group;
 struct RankState;
+class DeferredCalls;
 }  // namespace detail
 
 class Comm {
  public:
-  Comm() = default;
-  Comm(Comm&&) noexcept = default;
-  Comm& operator=(Comm&&) noexcept = default;
+  Comm();
+  Comm(Comm&&) noexcept;
+  Comm& operator=(Comm&&) noexcept;
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
   ~Comm();
@@ -46,6 +49,11 @@ class Comm {
   detail::Group& group() const { return *group_; }
   detail::RankState& self() const { return *self_; }
   std::uint64_t next_seq() { return ++seq_; }
+  std::uint64_t seq() const { return seq_; }  // collectives called so far
+  // This rank's non-blocking collectives issued on the group and not yet run (null until the
+  // first; transport/deferred_calls.hpp).
+  detail::DeferredCalls* deferred() const { return deferred_.get(); }
+  detail::DeferredCalls& make_deferred();
   std::uint64_t& sends_to(int peer) { return sends_[static_cast<std::size_t>(peer)]; }
   std::uint64_t& recvs_from(int peer) { return recvs_[static_cast<std::size_t>(peer)]; }
 
@@ -58,6 +66,7 @@ class Comm {
   std::uint64_t seq_ = 0;             // collectives called on this group
   std::vector<std::uint64_t> sends_;  // messages sent to each group rank
   std::vector<std::uint64_t> recvs_;  // messages received from each group rank
+  std::unique_ptr<detail::DeferredCalls> deferred_;
 };
 
 }  // namespace tspemu

@@ -1,0 +1,133 @@
+#include "tspemu/runtime/nonblocking.hpp"
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "../transport/deferred_calls.hpp"
+#include "arguments.hpp"
+#include "tspemu/runtime/all_gather.hpp"
+#include "tspemu/runtime/all_reduce.hpp"
+#include "tspemu/runtime/broadcast.hpp"
+#include "tspemu/runtime/reduce.hpp"
+#include "tspemu/runtime/reduce_scatter.hpp"
+
+namespace tspemu {
+
+namespace {
+
+const char* nonblocking_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::broadcast:
+      return "ibroadcast";
+    case CollectiveKind::all_gather:
+      return "iall_gather";
+    case CollectiveKind::reduce_scatter:
+      return "ireduce_scatter";
+    case CollectiveKind::all_reduce:
+      return "iall_reduce";
+    case CollectiveKind::reduce:
+      return "ireduce";
+    default:
+      break;
+  }
+  throw std::logic_error("no non-blocking form of " + std::string(collective_name(kind)));
+}
+
+}  // namespace
+
+namespace detail {
+
+CollectiveHandle issue_collective(Comm& comm, CollectiveKind kind, Dtype dtype, int root,
+                                  const std::byte* send, std::size_t send_count, std::byte* recv,
+                                  std::size_t recv_count) {
+  const char* what = nonblocking_name(kind);
+  check_comm(comm, what);
+  const std::size_t es = dtype_size(dtype);
+  // The count of the blocking call's fingerprint: the cost model's convention (sim_clock.hpp).
+  const std::size_t count =
+      kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce_scatter ? recv_count
+                                                                                  : send_count;
+  DeferredCall call;
+  call.what = what;
+  call.buffers[0] = {send, send_count * es};
+  call.buffers[1] = {recv, recv_count * es};
+  call.run = [=](Comm& c) {
+    // The blocking algorithm; its Call is marked non-blocking (DeferredCalls::running).
+    switch (kind) {
+      case CollectiveKind::broadcast:
+        return broadcast(c, recv, recv_count, dtype, root);
+      case CollectiveKind::all_gather:
+        return all_gather(c, send, send_count, recv, recv_count, dtype, false);
+      case CollectiveKind::reduce_scatter:
+        return reduce_scatter(c, send, send_count, recv, recv_count, dtype);
+      case CollectiveKind::all_reduce:
+        return all_reduce(c, send, send_count, recv, recv_count, dtype);
+      case CollectiveKind::reduce:
+        return reduce(c, send, send_count, recv, recv_count, dtype, root);
+      default:
+        return;
+    }
+  };
+  DeferredCalls& deferred = comm.make_deferred();
+  // Every pending call runs, and takes its number, before any later call on the Comm.
+  call.seq = comm.seq() + deferred.pending_count() + 1;
+  CollectiveHandle h;
+  h.seq_ = call.seq;
+  h.kind_ = kind;
+  h.id_ = deferred.add(comm, std::move(call));
+  h.comm_ = &comm;
+  h.transfer_ = issue_on_comm_stream(comm, kind, count * es);
+  return h;
+}
+
+}  // namespace detail
+
+CollectiveHandle& CollectiveHandle::operator=(CollectiveHandle&& o) noexcept {
+  if (this != &o) {
+    abandon();
+    comm_ = std::exchange(o.comm_, nullptr);
+    id_ = o.id_;
+    seq_ = o.seq_;
+    kind_ = o.kind_;
+    transfer_ = o.transfer_;
+  }
+  return *this;
+}
+
+CollectiveHandle::~CollectiveHandle() {
+  abandon();
+}
+
+void CollectiveHandle::abandon() noexcept {
+  if (comm_ == nullptr) return;
+  Comm& comm = *std::exchange(comm_, nullptr);
+  comm.deferred()->drop(id_);
+  // Unwinding: the exception in flight is the run's failure; the members waiting for this
+  // operation fail with PeerFailure once it aborts the world.
+  if (std::uncaught_exceptions() > 0) return;
+  try {
+    detail::report_unwaited(
+        comm, "rank " + std::to_string(comm.world_rank(comm.rank())) + ": " +
+                  nonblocking_name(kind_) + " #" + std::to_string(seq_) + " on group " +
+                  comm.name() +
+                  ": its handle was destroyed without wait() (a non-blocking collective must be "
+                  "waited; the operation was dropped)");
+  } catch (...) {
+    // Out of memory formatting the message: the members still fail, at the hang timeout.
+  }
+}
+
+void CollectiveHandle::wait() {
+  if (comm_ == nullptr) return;
+  Comm& comm = *std::exchange(comm_, nullptr);
+  comm.deferred()->run_through(comm, id_);
+  detail::wait_on_comm_stream(comm, transfer_);
+}
+
+bool CollectiveHandle::done() const {
+  return comm_ == nullptr || comm_->deferred()->done(id_);
+}
+
+}  // namespace tspemu

@@ -1,0 +1,95 @@
+#include "deferred_calls.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "../dry_reservation.hpp"
+#include "call.hpp"
+
+namespace tspemu::detail {
+
+std::uint64_t digest_of(std::span<const std::byte> bytes) {
+  if (bytes.empty() || DryReservation::holds(bytes.data())) return 0;
+  // Four independent multiply-xorshift lanes over 8-byte words (a dependency chain per lane, so
+  // about 4x the speed of one), then the tail; not cryptographic: it catches a user's write, not
+  // an adversary.
+  constexpr std::uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  std::uint64_t lane[4] = {1, 2, 3, 4};
+  const std::size_t words = bytes.size() / 8;
+  std::size_t i = 0;
+  for (; i + 4 <= words; i += 4)
+    for (int l = 0; l < 4; ++l) {
+      std::uint64_t w;
+      std::memcpy(&w, bytes.data() + (i + static_cast<std::size_t>(l)) * 8, 8);
+      lane[l] = (lane[l] ^ w) * kMul;
+      lane[l] ^= lane[l] >> 29;
+    }
+  std::uint64_t h = bytes.size();
+  for (; i < words; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, bytes.data() + i * 8, 8);
+    h = ((h ^ w) * kMul) ^ (h >> 31);
+  }
+  for (std::size_t b = words * 8; b < bytes.size(); ++b)
+    h = ((h ^ static_cast<std::uint64_t>(bytes[b])) * kMul) ^ (h >> 31);
+  for (std::uint64_t l : lane) h = ((h ^ l) * kMul) ^ (h >> 29);
+  return h;
+}
+
+namespace {
+std::uint64_t call_digest(const DeferredCall& c) {
+  return digest_of(c.buffers[0]) * 3 + digest_of(c.buffers[1]);
+}
+}  // namespace
+
+std::uint64_t DeferredCalls::add(Comm& /*comm*/, DeferredCall call) {
+  call.digest = call_digest(call);
+  const std::uint64_t id = next_id_++;
+  pending_.push_back(Entry{id, false, std::move(call)});
+  return id;
+}
+
+void DeferredCalls::drop(std::uint64_t id) {
+  for (Entry& e : pending_)
+    if (e.id == id && !e.dropped) {
+      e.dropped = true;
+      ++dropped_;
+    }
+}
+
+void DeferredCalls::run_through(Comm& comm, std::uint64_t id) {
+  while (!pending_.empty() && pending_.front().id <= id) {
+    Entry e = std::move(pending_.front());
+    pending_.pop_front();
+    if (e.dropped) {
+      --dropped_;
+      completed_ = e.id;
+      continue;
+    }
+    try {
+      if (call_digest(e.call) != e.call.digest)
+        raise(comm,
+              std::logic_error(
+                  "rank " + std::to_string(comm.world_rank(comm.rank())) + ": " + e.call.what +
+                  " #" + std::to_string(e.call.seq) + " on group " + comm.name() +
+                  ": its buffers changed between the issue and the wait (a non-blocking "
+                  "collective's send and receive buffers belong to it until wait() "
+                  "returns)"));
+      running_ = true;
+      e.call.run(comm);
+      running_ = false;
+    } catch (...) {
+      running_ = false;
+      failure_ = std::current_exception();
+      pending_.clear();
+      dropped_ = 0;
+      throw;
+    }
+    completed_ = e.id;
+  }
+  if (failure_ != nullptr && id > completed_) std::rethrow_exception(failure_);
+}
+
+}  // namespace tspemu::detail

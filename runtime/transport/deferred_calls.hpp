@@ -1,0 +1,72 @@
+// DeferredCalls: one rank's non-blocking collectives on one Comm (nonblocking.hpp) that have been
+// issued and not yet run, in issue order.
+//
+// What: issuing records the operation (a callable that runs the blocking algorithm) and a digest
+// of its buffers; run_through(id) runs every pending operation up to `id`, in issue order, each as
+// one collective call marked non-blocking (Fingerprint::nonblocking). Call's constructor runs all
+// pending ones before any other collective on the Comm opens, so every member makes its mailbox
+// calls in issue order whatever order it waits in, and each operation takes the sequence number
+// predicted at issue (the Comm's calls so far + the operations pending before it + 1).
+// Requirements: the owning rank's thread only (no synchronization).
+// Guarantees: an operation whose buffers changed between issue and run (digest of every byte it
+// reads or writes) is not run: the rank raises std::logic_error naming it. Once one fails, the
+// failure is rethrown by every later run_through that needs an operation after it, and the
+// operations behind it never run. A dropped operation (its handle destroyed unwaited) never runs:
+// its buffers may be gone.
+// Cost: one pass over the buffers at issue and one at run (the digest); no copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <span>
+
+#include "tspemu/runtime/comm.hpp"
+
+namespace tspemu::detail {
+
+struct DeferredCall {
+  const char* what = "";  // the non-blocking operation's name, e.g. "iall_gather"
+  std::uint64_t seq = 0;  // the collective number it takes on the Comm
+  std::function<void(Comm&)> run;
+  std::span<const std::byte> buffers[2];  // what it reads and writes (may alias)
+  std::uint64_t digest = 0;
+};
+
+class DeferredCalls {
+ public:
+  // Records `call` (digest computed here) and returns its id (1, 2, ... in issue order).
+  std::uint64_t add(Comm& comm, DeferredCall call);
+  // Runs every pending call with id <= `id` in issue order; throws what the first failing one
+  // threw (again on later calls).
+  void run_through(Comm& comm, std::uint64_t id);
+  void run_all(Comm& comm) { run_through(comm, next_id_ - 1); }
+  bool pending() const { return !pending_.empty(); }
+  std::size_t pending_count() const { return pending_.size() - dropped_; }
+  // True while a deferred call runs: its Call is the non-blocking form and must not drain.
+  bool running() const { return running_; }
+  // The call completed (ran without failing).
+  bool done(std::uint64_t id) const { return id <= completed_; }
+  // The call will never run (its handle is gone).
+  void drop(std::uint64_t id);
+
+ private:
+  struct Entry {
+    std::uint64_t id;
+    bool dropped;
+    DeferredCall call;
+  };
+  std::deque<Entry> pending_;
+  std::size_t dropped_ = 0;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t completed_ = 0;  // every id up to it ran (or was dropped)
+  bool running_ = false;
+  std::exception_ptr failure_;
+};
+
+// A 64-bit digest of the bytes (dry-run memory, never backed, counts as empty).
+std::uint64_t digest_of(std::span<const std::byte> bytes);
+
+}  // namespace tspemu::detail
