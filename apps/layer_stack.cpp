@@ -99,6 +99,7 @@ tsp::LayerProblem layer_problem(const StackConfig& c) {
   p.S = c.S;
   p.tsp.layout = c.layout;
   p.tsp.head_buckets = c.head_buckets;
+  p.tsp.overlap = c.overlap;
   return p;
 }
 
@@ -184,6 +185,7 @@ tsp::TspShape tsp_shape(const StackConfig& c) {
   s.S = c.S;
   s.options.layout = c.layout;
   s.options.head_buckets = c.head_buckets;
+  s.options.overlap = c.overlap;
   return s;
 }
 
@@ -339,8 +341,9 @@ StackResult run_stack(const StackConfig& c) {
     return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L)),
                      scaled(t.backward, static_cast<std::uint64_t>(L))};
   });
-  out.layer_model =
-      tsp::measure_layer(c.model, c.B, c.S, c.strategy, {.head_buckets = c.head_buckets}).ranks[0];
+  out.layer_model = tsp::measure_layer(c.model, c.B, c.S, c.strategy,
+                                       {.head_buckets = c.head_buckets, .overlap = c.overlap})
+                        .ranks[0];
   check_memory(out, L);
   if (!c.check) return out;
   // Under mpirun: process 0 judges every tensor, with the parts other processes' ranks wrote.

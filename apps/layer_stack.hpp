@@ -44,6 +44,7 @@ struct StackConfig {
   tsp::cost::Strategy strategy;
   tsp::LayoutKind layout = tsp::LayoutKind::zigzag;  // TSP only; the others use zigzag rows
   int head_buckets = 1;                              // TSP only
+  bool overlap = true;                               // TSP only: TspOptions::overlap
   std::uint64_t seed = 1;
   // The weights to run (--weights: a checkpoint's, model their config); null: seeded from seed.
   std::shared_ptr<const ref::ModelWeights<float>> weights;

@@ -45,6 +45,9 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
   app.add_option("--head-buckets", o.head_buckets,
                  "TSP: K/V all-gathers per head shard (dividing kv-heads / D)")
       ->capture_default_str();
+  app.add_flag("--serial-attention", o.serial_attention,
+               "TSP: the serial attention schedule (no prefetching broadcast, no reduce under the "
+               "next shard's compute; bitwise the same results)");
   app.add_flag("--pin", o.pin, "pin rank i's thread to core i mod cores");
 }
 
@@ -180,6 +183,7 @@ StackConfig make_stack_config(const ProblemOptions& o, const cost::Strategy& st,
   c.strategy = st;
   c.layout = tsp::parse_layout(o.layout);
   c.head_buckets = o.head_buckets;
+  c.overlap = !o.serial_attention;
   c.seed = o.seed;
   c.pin = o.pin;
   try {

@@ -29,13 +29,14 @@ struct ProblemOptions {
   int sp = 2;     // Sp of tp-sp
   std::string layout = "zigzag";
   int head_buckets = 1;
+  bool serial_attention = false;  // TSP: TspOptions::overlap off
   std::uint64_t seed = 1;
   bool pin = false;
   ProblemOptions();
 };
 
 // Model and size flags (--layers --hidden --heads --kv-heads --ffn --vocab --tied --batch --seq
-// --seed --layout --head-buckets --pin).
+// --seed --layout --head-buckets --serial-attention --pin).
 void add_problem_options(CLI::App& app, ProblemOptions& o);
 // --strategy (the strategy table's names), --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);

@@ -53,9 +53,11 @@ std::vector<std::uint64_t> rank_bytes(const StackConfig& c, bool whole_model,
   tsp::LayerMeasureOptions o;
   o.capacity = capacity;
   o.head_buckets = c.head_buckets;
+  o.overlap = c.overlap;
   const tsp::LayerMeasure m = tsp::measure_layer(c.model, c.B, c.S, c.strategy, o);
   tsp::LayerProblem p{.model = c.model, .B = c.B, .S = c.S, .tsp = {}};
   p.tsp.head_buckets = c.head_buckets;
+  p.tsp.overlap = c.overlap;
   const tsp::StrategyInfo& info = tsp::strategy_info(c.strategy.scheme);
   const std::uint64_t L = u64(c.model.n_layers);
   std::uint64_t vocab = 0;

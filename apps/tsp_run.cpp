@@ -97,7 +97,8 @@ StackResult run_tsp_model(const StackConfig& c) {
   out.layer_model = tsp::measure_layer(s.model, B, S, c.strategy,
                                        {.head_buckets = s.options.head_buckets,
                                         .keep_attention_shards = s.options.keep_attention_shards,
-                                        .keep_kv = s.options.keep_kv})
+                                        .keep_kv = s.options.keep_kv,
+                                        .overlap = s.options.overlap})
                         .ranks[0];
   // TspModel's own tensors, each charged in 64-byte units: embedding and (untied) LM head shards,
   // final norm — and a gradient of each.

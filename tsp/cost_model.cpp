@@ -411,9 +411,12 @@ LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
     e.selective = tok * (norm_region + split_region) + extra;
     e.checkpoint = tok * h * ea;
     const double As = Pa / D, Ms = Pm / D, qc = h / D / nb, kc = kvd / D / nb;
-    // Attention at its peak: the broadcast shard (unless kept) and its gradient, the bucket's
-    // full-sequence K/V (unless kept) and their gradient; projections and local outputs.
-    const double attn_comm = (o.keep_attention_shards ? 0 : As * ew) + As * eg +
+    // Attention at its peak (backward): the broadcast shard (unless kept) and this rank's share
+    // of its gradient — two of each when overlapping (the next shard arrives, the previous
+    // gradient is reduced, while the current ones are used) — the bucket's full-sequence K/V
+    // (unless kept) and their gradient; projections and local outputs.
+    const double halves = o.overlap ? 2 : 1;
+    const double attn_comm = (o.keep_attention_shards ? 0 : halves * As * ew) + halves * As * eg +
                              (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea;
     const double attn_work = (2 * tok * h + 3 * tok * qc + 4 * tok * kc + 2 * tok * kc * D) * ea;
     // MLP ring: the shard in flight and the next (D > 2), the travelling gradient shards.

@@ -59,6 +59,7 @@ LayerMeasure measure_layer(const ref::ModelConfig& model, int B, int S, const co
   p.tsp.head_buckets = o.head_buckets;
   p.tsp.keep_attention_shards = o.keep_attention_shards;
   p.tsp.keep_kv = o.keep_kv;
+  p.tsp.overlap = o.overlap;
   if (const auto v =
           violation(cost::ModelShape::from(model, B, S), st, {.head_buckets = o.head_buckets}))
     throw std::invalid_argument(st.name() + ": " + v->message);

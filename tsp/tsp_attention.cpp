@@ -175,7 +175,10 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
       a.allocate<T>(static_cast<std::size_t>(d.D) * d.nb * M * d.q_cols(), Category::activations);
   lse_ = a.allocate<T>(static_cast<std::size_t>(d.D) * d.nb * d.B * d.NHb * d.Tl,
                        Category::activations);
-  auto wbuf = a.allocate<T>(attention_shard_size(s_), Category::comm);
+  // Shard buffers for the non-owned shards: two when the next shard's broadcast is in flight
+  // while the current one is used (options.overlap).
+  const bool overlap = s_.options.overlap;
+  auto wbuf = a.allocate<T>(attention_shard_size(s_) * (overlap ? 2 : 1), Category::comm);
   auto q = a.allocate<T>(static_cast<std::size_t>(M) * d.q_cols(), Category::workspace);
   auto kv_local = a.allocate<T>(2 * static_cast<std::size_t>(M) * d.kv_cols(), Category::workspace);
   auto kv_gathered =
@@ -189,12 +192,24 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
   if (!dry_run()) std::memcpy(y, x, MC * sizeof(T));
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
-  for (int r = 0; r < d.D; ++r) {
-    // The owner broadcasts straight from its weight buffer; the others receive into wbuf.
-    T* W = r == comm_.rank()                  ? w_.data()
+  // The owner broadcasts straight from its weight buffer; the others receive into wbuf (shard r
+  // into half r mod 2 when overlapping, so shard r+1 can arrive while shard r is in use).
+  auto shard_buffer = [&](int r) {
+    return r == comm_.rank()                  ? w_.data()
            : s_.options.keep_attention_shards ? kept_shard(r)
-                                              : wbuf.data();
-    broadcast<T>(comm_, std::span<T>(W, w_.size()), r);
+                                              : wbuf.data() + (overlap ? r % 2 : 0) * w_.size();
+  };
+  CollectiveHandle next;
+  if (overlap) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), w_.size()), 0);
+  for (int r = 0; r < d.D; ++r) {
+    T* W = shard_buffer(r);
+    if (overlap) {
+      next.wait();
+      if (r + 1 < d.D)
+        next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), w_.size()), r + 1);
+    } else {
+      broadcast<T>(comm_, std::span<T>(W, w_.size()), r);
+    }
     const auto view = attention_view(static_cast<const T*>(W), s_);
     for (int bkt = 0; bkt < d.nb; ++bkt) {
       T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
@@ -231,8 +246,13 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
     grad_ = a.allocate<T>(shard, Category::gradients);
     grad_norm_ = a.allocate<T>(static_cast<std::size_t>(C), Category::gradients);
   }
-  auto wbuf = a.allocate<T>(s_.options.keep_attention_shards ? 0 : shard, Category::comm);
-  auto partial = a.allocate<T>(shard, Category::comm);  // this rank's share of dW of shard r
+  // options.overlap: two shard buffers (shard r+1 arrives while shard r is in use) and two
+  // partial gradients (shard r's is reduced to its owner while shard r+1's accumulates).
+  const bool overlap = s_.options.overlap;
+  const std::size_t halves = overlap ? 2 : 1;
+  auto wbuf = a.allocate<T>(s_.options.keep_attention_shards ? 0 : shard * halves, Category::comm);
+  // This rank's share of dW of shard r.
+  auto partial = a.allocate<T>(shard * halves, Category::comm);
   auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
   auto q = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
   auto dq = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
@@ -246,17 +266,28 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
   auto dv_all = a.allocate<T>(full_kv, Category::kv);
 
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
+  const bool rebroadcast = !s_.options.keep_attention_shards;
+  auto shard_buffer = [&](int r) {
+    return !rebroadcast        ? kept_shard(r)
+           : r == comm_.rank() ? w_.data()
+                               : wbuf.data() + (overlap ? r % 2 : 0) * shard;
+  };
+  CollectiveHandle next;      // the broadcast of the next shard (overlap)
+  CollectiveHandle reducing;  // the reduce of the previous shard's gradient (overlap)
+  if (overlap && rebroadcast) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), shard), 0);
   for (int r = 0; r < d.D; ++r) {
-    T* W;
-    if (s_.options.keep_attention_shards) {
-      W = kept_shard(r);
-    } else {
-      W = r == comm_.rank() ? w_.data() : wbuf.data();
+    T* W = shard_buffer(r);
+    if (rebroadcast && overlap) {
+      next.wait();
+      if (r + 1 < d.D) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), shard), r + 1);
+    } else if (rebroadcast) {
       broadcast<T>(comm_, std::span<T>(W, shard), r);
     }
+    // Half r mod 2: its last reduce (shard r-2's) was waited at the end of shard r-1.
+    T* P = partial.data() + (overlap ? r % 2 : 0) * shard;
     const auto view = attention_view(static_cast<const T*>(W), s_);
-    const auto g = attention_view(partial.data(), s_);
-    if (!dry_run()) std::memset(partial.data(), 0, shard * sizeof(T));
+    const auto g = attention_view(P, s_);
+    if (!dry_run()) std::memset(P, 0, shard * sizeof(T));
     for (int bkt = 0; bkt < d.nb; ++bkt) {
       project_q(W, bkt, q.data());
       T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
@@ -297,9 +328,16 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
       ref::matmul_nn(dxn.data(), dv, view.wv + ko, M, C, kc, true);
     }
     // Every rank's partial dW of shard r, summed at its owner in rank order.
-    reduce<T>(comm_, std::span<const T>(partial.data(), shard),
-              r == comm_.rank() ? grad_.span() : std::span<T>(), r);
+    const std::span<T> owned = r == comm_.rank() ? grad_.span() : std::span<T>();
+    if (overlap) {
+      CollectiveHandle reduced = ireduce<T>(comm_, std::span<const T>(P, shard), owned, r);
+      reducing.wait();  // shard r-1's: frees its half for shard r+1
+      reducing = std::move(reduced);
+    } else {
+      reduce<T>(comm_, std::span<const T>(P, shard), owned, r);
+    }
   }
+  reducing.wait();
   if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(T));
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   if (!dry_run())

@@ -568,6 +568,25 @@ TEST(Cli, CompareWithASimulatedClockAddsEachStrategysEstimate) {
   std::filesystem::remove(json);
 }
 
+// TSP's attention prefetches its weight shards (TspOptions::overlap): on the simulated clock some
+// communication runs under compute; --serial-attention keeps every collective exposed.
+TEST(Cli, TspRunOverlapsCommunicationOnTheSimulatedClockUnlessSerial) {
+  const std::string json = temp_path("overlap.json");
+  double overlapped[2] = {0, 0};
+  for (bool serial : {false, true}) {
+    std::vector<std::string> args = {"run",       "--no-check", "--sim-clock",
+                                     "mi300x-if", "--json",     json};
+    if (serial) args.emplace_back("--serial-attention");
+    const Outcome o = tspemu(tiny(args));
+    ASSERT_EQ(o.code, 0) << o.err << o.out;
+    for (const auto& t : read_json(json)["simulated"]["per_rank"])
+      overlapped[serial] += t["overlapped_comm_seconds"].get<double>();
+  }
+  EXPECT_GT(overlapped[0], 0);
+  EXPECT_EQ(overlapped[1], 0);
+  std::filesystem::remove(json);
+}
+
 TEST(Cli, RuntimeFailuresExitOne) {
   // A report that cannot be written once the run is done (an unwritable path is refused up front,
   // exit 2: OutputsAreCheckedBefore...).

@@ -69,6 +69,7 @@ struct Case {
   int head_buckets = 1;
   bool keep_attention_shards = false;
   bool keep_kv = false;
+  bool overlap = true;  // TspOptions::overlap
   std::uint64_t seed = 7;
 
   TspShape shape() const {
@@ -81,6 +82,7 @@ struct Case {
     s.options.head_buckets = head_buckets;
     s.options.keep_attention_shards = keep_attention_shards;
     s.options.keep_kv = keep_kv;
+    s.options.overlap = overlap;
     return s;
   }
   std::string name() const {

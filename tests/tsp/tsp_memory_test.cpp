@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "strategy_checks.hpp"
+#include "tspemu/tsp/cost_model.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
@@ -38,19 +39,49 @@ Case attention_case(int S, int buckets = 1) {
 }
 
 TEST(TspMemory, AttentionWeightsPerRankAreOneDthOfTheLayerPlusTheNorm) {
-  const Case c = attention_case(64);
-  const TspShape s = c.shape();
-  const std::vector<ArenaStats> arena = arenas(c);
-  const std::size_t C = static_cast<std::size_t>(s.model.hidden);
-  const std::size_t layer_floats =
-      2 * C * C + 2 * C * static_cast<std::size_t>(s.model.kv_dim());  // wq wk wv wo
-  ASSERT_EQ(layer_floats % static_cast<std::size_t>(c.D), 0u);
-  for (const ArenaStats& a : arena) {
-    EXPECT_EQ(peak(a, Category::weights), charged(layer_floats / c.D) + charged(C));
-    // Transient: the broadcast shard, plus in backward this rank's partial gradient of it.
-    EXPECT_EQ(peak(a, Category::comm), 2 * charged(attention_shard_size(s)));
-    EXPECT_EQ(peak(a, Category::gradients), charged(attention_shard_size(s)) + charged(C));
+  for (bool overlap : {false, true}) {
+    Case c = attention_case(64);
+    c.overlap = overlap;
+    const TspShape s = c.shape();
+    const std::vector<ArenaStats> arena = arenas(c);
+    const std::size_t C = static_cast<std::size_t>(s.model.hidden);
+    const std::size_t layer_floats =
+        2 * C * C + 2 * C * static_cast<std::size_t>(s.model.kv_dim());  // wq wk wv wo
+    ASSERT_EQ(layer_floats % static_cast<std::size_t>(c.D), 0u);
+    const std::size_t shard = attention_shard_size(s);
+    for (const ArenaStats& a : arena) {
+      EXPECT_EQ(peak(a, Category::weights), charged(layer_floats / c.D) + charged(C));
+      // Transient: the broadcast shard, plus in backward this rank's partial gradient of it;
+      // overlapped, two of each (one buffer of two shards each): the next shard arrives and the
+      // previous gradient is reduced while the current ones are in use.
+      EXPECT_EQ(peak(a, Category::comm), overlap ? 2 * charged(2 * shard) : 2 * charged(shard))
+          << "overlap " << overlap;
+      EXPECT_EQ(peak(a, Category::gradients), charged(shard) + charged(C));
+    }
   }
+}
+
+// The cost model accounts the overlapped schedule's buffers exactly: its comm estimate grows by
+// what the attention block's arenas measure, one packed shard and one partial gradient (fp32
+// emulator sizes). The estimate is the layer's peak block's, so it is taken at a sequence length
+// where attention is the peak; the extra buffers do not depend on the sequence length.
+TEST(TspMemory, TheCostModelChargesTheOverlapsExtraShardBuffersAsMeasured) {
+  std::size_t measured[2] = {0, 0};
+  double modelled[2] = {0, 0};
+  for (bool overlap : {false, true}) {
+    Case c = attention_case(64);
+    c.overlap = overlap;
+    const TspShape s = c.shape();
+    measured[overlap] = peak(arenas(c)[0], Category::comm);
+    cost::MemoryAssumptions as;
+    as.precision = cost::PrecisionModel::fp32_emulator();
+    as.tsp = cost::CostOptions::from(s.options);
+    modelled[overlap] = cost::layer_memory(cost::ModelShape::from(s.model, c.B, 64 * c.S),
+                                           cost::Strategy::tsp(c.D), as)
+                            .comm;
+  }
+  EXPECT_GT(measured[1], measured[0]);
+  EXPECT_EQ(modelled[1] - modelled[0], static_cast<double>(measured[1] - measured[0]));
 }
 
 TEST(TspMemory, MlpWeightsPerRankAreOneDthOfTheLayerAndTheRingHoldsFourShardsInBackward) {

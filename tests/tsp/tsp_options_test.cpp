@@ -16,15 +16,17 @@ struct OptionRun {
 };
 
 // The same seeded inputs on every run (the kit's seed), so results compare bit for bit.
-OptionRun run_with(bool keep_shards, bool keep_kv) {
+OptionRun run_with(bool keep_shards, bool keep_kv, bool overlap = true, int buckets = 1) {
   Case c;
   c.D = 4;
   c.NH = 8;
-  c.NKV = 4;
+  c.NKV = 4 * buckets;  // 2 buckets: two KV heads per shard
   c.B = 2;
   c.S = 32;
   c.keep_attention_shards = keep_shards;
   c.keep_kv = keep_kv;
+  c.overlap = overlap;
+  c.head_buckets = buckets;
   OptionRun run;
   run.results.resize(static_cast<std::size_t>(c.D));
   const check::Report r = check_tsp(c, [&](const RankBlockResult& rr) {
@@ -67,6 +69,27 @@ TEST(TspAttentionOptions, KeepingKvSkipsTheBackwardAllGathersWithTheSameResult) 
   EXPECT_EQ(kept.traffic[CollectiveKind::all_gather].calls, 4u);
   EXPECT_GT(kept.arena.category_peak[static_cast<std::size_t>(Category::kv)],
             base.arena.category_peak[static_cast<std::size_t>(Category::kv)]);
+}
+
+// The prefetching schedule (TspOptions::overlap) against the serial one: outputs and gradients bit
+// for bit, the same collectives and bytes, and the extra shard buffers under comm.
+TEST(TspAttentionOptions, TheOverlappedScheduleIsBitwiseTheSerialOne) {
+  for (int keep : {0, 1, 2, 3})
+    for (int buckets : {1, 2}) {
+      SCOPED_TRACE("keep=" + std::to_string(keep) + " buckets=" + std::to_string(buckets));
+      const bool shards = (keep & 1) != 0, kv = (keep & 2) != 0;
+      const OptionRun serial = run_with(shards, kv, false, buckets);
+      const OptionRun overlapped = run_with(shards, kv, true, buckets);
+      expect_bitwise_equal(serial, overlapped);
+      for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+        EXPECT_EQ(serial.traffic.by_kind[k].calls, overlapped.traffic.by_kind[k].calls);
+        EXPECT_EQ(serial.traffic.by_kind[k].bytes_sent, overlapped.traffic.by_kind[k].bytes_sent);
+        EXPECT_EQ(serial.traffic.by_kind[k].bytes_received,
+                  overlapped.traffic.by_kind[k].bytes_received);
+      }
+      EXPECT_GT(overlapped.arena.category_peak[static_cast<std::size_t>(Category::comm)],
+                serial.arena.category_peak[static_cast<std::size_t>(Category::comm)]);
+    }
 }
 
 TEST(TspAttentionOptions, BothOptionsTogetherStillMatch) {

@@ -43,6 +43,7 @@ struct LayerMeasureOptions {
   int head_buckets = 1;
   bool keep_attention_shards = false;
   bool keep_kv = false;
+  bool overlap = true;  // TspOptions::overlap
   // Emulated device memory per rank (OutOfMemory past it, dry or not).
   std::size_t capacity = std::size_t{1} << 40;
 };

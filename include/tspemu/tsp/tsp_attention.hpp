@@ -18,7 +18,12 @@
 // (Category::comm), the full-sequence K/V of one bucket (Category::kv), Q/K/V (workspace).
 // Memory phases recorded in the arena: "attention" (forward), "attention.backward".
 // Options (TspOptions): keep the broadcast shards and/or the gathered K/V from forward, so the
-// backward neither re-broadcasts nor re-gathers; results are bitwise the same either way.
+// backward neither re-broadcasts nor re-gathers; overlap (the default) prefetches: shard r+1's
+// broadcast is issued (ibroadcast) before shard r is computed, into the other half of a two-shard
+// buffer, and in backward shard r's gradient reduce (ireduce, from the other half of a two-shard
+// partial-gradient buffer) is waited only after shard r+1 is computed. The K/V all-gathers and
+// reduce-scatters stay blocking (a bucket needs its own K/V at once). Results are bitwise the same
+// under every option.
 // Scalar type: T = float (TspAttention) or double (the same schedule in fp64; see tsp_model.hpp).
 #pragma once
 
