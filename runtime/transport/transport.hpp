@@ -158,9 +158,10 @@ inline bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_m
 }
 
 // The CollectiveMismatch message of call #seq on `group` whose members' fingerprints are
-// *fps[0] .. *fps[size - 1] (compatible: equal kind, dtype, root, and count when
-// counts_must_match); empty when they are all compatible. Formatted by mismatch_message from the
-// classes of compatible calls and describe(); every member formats the same message.
+// *fps[0] .. *fps[size - 1] (compatible: equal kind, dtype, form (Fingerprint::nonblocking), root,
+// and count when counts_must_match); empty when they are all compatible. Formatted by
+// mismatch_message from the classes of compatible calls and describe(); every member formats the
+// same message.
 std::string disagreement(const std::string& group, std::uint64_t seq, int size,
                          const Fingerprint* const* fps, bool counts_must_match);
 

@@ -19,7 +19,7 @@
 //  - results are bitwise those of the blocking form (the same algorithm and reduction order);
 //  - fingerprints are checked as for the blocking form, and the non-blocking form never meets the
 //    blocking one: iall_gather on one rank against all_gather on another is a CollectiveMismatch
-//    naming both ("rank 0 called iall_gather(count=4, f32), rank 1 called all_gather(...)");
+//    naming both ("... rank 0 called iall_gather(count=4, f32) ... rank 1 called all_gather(...)");
 //  - a failure elsewhere wakes a waiter with PeerFailure naming the first failure, as for blocking
 //    calls; once one of a Comm's operations has failed, waiting for it or any later one rethrows;
 //  - a buffer written between issue and wait (digest of every byte the operation reads or writes,
