@@ -1,5 +1,6 @@
 #include "deferred_calls.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -10,8 +11,9 @@
 
 namespace tspemu::detail {
 
-std::uint64_t digest_of(std::span<const std::byte> bytes) {
-  if (bytes.empty() || DryReservation::holds(bytes.data())) return 0;
+namespace {
+
+std::uint64_t digest_all(std::span<const std::byte> bytes) {
   // Four independent multiply-xorshift lanes over 8-byte words (a dependency chain per lane, so
   // about 4x the speed of one), then the tail; not cryptographic: it catches a user's write, not
   // an adversary.
@@ -36,6 +38,20 @@ std::uint64_t digest_of(std::span<const std::byte> bytes) {
     h = ((h ^ static_cast<std::uint64_t>(bytes[b])) * kMul) ^ (h >> 31);
   for (std::uint64_t l : lane) h = ((h ^ l) * kMul) ^ (h >> 29);
   return h;
+}
+
+}  // namespace
+
+std::uint64_t digest_of(std::span<const std::byte> bytes) {
+  if (bytes.empty() || DryReservation::holds(bytes.data())) return 0;
+  if (bytes.size() <= kWholeDigestBytes) return digest_all(bytes);
+  // Larger buffers: every kDigestStride-th 64-byte line and the last one, so the check costs
+  // 1/16 of a pass (measured: whole digests of a 4 MiB iall_gather's 12 MiB of buffers, at issue
+  // and at wait, made it take 1.8x the blocking all_gather on 2 ranks).
+  std::uint64_t h = bytes.size();
+  for (std::size_t at = 0; at < bytes.size(); at += kDigestStride * 64)
+    h = h * 31 + digest_all(bytes.subspan(at, std::min<std::size_t>(64, bytes.size() - at)));
+  return h * 31 + digest_all(bytes.subspan(bytes.size() - 64));
 }
 
 namespace {

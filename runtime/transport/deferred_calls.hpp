@@ -8,12 +8,12 @@
 // calls in issue order whatever order it waits in, and each operation takes the sequence number
 // predicted at issue (the Comm's calls so far + the operations pending before it + 1).
 // Requirements: the owning rank's thread only (no synchronization).
-// Guarantees: an operation whose buffers changed between issue and run (digest of every byte it
-// reads or writes) is not run: the rank raises std::logic_error naming it. Once one fails, the
-// failure is rethrown by every later run_through that needs an operation after it, and the
-// operations behind it never run. A dropped operation (its handle destroyed unwaited) never runs:
-// its buffers may be gone.
-// Cost: one pass over the buffers at issue and one at run (the digest); no copies.
+// Guarantees: an operation whose buffers changed between issue and run (digest_of: every byte of
+// buffers up to 64 KiB, a sample of larger ones) is not run: the rank raises std::logic_error
+// naming it. Once one fails, the failure is rethrown by every later run_through that needs an
+// operation after it, and the operations behind it never run. A dropped operation (its handle
+// destroyed unwaited) never runs: its buffers may be gone. Cost: the digest at issue and at run (a
+// pass over buffers up to 64 KiB, 1/16 of one beyond); no copies.
 #pragma once
 
 #include <cstddef>
@@ -66,7 +66,11 @@ class DeferredCalls {
   std::exception_ptr failure_;
 };
 
-// A 64-bit digest of the bytes (dry-run memory, never backed, counts as empty).
+// A 64-bit digest of the bytes (dry-run memory, never backed, counts as empty): of every byte up
+// to kWholeDigestBytes, beyond of every kDigestStride-th 64-byte line and the last line (a write
+// elsewhere in a large buffer goes unnoticed: the check is cheap, not complete).
+inline constexpr std::size_t kWholeDigestBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kDigestStride = 16;
 std::uint64_t digest_of(std::span<const std::byte> bytes);
 
 }  // namespace tspemu::detail

@@ -579,7 +579,8 @@ TEST(Cli, TspRunOverlapsCommunicationOnTheSimulatedClockUnlessSerial) {
     if (serial) args.emplace_back("--serial-attention");
     const Outcome o = tspemu(tiny(args));
     ASSERT_EQ(o.code, 0) << o.err << o.out;
-    for (const auto& t : read_json(json)["simulated"]["per_rank"])
+    const nlohmann::json j = read_json(json);
+    for (const auto& t : j["simulated"]["per_rank"])
       overlapped[serial] += t["overlapped_comm_seconds"].get<double>();
   }
   EXPECT_GT(overlapped[0], 0);

@@ -22,17 +22,18 @@
 //    naming both ("... rank 0 called iall_gather(count=4, f32) ... rank 1 called all_gather(...)");
 //  - a failure elsewhere wakes a waiter with PeerFailure naming the first failure, as for blocking
 //    calls; once one of a Comm's operations has failed, waiting for it or any later one rethrows;
-//  - a buffer written between issue and wait (digest of every byte the operation reads or writes,
-//    compared when it runs) raises std::logic_error naming the rank, the operation and its
-//    sequence number, instead of a silently different result;
+//  - a buffer written between issue and wait (a digest of the bytes the operation reads or writes
+//    — all of a buffer up to 64 KiB, every 16th cache line of a larger one — compared when it
+//    runs) raises std::logic_error naming the rank, the operation and its sequence number,
+//    instead of a silently different result; a write the sample misses goes unnoticed;
 //  - a handle destroyed without wait() (not while unwinding an exception) drops its operation
 //    (its buffers may be gone) and the rank fails with std::logic_error naming the operation and
 //    its sequence number at its next collective on any group, or when its run function returns;
 //    the members waiting for that operation then fail with PeerFailure.
 // test() drives the operation like wait() (progress on wait) and returns true; done() asks
 // without driving anything.
-// Cost: the blocking form's, plus one pass over the operation's buffers at issue and one when it
-// runs (the digest).
+// Cost: the blocking form's, plus the digest of the operation's buffers at issue and when it runs
+// (a pass over buffers up to 64 KiB, 1/16 of one beyond).
 #pragma once
 
 #include <cstddef>
