@@ -153,8 +153,7 @@ class Transport {
 // member 0's).
 inline bool compatible(const Fingerprint& a, const Fingerprint& b, bool counts_must_match) {
   return a.kind == b.kind && a.dtype == b.dtype && a.nonblocking == b.nonblocking &&
-         a.root == b.root &&
-         (!counts_must_match || a.count == b.count);
+         a.root == b.root && (!counts_must_match || a.count == b.count);
 }
 
 // The CollectiveMismatch message of call #seq on `group` whose members' fingerprints are
