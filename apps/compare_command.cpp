@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 
+#include "model_run.hpp"
 #include "mpi_job.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
@@ -19,10 +20,13 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   auto* cmd = app.add_subcommand(
       "compare",
       "every strategy on one configuration at --ranks N, side by side: time, tokens/s, peak "
-      "memory, bytes moved vs the cost model, error vs the fp64 oracle (layer stack)");
+      "memory, bytes moved vs the cost model, error vs the fp64 oracle (whole model)");
   cmd->add_option("--ranks,-D", a.problem.ranks, "ranks N every strategy runs on")
       ->capture_default_str();
   add_problem_options(*cmd, a.problem);
+  cmd->add_flag("--layers-only", a.layers_only,
+                "run each strategy's layer stack (no embedding, LM head or loss) instead of the "
+                "whole model");
   cmd->add_flag("--no-check", a.no_check, "skip the reference and the oracle");
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
@@ -32,12 +36,13 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
 
 int compare_command(const CompareArgs& a, std::ostream& out) {
   const ProblemOptions& p = a.problem;
+  const bool whole = !a.layers_only;
   check_output_files({{"--json", a.json_path}});
   if (p.ranks < 1 || p.ranks > 256)
     throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
   require_ranks_divisible(p.ranks, "--ranks");
   // Problems common to every strategy are configuration errors, not skipped rows.
-  if (const std::string why = why_invalid(p, cost::Strategy::tsp(1)); !why.empty())
+  if (const std::string why = why_invalid(p, cost::Strategy::tsp(1), whole); !why.empty())
     throw ConfigError(why);
   const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock, p.ranks);
   const auto strategies = tsp::strategies_at(p.ranks);
@@ -46,14 +51,14 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   std::string reasons;
   bool any_runs = false;
   for (const cost::Strategy& st : strategies) {
-    if (const std::string why = why_invalid(p, st); !why.empty()) {
+    if (const std::string why = why_invalid(p, st, whole); !why.empty()) {
       reasons += "; " + st.name() + ": " + why;
       continue;
     }
     any_runs = true;
-    StackConfig c = make_stack_config(p, st);
+    StackConfig c = make_stack_config(p, st, whole);
     c.check = !a.no_check;
-    require_run_memory(c, false, "compare row " + st.name(), available_memory(),
+    require_run_memory(c, whole, "compare row " + st.name(), available_memory(),
                        stack_world_options(c, st.ranks()).arena_capacity);
   }
   if (!any_runs)
@@ -61,9 +66,11 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
                       ": no strategy can run this configuration" + reasons);
   char line[512];
   std::snprintf(line, sizeof line,
-                "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy the layer "
-                "stack (%d x attention + MLP block), forward + backward; no embedding/LM head\n\n",
-                p.ranks, p.B, p.S, p.model.to_string().c_str(), p.model.n_layers);
+                "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy %s, forward + "
+                "backward\n\n",
+                p.ranks, p.B, p.S, p.model.to_string().c_str(),
+                whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
+                      : "the layer stack (attention + MLP blocks); no embedding/LM head");
   out << line;
   const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n";
   std::snprintf(line, sizeof line, head, "strategy", "ranks", "time ms", "tokens/s", "peak MiB",
@@ -71,13 +78,17 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
                 sim ? "  sim ms  comp ms   exp ms   ovl ms" : "");
   out << line;
   nlohmann::json j = document("compare");
-  j["config"] = {{"ranks", p.ranks}, {"B", p.B}, {"S", p.S}, {"model", p.model.to_string()}};
+  j["config"] = {{"ranks", p.ranks},
+                 {"B", p.B},
+                 {"S", p.S},
+                 {"model", p.model.to_string()},
+                 {"whole_model", whole}};
   j["rows"] = nlohmann::json::array();
   bool all_ok = true;
   ProgressBar bar("compare", static_cast<int>(strategies.size()), !a.quiet);
   for (const cost::Strategy& st : strategies) {
     nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
-    if (const std::string why = why_invalid(p, st); !why.empty()) {
+    if (const std::string why = why_invalid(p, st, whole); !why.empty()) {
       std::snprintf(line, sizeof line, "%s %5d  skipped: %s\n", padded(st.name(), 20).c_str(),
                     st.ranks(), why.c_str());
       out << line;
@@ -86,10 +97,10 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
       bar.step(st.name());
       continue;
     }
-    StackConfig c = make_stack_config(p, st);
+    StackConfig c = make_stack_config(p, st, whole);
     c.check = !a.no_check;
     c.sim_clock = sim;
-    const StackResult r = run_stack(c);
+    const StackResult r = whole ? run_model(c) : run_stack(c);
     const Summary s = summarize(r);
     all_ok = all_ok && r.pass();
     std::snprintf(line, sizeof line, "%s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s",

@@ -1,8 +1,8 @@
 // `tspemu compare`: every strategy on one configuration and N ranks, side by side — the strategy
 // table's strategies_at(N) (strategy.hpp): TSP D=N, TP T=N, Megatron-SP T=N, SP Sp=N, Ulysses
-// n=N, ring attention n=N and every TP+SP factorization T×Sp=N with T, Sp > 1 — each the layer
-// stack (layer_stack.hpp) checked like `run`; a strategy the shape does not allow is a row with
-// the reason.
+// n=N, ring attention n=N and every TP+SP factorization T×Sp=N with T, Sp > 1 — each the whole
+// model (model_run.hpp; --layers-only: the layer stack, layer_stack.hpp) checked like `run`; a
+// strategy the shape does not allow is a row with the reason.
 #pragma once
 
 #include <iosfwd>
@@ -15,6 +15,7 @@ namespace tspemu::app {
 
 struct CompareArgs {
   ProblemOptions problem;
+  bool layers_only = false;
   bool no_check = false;
   bool quiet = false;
   std::string json_path;

@@ -92,17 +92,6 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-tsp::LayerProblem layer_problem(const StackConfig& c) {
-  tsp::LayerProblem p;
-  p.model = c.model;
-  p.B = c.B;
-  p.S = c.S;
-  p.tsp.layout = c.layout;
-  p.tsp.head_buckets = c.head_buckets;
-  p.tsp.overlap = c.overlap;
-  return p;
-}
-
 // The layer stack of any strategy: per rank, its placement and L layers from the strategy
 // table's block factory (strategy.hpp), the seeded input and upstream gradient scattered to its
 // token rows, forward then backward, and (checked) its share of the full outputs and gradients.
@@ -176,6 +165,17 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
 }
 
 }  // namespace
+
+tsp::LayerProblem layer_problem(const StackConfig& c) {
+  tsp::LayerProblem p;
+  p.model = c.model;
+  p.B = c.B;
+  p.S = c.S;
+  p.tsp.layout = c.layout;
+  p.tsp.head_buckets = c.head_buckets;
+  p.tsp.overlap = c.overlap;
+  return p;
+}
 
 tsp::TspShape tsp_shape(const StackConfig& c) {
   tsp::TspShape s;

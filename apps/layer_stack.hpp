@@ -29,6 +29,7 @@
 #include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
+#include "tspemu/tsp/strategy.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu {
@@ -72,9 +73,11 @@ ref::ModelWeights<float> initial_weights(const StackConfig& c);
 
 // The TSP shape of c (strategy TSP).
 tsp::TspShape tsp_shape(const StackConfig& c);
+// The problem the strategy table's factories build c's blocks for.
+tsp::LayerProblem layer_problem(const StackConfig& c);
 // Throws std::invalid_argument when the strategy cannot run this shape (the strategy table's rule).
 void validate_stack(const StackConfig& c);
-// The number of on_step calls one run makes (run_stack, or run_tsp_model when whole_model).
+// The number of on_step calls one run makes (run_stack, or run_model when whole_model).
 int stack_steps(const StackConfig& c, bool whole_model = false);
 
 struct TensorVerdict {

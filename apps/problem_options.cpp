@@ -28,7 +28,8 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
   app.add_option("--ffn", m.ffn, "gated-MLP width (divisible by the TP/TSP degree)")
       ->capture_default_str();
   app.add_option("--vocab", m.vocab,
-                 "vocabulary size (whole-model TSP run only; divisible by --ranks)")
+                 "vocabulary size (whole model only; divisible by the TSP/TP degree, which "
+                 "shards the embedding and LM head)")
       ->capture_default_str();
   app.add_flag("--tied", m.tie_embeddings, "tie the LM head to the embedding (whole model)");
   app.add_option("--batch,-B", o.B, "micro-batch B")->capture_default_str();

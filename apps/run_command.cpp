@@ -4,12 +4,12 @@
 #include <ostream>
 
 #include "layer_stack.hpp"
+#include "model_run.hpp"
 #include "mpi_job.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
 #include "stack_report.hpp"
-#include "tsp_run.hpp"
 #include "tspemu/runtime/injection.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
@@ -25,7 +25,8 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   add_problem_options(*run, a.problem);
   add_checkpoint_options(*run, a.checkpoint);
   run->add_flag("--layers-only", a.layers_only,
-                "TSP: run the layer stack (as the baselines) instead of the whole model");
+                "run the layer stack (seeded input and upstream gradient, no embedding, LM head "
+                "or loss) instead of the whole model");
   run->add_flag("--no-check", a.no_check,
                 "skip the reference and the oracle (traffic still checked)");
   run->add_flag("--quiet,-q", a.quiet, "no progress bar");
@@ -55,7 +56,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   const auto weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model
   const tsp::cost::Strategy st = parse_strategy(problem);
   require_ranks_divisible(st.ranks(), problem.strategy == "tp-sp" ? "--tp x --sp" : "--ranks");
-  const bool whole = tsp::strategy_info(st.scheme).whole_model && !a.layers_only;
+  const bool whole = !a.layers_only;
   StackConfig c = make_stack_config(problem, st, whole);
   c.weights = weights;
   c.check = !a.no_check;
@@ -87,7 +88,7 @@ int run_command(const RunArgs& a, std::ostream& out) {
   {
     ProgressBar bar("run " + st.name(), stack_steps(c, whole), !a.quiet);
     c.on_step = [&bar] { bar.step(); };
-    r = whole ? run_tsp_model(c) : run_stack(c);
+    r = whole ? run_model(c) : run_stack(c);
   }
   if (c.weights) out << "weights: the checkpoint in " << a.checkpoint.weights << "\n";
   print_report(out, c, r);

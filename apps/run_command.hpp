@@ -1,6 +1,6 @@
 // `tspemu run`: one strategy's training step checked against the reference, with the full report
-// (stack_report.hpp). TSP runs the whole model (embedding to loss) unless --layers-only; the
-// baselines exist as layer blocks only and run the layer stack (layer_stack.hpp).
+// (stack_report.hpp). Every strategy runs the whole model (embedding to loss, model_run.hpp)
+// unless --layers-only asks for the layer stack (layer_stack.hpp).
 #pragma once
 
 #include <cstdint>

@@ -62,8 +62,9 @@ std::vector<std::uint64_t> rank_bytes(const StackConfig& c, bool whole_model,
   const std::uint64_t L = u64(c.model.n_layers);
   std::uint64_t vocab = 0;
   if (whole_model) {
-    const std::uint64_t D = u64(c.strategy.ranks());
-    const std::uint64_t shard = charged_floats(mul(u64(c.model.vocab) / D, u64(c.model.hidden)));
+    const std::uint64_t shards = u64(tsp::cost::vocab_shards(c.strategy));
+    const std::uint64_t shard =
+        charged_floats(mul(u64(c.model.vocab) / shards, u64(c.model.hidden)));
     const std::uint64_t tensors =
         add(mul(c.model.tie_embeddings ? 1 : 2, shard), charged_floats(u64(c.model.hidden)));
     vocab = mul(2, tensors);  // and a gradient of each

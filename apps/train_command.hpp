@@ -17,6 +17,7 @@ struct TrainArgs {
   ProblemOptions problem;
   CheckpointArgs checkpoint;  // --weights, --save, --save-shard-size
   int steps = 60;
+  bool layers_only = false;
   std::string optimizer = "adamw";
   ref::OptimizerConfig opt{.lr = 3e-3};
   std::string data;  // "" = the built-in corpus

@@ -16,7 +16,6 @@
 #include "tspemu/tsp/packed_shards.hpp"
 #include "tspemu/tsp/sharded_optimizer.hpp"
 #include "tspemu/tsp/strategy.hpp"
-#include "tspemu/tsp/tsp_model.hpp"
 
 namespace tspemu::app {
 
@@ -73,7 +72,7 @@ double mse_gradient(const T* y, const T* target, T* dy, std::size_t n, double N)
   return loss / (2 * N);
 }
 
-// The reference's side of a run in T: whole model (TSP) or layer stack, with its optimizer.
+// The reference's side of a run in T: whole model or layer stack, with its optimizer.
 template <class T>
 class ReferenceTrainer {
  public:
@@ -129,8 +128,8 @@ class ReferenceTrainer {
 
 // One rank's persistent part of the parallel run.
 struct RankTrainer {
-  std::unique_ptr<tsp::TspModel> model;  // whole model (TSP)
-  tsp::RankPlacement place;              // layer stack
+  std::unique_ptr<tsp::RankModel> model;  // whole model
+  tsp::RankPlacement place;               // layer stack
   std::vector<std::unique_ptr<tsp::RankLayer>> layers;
   std::unique_ptr<tsp::ShardedOptimizer> opt;
   ModelStateBytes bytes;
@@ -156,7 +155,11 @@ ModelStateBytes planned_state(const TrainConfig& c, bool whole) {
 
 void validate(const TrainConfig& c, bool whole) {
   validate_stack(c.stack);
-  if (whole) tsp_shape(c.stack).validate_whole_model();
+  const tsp::RuleOptions rules{
+      .tsp_layout = c.stack.layout, .head_buckets = c.stack.head_buckets, .whole_model = whole};
+  if (const auto v = tsp::violation(cost::ModelShape::from(c.stack.model, c.stack.B, c.stack.S),
+                                    c.stack.strategy, rules))
+    throw std::invalid_argument(c.stack.strategy.name() + ": " + v->message);
   c.optimizer.validate();
   if (c.steps < 1)
     throw std::invalid_argument("steps=" + std::to_string(c.steps) + " must be >= 1");
@@ -213,26 +216,19 @@ double TrainResult::max_err_ratio() const {
 
 TrainResult run_training(const TrainConfig& c) {
   const StackConfig& sc = c.stack;
-  const bool whole = sc.strategy.scheme == cost::Scheme::tsp;
+  const bool whole = c.whole_model;
   validate(c, whole);
   const ref::ModelConfig& m = sc.model;
   const int n = sc.strategy.ranks(), B = sc.B, S = sc.S, C = m.hidden, L = m.n_layers;
   const auto w32 = initial_weights(sc);
   ReferenceTrainer<float> r32(c, w32, whole);
   ReferenceTrainer<double> o64(c, ref::convert_weights<double>(w32), whole);
-  const tsp::TspShape shape = tsp_shape(sc);
-  const tsp::SequenceLayout layout = shape.layout();
   const tsp::StrategyInfo& info = tsp::strategy_info(sc.strategy.scheme);
-  tsp::LayerProblem problem;
-  problem.model = m;
-  problem.B = B;
-  problem.S = S;
-  problem.tsp.layout = sc.layout;
-  problem.tsp.head_buckets = sc.head_buckets;
+  const tsp::LayerProblem problem = layer_problem(sc);
 
   TrainResult out;
-  out.scope = whole ? "whole model (embedding, " + std::to_string(L) +
-                          " TSP layers, LM head, next-token cross-entropy)"
+  out.scope = whole ? "whole model (embedding, " + std::to_string(L) + " " + info.title +
+                          " layers, LM head, next-token cross-entropy)"
                     : "layer stack (" + std::to_string(L) +
                           " layers; input: frozen embedding of each token; loss: mean squared "
                           "distance to the frozen embedding of the next token)";
@@ -255,11 +251,8 @@ TrainResult run_training(const TrainConfig& c) {
       RankTrainer& rt = ranks[static_cast<std::size_t>(p)];
       std::vector<tsp::ParameterShard> params;
       if (whole) {
-        std::vector<std::int32_t> tl(static_cast<std::size_t>(B) * shape.Tl()), yl(tl.size());
-        layout.scatter(batch.tokens.data(), tl.data(), p, B, 1);
-        layout.scatter(batch.targets.data(), yl.data(), p, B, 1);
-        if (!rt.model) rt.model = std::make_unique<tsp::TspModel>(rank, shape, w32);
-        const double loss = rt.model->forward(tl.data(), yl.data());
+        if (!rt.model) rt.model = info.make_model(rank, problem, sc.strategy, w32);
+        const double loss = rt.model->forward(batch.tokens, batch.targets);
         rt.model->backward();
         if (p == 0) step.loss = loss;
         if (!rt.opt) params = rt.model->parameters();

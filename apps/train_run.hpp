@@ -52,6 +52,9 @@ namespace tspemu::app {
 
 struct TrainConfig {
   StackConfig stack;  // model, B, S, strategy, seed, k, pin (on_step unused)
+  // true: the strategy's whole model (strategy table's make_model), next-token cross-entropy;
+  // false: its layer stack on the stand-in objective below.
+  bool whole_model = true;
   ref::OptimizerConfig optimizer;
   int steps = 20;
   std::vector<std::int32_t> corpus;       // token ids in [0, vocab); at least S + 1 of them

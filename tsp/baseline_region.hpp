@@ -124,7 +124,6 @@ class MeshRegion {
     if (s_.Sp > 1) all_reduce<float>(sp_, grad.span());
   }
 
- private:
   // piece [B, Tl/T, C] of every rank of the row → full [B, Tl, C]
   void gather_pieces(const float* piece, float* full) {
     const std::size_t local = local_elems();
@@ -145,6 +144,7 @@ class MeshRegion {
                           std::span<float>(piece, local));
   }
 
+ private:
   Rank& rank_;
   BaselineShape s_;
   Comm tp_;  // this rank's row: the TP group, ranked by column

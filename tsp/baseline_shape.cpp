@@ -41,6 +41,14 @@ std::string BaselineShape::strategy() const {
 }
 
 void BaselineShape::validate() const {
+  check(false);
+}
+
+void BaselineShape::validate_whole_model() const {
+  check(true);
+}
+
+void BaselineShape::check(bool whole_model) const {
   const std::string who = strategy() + " config: ";
   auto reject = [&](const std::string& why) { throw std::invalid_argument(who + why); };
   model.validate();
@@ -48,7 +56,8 @@ void BaselineShape::validate() const {
   if (Sp < 1) reject("Sp=" + s(Sp) + " must be >= 1");
   if (B < 1) reject("B=" + s(B) + " must be >= 1");
   if (S < 1) reject("S=" + s(S) + " must be >= 1");
-  if (const auto v = violation(cost::ModelShape::from(model, B, S), mesh_strategy(*this)))
+  if (const auto v = violation(cost::ModelShape::from(model, B, S), mesh_strategy(*this),
+                               {.whole_model = whole_model}))
     reject(v->message);
 }
 

@@ -324,12 +324,9 @@ LayerTraffic layer_traffic(const ModelShape& m, const Strategy& st, const Elemen
   return tsp::strategy_info(st.scheme).layer_traffic(m, st, es, opt, rank);
 }
 
-// ---- Whole-model estimate ---------------------------------------------------------------------
+// ---- The whole model's embedding, LM head and loss -------------------------------------------
 
-namespace {
-
-// How many ways a strategy splits one layer's attention and MLP weights.
-i64 layer_split(const Strategy& st) {
+int vocab_shards(const Strategy& st) {
   switch (st.scheme) {
     case Scheme::tsp:
       return st.D;
@@ -345,11 +342,105 @@ i64 layer_split(const Strategy& st) {
   return 1;
 }
 
+VocabTraffic tsp_vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                               int rank) {
+  expect_family(st, {Scheme::tsp}, "tsp_vocab_traffic");
+  using K = CollectiveKind;
+  const int D = st.D;
+  const i64 shard = m.vocab / D * m.hidden;
+  const u64 others = static_cast<u64>(D - 1);
+  // D calls rooted at each rank in turn: this rank is the root of one of them.
+  auto broadcasts = [&](Traffic& t) {
+    const u64 b = bytes_of(shard, es.weight);
+    t.add(K::broadcast, 1, others * b, 0);
+    t.add(K::broadcast, others, 0, b);
+  };
+  auto reduces = [&](Traffic& t) {
+    const u64 b = bytes_of(shard, es.gradient);
+    t.add(K::reduce, 1, 0, others * b);
+    t.add(K::reduce, others, b, 0);
+  };
+  VocabTraffic v;
+  broadcasts(v.forward);  // embedding
+  broadcasts(v.forward);  // LM head
+  const u64 loss = all_reduce_bytes(1, D, rank, 8);
+  v.forward.add(K::all_reduce, 1, loss, loss);
+  broadcasts(v.backward);  // LM head again
+  reduces(v.backward);     // its gradient
+  const u64 norm = all_reduce_bytes(static_cast<u64>(m.hidden), D, rank, es.gradient);
+  v.backward.add(K::all_reduce, 1, norm, norm);
+  reduces(v.backward);  // embedding gradient
+  return v;
+}
+
+VocabTraffic mesh_vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                int rank) {
+  expect_family(
+      st,
+      {Scheme::tp, Scheme::megatron_sp, Scheme::sp, Scheme::tp_sp, Scheme::ulysses, Scheme::ring},
+      "mesh_vocab_traffic");
+  using K = CollectiveKind;
+  const bool msp = st.scheme == Scheme::megatron_sp;
+  const int T = st.T, Sp = st.Sp, col = rank % T, row = rank / T;
+  const i64 R = m.B * m.S / Sp;  // the row's tokens
+  const u64 act = static_cast<u64>(R * m.hidden), Tm1 = static_cast<u64>(T - 1);
+  const u64 piece = bytes_of(R * m.hidden / T, es.activation);
+  VocabTraffic v;
+  Traffic& f = v.forward;
+  Traffic& b = v.backward;
+  if (T > 1) {
+    if (msp) {
+      f.add(K::reduce_scatter, 1, Tm1 * piece, Tm1 * piece);  // embedding → pieces
+      f.add(K::all_gather, 1, Tm1 * piece, Tm1 * piece);      // LM head input
+      b.add(K::all_gather, 2, Tm1 * piece, Tm1 * piece);      // LM head input again; dx
+      b.add(K::reduce_scatter, 1, Tm1 * piece, Tm1 * piece);  // LM head input gradient
+    } else {
+      const u64 ar = all_reduce_bytes(act, T, col, es.activation);
+      f.add(K::all_reduce, 1, ar, ar);  // embedding
+      b.add(K::all_reduce, 1, ar, ar);  // LM head input gradient
+    }
+    const u64 stat = bytes_of(R, es.activation);
+    f.add(K::all_gather, 1, Tm1 * stat, Tm1 * stat);  // per-token maxima
+    const u64 ar = all_reduce_bytes(static_cast<u64>(R), T, col, es.activation);
+    f.add(K::all_reduce, 2, ar, ar);  // sum-exp, target logit
+  }
+  if (Sp > 1) {
+    const u64 loss = all_reduce_bytes(1, Sp, row, 8);
+    f.add(K::all_reduce, 1, loss, loss);
+    const u64 shard =
+        all_reduce_bytes(static_cast<u64>(m.vocab / T * m.hidden), Sp, row, es.gradient);
+    b.add(K::all_reduce, m.tie_embeddings ? 1 : 2, shard, shard);
+  }
+  const int n = msp ? T * Sp : Sp, r = msp ? rank : row;
+  const u64 norm = all_reduce_bytes(static_cast<u64>(m.hidden), n, r, es.gradient);
+  if (n > 1) b.add(K::all_reduce, 1, norm, norm);
+  return v;
+}
+
+VocabTraffic vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                           int rank) {
+  validate(m, st, {});
+  if (rank < 0 || rank >= st.ranks())
+    reject("rank=" + std::to_string(rank) + " outside 0.." + std::to_string(st.ranks() - 1));
+  check_divides(vocab_shards(st), m.vocab, "the vocabulary shards", "vocab");
+  return tsp::strategy_info(st.scheme).vocab_traffic(m, st, es, rank);
+}
+
+// ---- Whole-model estimate ---------------------------------------------------------------------
+
+namespace {
+
+// How many ways a strategy splits one layer's attention and MLP weights: as its whole model
+// splits the vocabulary rows (vocab_shards).
+i64 layer_split(const Strategy& st) {
+  return vocab_shards(st);
+}
+
 // How many ways a strategy splits the embedding and LM head rows (see cost_model.hpp): as its
 // layers, except a TSP whose vocabulary is replicated.
 double vocab_split(const Strategy& st, bool tsp_shards_vocab) {
   if (st.scheme == Scheme::tsp && !tsp_shards_vocab) return 1;
-  return static_cast<double>(layer_split(st));
+  return static_cast<double>(vocab_shards(st));
 }
 
 i64 params_per_rank(const Strategy& st, const ModelShape& m, bool tsp_shards_vocab) {

@@ -6,9 +6,11 @@
 #include "tspemu/tsp/baseline_attention.hpp"
 #include "tspemu/tsp/baseline_mlp.hpp"
 #include "tspemu/tsp/baseline_shape.hpp"
+#include "tspemu/tsp/mesh_model.hpp"
 #include "tspemu/tsp/ring_attention.hpp"
 #include "tspemu/tsp/sequence_sharded_attention.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
+#include "tspemu/tsp/tsp_model.hpp"
 #include "tspemu/tsp/ulysses_attention.hpp"
 
 namespace tspemu::tsp {
@@ -82,6 +84,21 @@ Found sequence_rules(const ModelShape& m, int d, const std::string& letter, Axis
   return std::nullopt;
 }
 
+// The whole model's embedding and LM head cut into d shards of rows (tsp_model.hpp,
+// mesh_model.hpp): d | vocab.
+Found vocab_rule(const ModelShape& m, int d, const std::string& letter, const RuleOptions& o) {
+  if (!o.whole_model || (m.vocab >= 1 && m.vocab % d == 0)) return std::nullopt;
+  return Violation{Quantity::vocab,
+                   m.vocab,
+                   d,
+                   letter,
+                   Axis::first,
+                   "",
+                   m.vocab < 1 ? "vocab=" + s(m.vocab) + " must be >= 1"
+                               : letter + "=" + s(d) + " does not divide vocab=" + s(m.vocab) +
+                                     " (each rank owns V/" + letter + " embedding rows)"};
+}
+
 Found tsp_rules(const ModelShape& m, const Strategy& st, const RuleOptions& o) {
   const int D = st.D;
   if (Found v = shard_rules(m, D, "D", Axis::first)) return v;
@@ -99,16 +116,7 @@ Found tsp_rules(const ModelShape& m, const Strategy& st, const RuleOptions& o) {
                      "",
                      "head_buckets=" + s(o.head_buckets) + " must divide the " + s(kv_per_shard) +
                          " KV heads of a shard (n_kv_heads/D)"};
-  if (o.whole_model && (m.vocab < 1 || m.vocab % D != 0))
-    return Violation{Quantity::vocab,
-                     m.vocab,
-                     D,
-                     "D",
-                     Axis::first,
-                     "",
-                     "D=" + s(D) + " does not divide vocab=" + s(m.vocab) +
-                         " (each rank owns V/D embedding rows)"};
-  return std::nullopt;
+  return vocab_rule(m, D, "D", o);
 }
 
 // A T × Sp mesh (tp, megatron-sp, sp, tp-sp): T shards heads and MLP, Sp the sequence in zigzag
@@ -127,7 +135,7 @@ Found mesh_rules(const ModelShape& m, const Strategy& st, const RuleOptions& o) 
                      "for Megatron sequence parallelism",
                      "sequence parallelism needs S/Sp=" + s(m.S / st.Sp) +
                          " tokens per row divisible by T=" + s(st.T)};
-  return std::nullopt;
+  return vocab_rule(m, st.T, "T", o);
 }
 
 // Ulysses: n ranks each attend whole query and KV heads of the full sequence.
@@ -144,12 +152,15 @@ Found ulysses_rules(const ModelShape& m, const Strategy& st, const RuleOptions& 
                      "n=" + s(n) + " ranks must divide n_heads=" + s(m.n_heads) +
                          " and n_kv_heads=" + s(m.n_kv_heads) +
                          " (each rank attends whole query and KV heads)"};
-  return sequence_rules(m, n, "n", Axis::first, o.layout_rules && n > 1, nullptr);
+  if (Found v = sequence_rules(m, n, "n", Axis::first, o.layout_rules && n > 1, nullptr)) return v;
+  return vocab_rule(m, 1, "n", o);
 }
 
 // Ring attention: n ranks pass their K/V blocks round; any head count.
 Found ring_rules(const ModelShape& m, const Strategy& st, const RuleOptions& o) {
-  return sequence_rules(m, st.Sp, "n", Axis::first, o.layout_rules && st.Sp > 1, nullptr);
+  if (Found v = sequence_rules(m, st.Sp, "n", Axis::first, o.layout_rules && st.Sp > 1, nullptr))
+    return v;
+  return vocab_rule(m, 1, "n", o);
 }
 
 // ---- Paper-convention forward volumes (TSP-NOTES.md table), elements ----------------------
@@ -298,6 +309,56 @@ std::unique_ptr<RankLayer> sequence_core_layer(Rank& rank, const LayerProblem& p
       rank, b, std::make_unique<SequenceShardedAttention>(rank, b, w, std::move(core)), w);
 }
 
+// TspModel behind the common interface: each rank scatters its zigzag (layout) tokens.
+class TspRankModel final : public RankModel {
+ public:
+  TspRankModel(Rank& rank, const TspShape& s, const ref::ModelWeights<float>& w)
+      : rank_(rank), s_(s), model_(rank, s, w) {}
+  double forward(std::span<const std::int32_t> tokens,
+                 std::span<const std::int32_t> targets) override {
+    const std::size_t full = static_cast<std::size_t>(s_.B) * s_.S;
+    if (tokens.size() != full || targets.size() != full)
+      throw std::invalid_argument("rank " + std::to_string(rank_.id()) + ": TSP model got " +
+                                  std::to_string(tokens.size()) + " tokens and " +
+                                  std::to_string(targets.size()) +
+                                  " targets for B·S=" + std::to_string(full));
+    std::vector<std::int32_t> tl(static_cast<std::size_t>(s_.B) * s_.Tl()), yl(tl.size());
+    const SequenceLayout layout = s_.layout();
+    layout.scatter(tokens.data(), tl.data(), rank_.id(), s_.B, 1);
+    layout.scatter(targets.data(), yl.data(), rank_.id(), s_.B, 1);
+    return model_.forward(tl.data(), yl.data());
+  }
+  void backward() override { model_.backward(); }
+  void write_gradients(ref::ModelWeights<float>& full) const override {
+    model_.write_gradients(full);
+  }
+  void write_weights(ref::ModelWeights<float>& full) const override { model_.write_weights(full); }
+  std::vector<ParameterShard> parameters() override { return model_.parameters(); }
+
+ private:
+  Rank& rank_;
+  TspShape s_;
+  TspModel model_;
+};
+
+std::unique_ptr<RankModel> tsp_model(Rank& rank, const LayerProblem& p, const Strategy& st,
+                                     const ref::ModelWeights<float>& w) {
+  return std::make_unique<TspRankModel>(rank, tsp_shape(p, st), w);
+}
+
+// Every mesh strategy's model: the vocabulary handling of mesh_model.hpp around the strategy's
+// own layers.
+template <bool SequenceParallel>
+std::unique_ptr<RankModel> mesh_model(Rank& rank, const LayerProblem& p, const Strategy& st,
+                                      const ref::ModelWeights<float>& w) {
+  const BaselineShape b = mesh_shape<SequenceParallel>(p, st);
+  b.validate_whole_model();
+  std::vector<std::unique_ptr<RankLayer>> layers;
+  for (const auto& lw : w.layers)
+    layers.push_back(strategy_info(st.scheme).make_layer(rank, p, st, lw));
+  return std::make_unique<MeshModel>(rank, b, std::move(layers), w);
+}
+
 // ---- The table ------------------------------------------------------------------------------
 
 Strategy make_tsp(int n, int, int) {
@@ -327,40 +388,42 @@ constexpr StrategyInfo kTable[] = {
     {Scheme::tsp, "tsp", "TSP",
      "tensor and sequence parallelism folded onto one axis of D ranks: weight shards broadcast, "
      "K/V all-gathered, MLP shards passed round a ring",
-     MeshKind::one_axis, "the TSP degree", "D", true, true, make_tsp, tsp_rules, tsp_forward,
-     cost::tsp_layer_traffic, tsp_place, tsp_layer},
+     MeshKind::one_axis, "the TSP degree", "D", true, make_tsp, tsp_rules, tsp_forward,
+     cost::tsp_layer_traffic, tsp_place, tsp_layer, tsp_model, cost::tsp_vocab_traffic},
     {Scheme::tp, "tp", "TP",
      "Megatron tensor parallelism: heads and MLP columns over T = D ranks, tokens replicated, "
      "an all-reduce per block",
-     MeshKind::one_axis, "the tensor-parallel degree", "T", true, false, make_tp, mesh_rules<false>,
-     tp_forward, cost::mesh_layer_traffic, mesh_place<false>, baseline_layer<false>},
+     MeshKind::one_axis, "the tensor-parallel degree", "T", true, make_tp, mesh_rules<false>,
+     tp_forward, cost::mesh_layer_traffic, mesh_place<false>, baseline_layer<false>,
+     mesh_model<false>, cost::mesh_vocab_traffic},
     {Scheme::megatron_sp, "megatron-sp", "TP+Megatron-SP",
      "TP with Megatron sequence parallelism: each all-reduce split into reduce-scatter + "
      "all-gather, norms on sequence pieces",
-     MeshKind::one_axis, "the tensor-parallel degree", "T", true, false, make_megatron_sp,
-     mesh_rules<true>, tp_forward, cost::mesh_layer_traffic, mesh_place<true>,
-     baseline_layer<true>},
+     MeshKind::one_axis, "the tensor-parallel degree", "T", true, make_megatron_sp,
+     mesh_rules<true>, tp_forward, cost::mesh_layer_traffic, mesh_place<true>, baseline_layer<true>,
+     mesh_model<true>, cost::mesh_vocab_traffic},
     {Scheme::sp, "sp", "SP",
      "context parallelism: weights replicated, tokens zigzag-sharded over Sp = D ranks, K/V "
      "all-gathered",
-     MeshKind::one_axis, "the sequence-parallel degree", "Sp", true, false, make_sp,
-     mesh_rules<false>, sp_forward, cost::mesh_layer_traffic, mesh_place<false>,
-     baseline_layer<false>},
+     MeshKind::one_axis, "the sequence-parallel degree", "Sp", true, make_sp, mesh_rules<false>,
+     sp_forward, cost::mesh_layer_traffic, mesh_place<false>, baseline_layer<false>,
+     mesh_model<false>, cost::mesh_vocab_traffic},
     {Scheme::ulysses, "ulysses", "Ulysses",
      "DeepSpeed-Ulysses: SP whose attention trades the sequence axis for the head axis by "
      "all-to-all (n = D must divide the KV heads)",
-     MeshKind::one_axis, "the Ulysses degree", "n", false, false, make_ulysses, ulysses_rules,
+     MeshKind::one_axis, "the Ulysses degree", "n", false, make_ulysses, ulysses_rules,
      ulysses_forward, cost::sequence_sharded_layer_traffic, mesh_place<false>,
-     sequence_core_layer<ulysses_attention_core>},
+     sequence_core_layer<ulysses_attention_core>, mesh_model<false>, cost::mesh_vocab_traffic},
     {Scheme::ring, "ring", "Ring attention",
      "ring attention: SP whose K/V blocks pass round the ring, partial outputs merged by "
      "log-sum-exp",
-     MeshKind::one_axis, "the ring attention degree", "n", false, false, make_ring, ring_rules,
-     sp_forward, cost::sequence_sharded_layer_traffic, mesh_place<false>,
-     sequence_core_layer<ring_attention_core>},
+     MeshKind::one_axis, "the ring attention degree", "n", false, make_ring, ring_rules, sp_forward,
+     cost::sequence_sharded_layer_traffic, mesh_place<false>,
+     sequence_core_layer<ring_attention_core>, mesh_model<false>, cost::mesh_vocab_traffic},
     {Scheme::tp_sp, "tp-sp", "TP+SP", "a --tp T x --sp Sp mesh: TP inside a row, SP across rows",
-     MeshKind::grid, "the tensor-parallel degree", "T", true, false, make_tp_sp, mesh_rules<false>,
-     tp_sp_forward, cost::mesh_layer_traffic, mesh_place<false>, baseline_layer<false>},
+     MeshKind::grid, "the tensor-parallel degree", "T", true, make_tp_sp, mesh_rules<false>,
+     tp_sp_forward, cost::mesh_layer_traffic, mesh_place<false>, baseline_layer<false>,
+     mesh_model<false>, cost::mesh_vocab_traffic},
 };
 
 constexpr bool indexed_by_scheme() {

@@ -142,9 +142,10 @@ TEST(Cli, RunDefaultPassesAndWritesTheReportAsJson) {
   std::remove(json.c_str());
 }
 
-TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
+// Every strategy's run, as the whole model (the default) and as the layer stack.
+void expect_every_strategy_passes(bool layers_only) {
   const std::vector<std::vector<std::string>> cases = {
-      {"--strategy", "tsp", "--ranks", "2", "--layers-only"},
+      {"--strategy", "tsp", "--ranks", "2"},
       {"--strategy", "tp", "--ranks", "2"},
       {"--strategy", "megatron-sp", "--ranks", "2"},
       {"--strategy", "sp", "--ranks", "2"},
@@ -154,12 +155,23 @@ TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
   for (const auto& c : cases) {
     std::vector<std::string> args = {"run"};
     args.insert(args.end(), c.begin(), c.end());
+    if (layers_only) args.emplace_back("--layers-only");
     const Outcome o = tspemu(tiny(args));
     EXPECT_EQ(o.code, 0) << c[1] << "\n" << o.out << o.err;
-    EXPECT_NE(o.out.find("layer stack"), std::string::npos) << c[1];
+    EXPECT_NE(o.out.find(layers_only ? "ran: layer stack" : "ran: whole model"), std::string::npos)
+        << c[1] << "\n"
+        << o.out;
     EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << c[1];
     EXPECT_NE(o.out.find("equal on every rank"), std::string::npos) << c[1] << "\n" << o.out;
   }
+}
+
+TEST(Cli, RunEveryStrategysWholeModelPasses) {
+  expect_every_strategy_passes(false);
+}
+
+TEST(Cli, RunEveryStrategyOnTheLayerStackPasses) {
+  expect_every_strategy_passes(true);
 }
 
 TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
@@ -172,6 +184,7 @@ TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   const nlohmann::json j = read_json(json);
   expect_document(j, "compare");
+  EXPECT_EQ(j.at("config").at("whole_model"), true);
   const auto& rows = j.at("rows");
   ASSERT_EQ(rows.size(), 7u);  // TSP, TP, Megatron-SP, SP, Ulysses, ring, TP+SP 2x2
   std::vector<std::string> names;

@@ -38,7 +38,8 @@ TEST(Train, EveryStrategyTrainsWithinTheRuleWithModelStateBytesAsPlanned) {
       {"--strategy", "sp"},
       {"--strategy", "ulysses"},
       {"--strategy", "ring"},
-      {"--strategy", "tp-sp", "--tp", "2", "--sp", "2"}};
+      {"--strategy", "tp-sp", "--tp", "2", "--sp", "2"},
+      {"--strategy", "tp", "--layers-only"}};
   for (const auto& optimizer : {"adamw", "sgd"})
     for (auto args : cases) {
       args.insert(args.begin(), "train");

@@ -62,6 +62,18 @@ std::vector<RuleCase> rule_cases() {
        {.whole_model = true},
        "D=4 does not divide vocab=10"},
       {Strategy::tsp(4), with(b, &M::vocab, 10), blocks, ""},
+      // The whole model cuts the vocabulary as the layers: T | vocab; SP replicates it.
+      {Strategy::tp(4),
+       with(b, &M::vocab, 10),
+       {.whole_model = true},
+       "T=4 does not divide vocab=10"},
+      {Strategy::megatron_sp(2), with(b, &M::vocab, 10), {.whole_model = true}, ""},
+      {Strategy::tp_sp(4, 2),
+       with(b, &M::vocab, 10),
+       {.whole_model = true},
+       "T=4 does not divide vocab=10"},
+      {Strategy::sp(4), with(b, &M::vocab, 10), {.whole_model = true}, ""},
+      {Strategy::ring(4), with(b, &M::vocab, 10), {.whole_model = true}, ""},
       {Strategy::tsp(0), b, blocks, "D=0 must be >= 1"},
       // TP: T shards heads and MLP; tokens replicated, so any S.
       {Strategy::tp(4), with(b, &M::S, 30), blocks, ""},
@@ -130,6 +142,12 @@ TEST(StrategyTable, BlocksAndCostModelRejectExactlyWhatTheTableRejects) {
     mc.ffn = static_cast<int>(c.m.ffn);
     mc.vocab = static_cast<int>(c.m.vocab);
     const int B = static_cast<int>(c.m.B), S = static_cast<int>(c.m.S);
+    auto mesh_check = [&](const BaselineShape& s) {
+      if (c.o.whole_model)
+        s.validate_whole_model();
+      else
+        s.validate();
+    };
     auto block_check = [&] {
       switch (c.st.scheme) {
         case cost::Scheme::tsp: {
@@ -145,16 +163,16 @@ TEST(StrategyTable, BlocksAndCostModelRejectExactlyWhatTheTableRejects) {
           return;
         }
         case cost::Scheme::tp:
-          return BaselineShape::tp(mc, c.st.T, B, S).validate();
+          return mesh_check(BaselineShape::tp(mc, c.st.T, B, S));
         case cost::Scheme::megatron_sp:
-          return BaselineShape::megatron_sp(mc, c.st.T, B, S).validate();
+          return mesh_check(BaselineShape::megatron_sp(mc, c.st.T, B, S));
         case cost::Scheme::sp:
         case cost::Scheme::ring:  // the ring core runs on the SP shape, no rule of its own
-          return BaselineShape::sp(mc, c.st.Sp, B, S).validate();
+          return mesh_check(BaselineShape::sp(mc, c.st.Sp, B, S));
         case cost::Scheme::ulysses:
           return check_ulysses_shape(BaselineShape::sp(mc, c.st.Sp, B, S));
         case cost::Scheme::tp_sp:
-          return BaselineShape::tp_sp(mc, c.st.T, c.st.Sp, B, S).validate();
+          return mesh_check(BaselineShape::tp_sp(mc, c.st.T, c.st.Sp, B, S));
       }
     };
     if (c.o.layout_rules) {

@@ -21,7 +21,8 @@
 // Requirements checked by validate() (std::invalid_argument naming the strategy and the values):
 // a valid model config; T, Sp, B, S >= 1; T | NH, T | NKV (GQA: each shard owns whole KV heads),
 // T | F; Sp > 1: 2·Sp | S (zigzag); sequence_parallel: T | S/Sp — the rules of the strategy
-// table's mesh entries (strategy.hpp).
+// table's mesh entries (strategy.hpp); validate_whole_model() adds the whole model's T | vocab
+// (mesh_model.hpp).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,8 @@ struct BaselineShape {
   static BaselineShape tp_sp(const ref::ModelConfig& m, int T, int Sp, int B, int S);
 
   void validate() const;
-  std::string strategy() const;  // "TP", "TP+Megatron-SP", "SP", "TP+SP"
+  void validate_whole_model() const;  // validate() and the vocabulary-parallel T | vocab
+  std::string strategy() const;       // "TP", "TP+Megatron-SP", "SP", "TP+SP"
   int ranks() const { return T * Sp; }
   int row(int rank) const { return rank / T; }
   int col(int rank) const { return rank % T; }
@@ -66,6 +68,9 @@ struct BaselineShape {
   std::vector<std::int64_t> positions(int rank) const;
   // The TSP shape of degree T whose shard col is this mesh's column col (for packing).
   TspShape shard_shape() const;
+
+ private:
+  void check(bool whole_model) const;
 };
 
 }  // namespace tspemu::tsp

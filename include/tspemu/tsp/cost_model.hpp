@@ -269,6 +269,41 @@ LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy&
                                             const ElementSizes& es, const CostOptions& opt,
                                             int rank);
 
+// The whole model's parts outside the layers — embedding, final norm, LM head, loss — on one rank,
+// counted like the runtime (the strategy's RankModel, strategy.hpp). With Vl = V / vocab_shards
+// rows per shard, R = B·S/Sp row tokens (TSP: the shard of V/D × h weights):
+//   TSP (tsp_model.hpp)   forward: D broadcasts of the embedding shard and D of the LM head shard
+//                         (root rotating), the loss all_reduce of one double; backward: D head
+//                         broadcasts again, D reduces of the head's and D of the embedding's
+//                         gradient shard to their owners, the final norm's gradient all_reduce.
+//   mesh (mesh_model.hpp) over the TP group (T > 1): forward the embedding's all_reduce of
+//                         [R, h] (Megatron-SP: its reduce_scatter to the pieces and the LM head
+//                         input's all_gather), the cross-entropy's all_gather of the per-token
+//                         maxima (R each) and all_reduces of the sum-exp and the target logit
+//                         (R each); backward the LM head input gradient's all_reduce of [R, h]
+//                         (Megatron-SP: the input's all_gather again, the reduce_scatter, and the
+//                         embedding gradient's all_gather). Over the SP group (Sp > 1): the loss
+//                         all_reduce (one double), the embedding's (tied: with the head's) and
+//                         the untied LM head's gradient all_reduce of [Vl, h]. The final norm's
+//                         gradient all_reduce of h: over every rank under Megatron-SP, else over
+//                         the SP group.
+// Elements: activations es.activation (logits and their statistics too), weights es.weight,
+// gradients es.gradient, the loss 8 bytes (a double).
+struct VocabTraffic {
+  Traffic forward, backward;
+};
+// Requirements as layer_traffic, and vocab_shards(st) | m.vocab (std::invalid_argument).
+VocabTraffic vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                           int rank = 0);
+// The closed forms the strategy table's entries point at (unchecked input).
+VocabTraffic tsp_vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                               int rank);
+VocabTraffic mesh_vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,
+                                int rank);
+// How many shards of rows the strategy's whole model cuts the embedding and LM head into: TSP D;
+// TP, Megatron-SP, TP+SP T (vocabulary-parallel over the TP group); SP, Ulysses, ring 1.
+int vocab_shards(const Strategy& st);
+
 // Bytes rank r receives (= sends) in an all_reduce of `count` elements over n ranks, as the
 // runtime counts it (balanced chunks).
 std::uint64_t all_reduce_bytes(std::uint64_t count, int n, int r, double element_bytes);

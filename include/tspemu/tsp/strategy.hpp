@@ -1,9 +1,9 @@
 // The strategy table: everything tspemu knows about each parallel strategy, in one entry each —
 // its name as the CLI spells it, a one-line description, its mesh (how the ranks split into
-// TP × SP), its divisibility rules, its block factory (the per-rank layer `run` builds) and its
-// traffic formula (the cost model's closed form). The blocks' validation (TspShape,
-// BaselineShape, the Ulysses core), the cost model and the `tspemu` commands all ask this table,
-// so a rule or a name is stated once.
+// TP × SP), its divisibility rules, its block and model factories (the per-rank layer and whole
+// model `run` builds) and its traffic formulas (the cost model's closed forms). The blocks'
+// validation (TspShape, BaselineShape, the Ulysses core), the cost model and the `tspemu` commands
+// all ask this table, so a rule or a name is stated once.
 //
 // Strategies (TSP-NOTES.md): tsp (D ranks on one folded axis), tp (Megatron, T = D), megatron-sp
 // (TP with Megatron sequence parallelism, T = D), sp (context parallel, Sp = D), ulysses and ring
@@ -71,7 +71,7 @@ struct RuleOptions {
   bool layout_rules = true;
   LayoutKind tsp_layout = LayoutKind::zigzag;
   int head_buckets = 1;      // TSP's K/V all-gathers per head shard
-  bool whole_model = false;  // TSP's embedding and LM head: D | vocab
+  bool whole_model = false;  // the vocabulary shards of the embedding and LM head: D (T) | vocab
 };
 
 // ---- Block factory --------------------------------------------------------------------------
@@ -113,6 +113,29 @@ class RankLayer {
   virtual std::vector<ParameterShard> parameters() = 0;
 };
 
+// One rank's whole model: embedding, L layers (its strategy's RankLayer), final RMSNorm, LM head
+// and the mean cross-entropy, forward and backward. How each strategy shards the embedding and
+// the LM head is its model's header: tsp_model.hpp (TSP: vocabulary shards broadcast one owner at
+// a time), mesh_model.hpp (TP, Megatron-SP, TP+SP: vocabulary-parallel over the TP group; SP,
+// Ulysses, ring: replicated).
+class RankModel {
+ public:
+  virtual ~RankModel() = default;
+  // tokens, targets: the full [B, S] ids, the same on every rank; each rank reads the tokens it
+  // holds. Returns the mean cross-entropy over all B·S tokens, bitwise the same on every rank.
+  // An id outside [0, vocab) throws std::invalid_argument naming the rank and the id.
+  virtual double forward(std::span<const std::int32_t> tokens,
+                         std::span<const std::int32_t> targets) = 0;
+  // The loss' gradient of every parameter this rank holds (overwritten); once per forward.
+  virtual void backward() = 0;
+  // Writes this rank's share of the gradients (weights) into their places in full-size tensors.
+  // One replica writes each element, so every rank may fill the same `full` concurrently.
+  virtual void write_gradients(ref::ModelWeights<float>& full) const = 0;
+  virtual void write_weights(ref::ModelWeights<float>& full) const = 0;
+  // Every parameter this rank holds, for the optimizer (valid after the first backward).
+  virtual std::vector<ParameterShard> parameters() = 0;
+};
+
 // ---- The table ------------------------------------------------------------------------------
 
 // How the ranks form the strategy's mesh.
@@ -131,9 +154,6 @@ struct StrategyInfo {
   const char* degree_letter;  // "D", "T", "n" (first axis), labels "TSP D=4", "Ulysses n=4"
   // Whether cost::device_memory (the whole-model estimate `plan` prints) models it.
   bool device_estimate;
-  // Whether `run` runs the whole model (embedding, layers, LM head, loss: TspModel) by default;
-  // otherwise the layer stack of make_layer.
-  bool whole_model;
 
   // The strategy of `ranks` ranks (one_axis) or of the tp × sp grid.
   cost::Strategy (*make)(int ranks, int tp, int sp);
@@ -151,6 +171,15 @@ struct StrategyInfo {
   std::unique_ptr<RankLayer> (*make_layer)(Rank& rank, const LayerProblem& p,
                                            const cost::Strategy& st,
                                            const ref::LayerWeights<float>& master);
+  // The whole-model factory: `rank`'s model (p.model.n_layers layers of make_layer) from the
+  // master weights; the rules with RuleOptions::whole_model must hold.
+  std::unique_ptr<RankModel> (*make_model)(Rank& rank, const LayerProblem& p,
+                                           const cost::Strategy& st,
+                                           const ref::ModelWeights<float>& master);
+  // The traffic of the model's embedding, final norm, LM head and loss on `rank` (cost_model.hpp,
+  // the closed form of make_model's part outside the layers); unchecked input.
+  cost::VocabTraffic (*vocab_traffic)(const cost::ModelShape& m, const cost::Strategy& st,
+                                      const cost::ElementSizes& es, int rank);
 };
 
 // Every strategy, in table order.
