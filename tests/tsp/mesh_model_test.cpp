@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "model_checks.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
-#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/mesh_model.hpp"
@@ -134,34 +134,12 @@ void check_model(const ModelCase& mc) {
   SCOPED_TRACE(mc.name());
   const ref::ModelConfig m = mc.model();
   auto w32 = ref::convert_weights<float>(ref::init_weights<double>(m, 11));
-  auto w64 = ref::convert_weights<double>(w32);
   const auto [tokens, targets] = batch_ids(mc);
-  ref::Batch batch{mc.B, mc.S, tokens, targets, {}};
-  ref::ModelCache<double> c64;
-  ref::ModelCache<float> c32;
-  ref::ModelWeights<double> g64;
-  ref::ModelWeights<float> g32;
-  const double loss64 = ref::model_forward(w64, batch, c64);
-  const double loss32 = ref::model_forward(w32, batch, c32);
-  ref::model_backward(w64, batch, c64, g64);
-  ref::model_backward(w32, batch, c32, g32);
-
   const ModelRun r = run_model(mc, w32);
   const int n = mc.st.ranks();
   for (double l : r.losses) EXPECT_EQ(l, r.losses[0]) << "every rank reports the same loss";
-  auto v = ref::check_close("loss", std::vector<float>{static_cast<float>(r.losses[0])},
-                            std::vector<float>{static_cast<float>(loss32)},
-                            std::vector<double>{loss64}, kOracleFactor);
-  EXPECT_TRUE(v) << v.report;
-  const auto cand = ref::parameters(static_cast<const ref::ModelWeights<float>&>(r.grads));
-  const auto r32 = ref::parameters(static_cast<const ref::ModelWeights<float>&>(g32));
-  const auto o64 = ref::parameters(static_cast<const ref::ModelWeights<double>&>(g64));
-  ASSERT_EQ(cand.size(), o64.size());
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    auto vi =
-        ref::check_close(cand[i].name, *cand[i].data, *r32[i].data, *o64[i].data, kOracleFactor);
-    EXPECT_TRUE(vi) << vi.report;
-  }
+  expect_model_passes_oracle_rule(r.losses[0], r.grads, w32, mc.B, mc.S, tokens, targets,
+                                  kOracleFactor);
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b)
       if (replicas(mc.st, a, b)) {

@@ -5,9 +5,9 @@
 
 #include <random>
 
+#include "model_checks.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
-#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/tsp/tsp_model.hpp"
 
@@ -25,15 +25,6 @@ struct ModelCase {
   }
 };
 
-// Every gradient tensor of a model, by checkpoint name.
-template <class T>
-std::vector<std::pair<std::string, const std::vector<T>*>> all_tensors(
-    const ref::ModelWeights<T>& g) {
-  std::vector<std::pair<std::string, const std::vector<T>*>> out;
-  for (const auto& p : ref::parameters(g)) out.emplace_back(p.name, p.data);
-  return out;
-}
-
 void check_model(const ModelCase& mc) {
   TspShape s;
   s.model.vocab = 8 * mc.D;
@@ -48,7 +39,6 @@ void check_model(const ModelCase& mc) {
   s.S = mc.S;
   s.validate();
   auto w32 = ref::convert_weights<float>(ref::init_weights<double>(s.model, 11));
-  auto w64 = ref::convert_weights<double>(w32);
   const std::size_t n = static_cast<std::size_t>(mc.B) * mc.S;
   std::vector<std::int32_t> tokens(n), targets(n);
   std::mt19937 gen(5);
@@ -56,15 +46,6 @@ void check_model(const ModelCase& mc) {
     tokens[i] = static_cast<std::int32_t>(gen() % static_cast<unsigned>(s.model.vocab));
     targets[i] = static_cast<std::int32_t>(gen() % static_cast<unsigned>(s.model.vocab));
   }
-  ref::Batch batch{mc.B, mc.S, tokens, targets, {}};
-  ref::ModelCache<double> c64;
-  ref::ModelCache<float> c32;
-  ref::ModelWeights<double> g64;
-  ref::ModelWeights<float> g32;
-  const double loss64 = ref::model_forward(w64, batch, c64);
-  const double loss32 = ref::model_forward(w32, batch, c32);
-  ref::model_backward(w64, batch, c64, g64);
-  ref::model_backward(w32, batch, c32, g32);
 
   auto gt = ref::ModelWeights<float>::zeros(s.model);
   std::vector<double> losses(static_cast<std::size_t>(mc.D));
@@ -81,18 +62,7 @@ void check_model(const ModelCase& mc) {
     model.write_gradients(gt);
   });
   for (double l : losses) EXPECT_EQ(l, losses[0]) << "every rank reports the same loss";
-  auto v = ref::check_close("loss", std::vector<float>{static_cast<float>(losses[0])},
-                            std::vector<float>{static_cast<float>(loss32)},
-                            std::vector<double>{loss64}, kOracleFactor);
-  EXPECT_TRUE(v) << mc.name() << ": " << v.report;
-  const auto cand = all_tensors(gt), r32 = all_tensors(g32);
-  const auto o64 = all_tensors(g64);
-  ASSERT_EQ(cand.size(), o64.size());
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    auto vi = ref::check_close(cand[i].first, *cand[i].second, *r32[i].second, *o64[i].second,
-                               kOracleFactor);
-    EXPECT_TRUE(vi) << mc.name() << ": " << vi.report;
-  }
+  expect_model_passes_oracle_rule(losses[0], gt, w32, mc.B, mc.S, tokens, targets, kOracleFactor);
 }
 
 TEST(TspModel, LossAndEveryGradientPassTheOracleRule) {
