@@ -476,6 +476,33 @@ TEST(CostModel, RejectsShapesTheImplementationRejects) {
       std::invalid_argument);  // 3 ∤ the 2 KV heads per rank
   EXPECT_THROW(cost::layer_traffic(m, cost::Strategy::tsp(8), cost::ElementSizes{}, {}, 8),
                std::invalid_argument);  // rank out of range
+  m.vocab = 32001;
+  EXPECT_THROW(cost::vocab_traffic(m, cost::Strategy::tp(8), cost::ElementSizes{}),
+               std::invalid_argument);  // 8 ∤ the vocabulary TP shards
+  EXPECT_NO_THROW(cost::vocab_traffic(m, cost::Strategy::sp(8), cost::ElementSizes{}))
+      << "SP replicates the vocabulary";
+}
+
+// The vocabulary-parallel head of TP moves per-token statistics over the TP group and SP's
+// replicated one moves its gradient over the SP group; the measured equality is in
+// mesh_model_test.cpp, these are the closed forms' shapes at the paper's size.
+TEST(CostModel, VocabTrafficIsTheTpGroupsStatisticsOrTheSpGroupsGradients) {
+  const cost::ModelShape m = cost::paper_7b(1, 4096);  // V 32000, h 4096
+  const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
+  using K = CollectiveKind;
+  const cost::VocabTraffic tp = cost::vocab_traffic(m, cost::Strategy::tp(8), es);
+  // embedding all_reduce of [S, h] + sum-exp and target logit all_reduces of [S]
+  EXPECT_EQ(tp.forward.calls_of(K::all_reduce), 3u);
+  const std::uint64_t h = 4096, R = 4096, V = 32000;
+  EXPECT_EQ(tp.forward.received_of(K::all_reduce), 2 * 7 * (R * h + 2 * R) / 8 * 4);
+  EXPECT_EQ(tp.forward.received_of(K::all_gather), 7 * R * 4);  // per-token maxima
+  EXPECT_EQ(tp.backward.calls_of(K::all_reduce), 1u);  // the head input's gradient; no SP group
+  const cost::VocabTraffic sp = cost::vocab_traffic(m, cost::Strategy::sp(8), es);
+  // the loss, one double: rank 0 holds its one-element chunk and receives the 7 others'
+  EXPECT_EQ(sp.forward.total_received(), 7u * 8);
+  // embedding and LM head gradients (V × h each) and the final norm's (h)
+  EXPECT_EQ(sp.backward.calls_of(K::all_reduce), 3u);
+  EXPECT_EQ(sp.backward.received_of(K::all_reduce), 2 * 7 * (2 * V * h + h) / 8 * 4);
 }
 
 }  // namespace

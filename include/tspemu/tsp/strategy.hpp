@@ -22,11 +22,12 @@
 // strategy.cpp. The entry points at functions: the divisibility rules and the paper-convention
 // forward volume live in strategy.cpp; the runtime-counted layer traffic is a cost-model function
 // per family of blocks (cost_model.hpp; each rejects a strategy outside its family), and the
-// block factory builds the blocks from tsp/*.hpp. A strategy built from existing blocks needs
-// nothing else: the commands, the option parser and the blocks' validation read the table. A new
-// family of blocks also needs its layer_traffic closed form and, while `run` checks weights and
-// gradients against the cost model's arena replay (tsp_layer_memory, baseline_layer_memory),
-// a replay of its allocations.
+// block factory builds the blocks from tsp/*.hpp; the model factory wraps them in a whole model
+// (a mesh strategy: MeshModel, whose embedding/LM head/loss traffic is cost::mesh_vocab_traffic).
+// A strategy built from existing blocks needs nothing else: the commands, the option parser and
+// the blocks' validation read the table. A new family of blocks also needs its layer_traffic
+// closed form and, while `run` checks weights and gradients against the cost model's arena
+// replay (tsp_layer_memory, baseline_layer_memory), a replay of its allocations.
 #pragma once
 
 #include <cstdint>
