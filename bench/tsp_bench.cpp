@@ -14,15 +14,20 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "blas_main.hpp"
 #include "layer_fixture.hpp"
+#include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
 
 namespace {
@@ -119,6 +124,153 @@ void BM_TspLayer(benchmark::State& state) {
   state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
 }
 
+// ---- GEMM share of a TSP layer (issue 18 item 4) ----------------------------------------------
+//
+// gemm_share = (the layer's GEMM FLOPs / wall time) / (single-thread sgemm rate x min(D, cores)),
+// the sgemm rate measured in the same run at a large square shape (2048^3). The layer's GEMM
+// FLOPs are the cost model's (ModelShape::weight_gemm_flops + attention_core_flops forward, 3x
+// that forward+backward): the useful work, so TSP's recomputed Q/K/V projections in backward and
+// the masked part of the attention core's key blocks count as overhead. Beside it, to tell the
+// causes apart:
+//   shapes_share     the same with the sgemm rate at the layer's own GEMM shapes, weighted by
+//                    their FLOPs (small or thin GEMMs: packing, K = head size in attention);
+//   in_gemm          the fraction of each rank's wall time spent inside BLAS (the rest: norms,
+//                    RoPE, softmax, reordering, collectives and waiting for the other rank);
+//   gemm_efficiency  the executed GEMM FLOPs / the time inside BLAS / the square sgemm rate (the
+//                    GEMMs' own speed while D ranks run at once: memory bandwidth, shared caches);
+//   useful           the model's FLOPs / the executed GEMM FLOPs (recompute, masked keys).
+// gemm_share = in_gemm x gemm_efficiency x useful x D / min(D, cores). And, forward only,
+//   attn_outside_gemm  the attention core's time outside its GEMMs (masking, softmax: one exp per
+//                      visible score), timed alone on one thread at rank 0's shape for each of the
+//                      D weight shards, over the layer's time per rank.
+
+// FLOP/s of C = A·Bᵀ (matmul_nt) at M x N x K on this thread, over at least min_seconds.
+double sgemm_rate(int M, int N, int K, double min_seconds = 0.25) {
+  std::vector<float> a(static_cast<std::size_t>(M) * K, 0.5f),
+      b(static_cast<std::size_t>(N) * K, 0.25f), c(static_cast<std::size_t>(M) * N);
+  ref::matmul_nt(c.data(), a.data(), b.data(), M, N, K);  // warm: pinning, page faults
+  int calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double seconds = 0;
+  do {
+    ref::matmul_nt(c.data(), a.data(), b.data(), M, N, K);
+    ++calls;
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (seconds < min_seconds);
+  benchmark::DoNotOptimize(c.data());
+  return 2.0 * M * N * K * calls / seconds;
+}
+
+struct GemmShape {
+  const char* name;
+  int M, N, K;
+  double flops;  // its FLOPs in one forward of the layer, per rank
+};
+
+// One rank's forward GEMMs at degree D, by shape (tsp_attention.cpp, tsp_mlp.cpp): per weight
+// shard, Q, K, V, O and gate, up, down; the attention core's score and PV products per query
+// block of 128 rows against the key prefix (about S/2 keys on average).
+std::vector<GemmShape> layer_gemm_shapes(const tsp::TspShape& s) {
+  const int M = s.B * s.Tl(), C = s.model.hidden, D = s.D, hs = s.hs();
+  const int qc = s.NHl() * hs, kc = s.NKVl() * hs, Fl = s.Fl(), keys = s.S / 2, rows = 128;
+  auto f = [](double m, double n, double k) { return 2 * m * n * k; };
+  const double core = f(M, s.S / 2.0, hs) * s.NHl() * D;  // per product, causal half
+  return {{"q_o", M, qc, C, D * (f(M, qc, C) + f(M, C, qc))},
+          {"k_v", M, kc, C, D * 2 * f(M, kc, C)},
+          {"mlp", M, Fl, C, D * 3 * f(M, Fl, C)},
+          {"attn", rows, keys, hs, 2 * core}};
+}
+
+// Seconds of rank 0's attention core for one weight shard outside its GEMMs, on this thread.
+double attention_outside_gemm_seconds(const tsp::TspShape& s) {
+  const int Tl = s.Tl(), NH = s.NHl(), NKV = s.NKVl(), hs = s.hs();
+  const std::size_t rows = static_cast<std::size_t>(s.B) * Tl,
+                    keys = static_cast<std::size_t>(s.B) * s.S;
+  std::vector<float> q(rows * NH * hs, 0.01f), k(keys * NKV * hs, 0.02f), v(keys * NKV * hs, 0.03f),
+      out(q.size()), lse(static_cast<std::size_t>(s.B) * NH * Tl);
+  std::vector<std::int64_t> q_pos(static_cast<std::size_t>(Tl)),
+      k_pos(static_cast<std::size_t>(s.S));
+  const tsp::SequenceLayout layout = s.layout();
+  for (int i = 0; i < Tl; ++i) q_pos[static_cast<std::size_t>(i)] = layout.position(0, i);
+  std::iota(k_pos.begin(), k_pos.end(), 0);
+  const ref::AttentionDims ad{s.B, Tl, s.S, NH, NKV, hs};
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    ref::gemm_counters() = {};
+    const auto t0 = std::chrono::steady_clock::now();
+    ref::causal_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(),
+                                  q_pos.data(), k_pos.data(), ad);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, wall - static_cast<double>(ref::gemm_counters().nanoseconds) * 1e-9);
+  }
+  return best;
+}
+
+void BM_TspGemmShare(benchmark::State& state) {
+  const int D = static_cast<int>(state.range(0));
+  const bool backward = state.range(1) != 0;
+  Fixture& f = fixture();
+  tsp::TspShape s;
+  s.model = f.cfg;
+  s.D = D;
+  s.B = kB;
+  s.S = kS;
+  s.validate();
+  // The same run's single-thread rates, before the layer runs.
+  const double square = sgemm_rate(2048, 2048, 2048);
+  double mix_flops = 0, mix_seconds = 0;
+  for (const GemmShape& g : layer_gemm_shapes(s)) {
+    const double rate = sgemm_rate(g.M, g.N, g.K);
+    state.counters[std::string("sgemm_GFLOPs_") + g.name] = rate / 1e9;
+    mix_flops += g.flops;
+    mix_seconds += g.flops / rate;
+  }
+  const double mix = mix_flops / mix_seconds;
+  const double softmax = backward ? 0.0 : attention_outside_gemm_seconds(s);
+  const auto m = tsp::cost::ModelShape::from(f.cfg, kB, kS);
+  const double model_flops =
+      (backward ? 3.0 : 1.0) * (m.weight_gemm_flops() + m.attention_core_flops());
+  World& w = world(D);
+  double seconds_total = 0, executed = 0, in_blas = 0;
+  for (auto _ : state) {
+    std::vector<double> flops(static_cast<std::size_t>(D)), ns(static_cast<std::size_t>(D));
+    double seconds = 0;
+    w.run([&](Rank& r) {
+      tsp::TspLayer layer(r, s, f.w);
+      bench::RankLayerTensors t(r, f, s);
+      barrier(r.comm());
+      ref::gemm_counters() = {};
+      const auto t0 = std::chrono::steady_clock::now();
+      layer.forward(t.x.data(), t.y.data());
+      if (backward) layer.backward(t.x.data(), t.dy.data(), t.dx.data());
+      barrier(r.comm());
+      if (r.id() == 0)
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      flops[static_cast<std::size_t>(r.id())] = ref::gemm_counters().flops;
+      ns[static_cast<std::size_t>(r.id())] = static_cast<double>(ref::gemm_counters().nanoseconds);
+    });
+    state.SetIterationTime(seconds);
+    seconds_total += seconds;
+    for (int r = 0; r < D; ++r) {
+      executed += flops[static_cast<std::size_t>(r)];
+      in_blas += ns[static_cast<std::size_t>(r)] / 1e9;
+    }
+  }
+  const double iters = static_cast<double>(state.iterations());
+  const double cores = std::min<double>(D, std::max(1U, std::thread::hardware_concurrency()));
+  const double rate = model_flops * iters / seconds_total;
+  state.counters["sgemm_GFLOPs"] = square / 1e9;
+  state.counters["sgemm_GFLOPs_shapes"] = mix / 1e9;
+  state.counters["layer_GFLOPs"] = rate / 1e9;
+  state.counters["gemm_share"] = rate / (square * cores);
+  state.counters["shapes_share"] = rate / (mix * cores);
+  state.counters["in_gemm"] = in_blas / (D * seconds_total);
+  state.counters["gemm_efficiency"] = executed / in_blas / square;
+  state.counters["useful"] = model_flops * iters / executed;
+  if (!backward) state.counters["attn_outside_gemm"] = D * softmax * iters / seconds_total;
+}
+
 BENCHMARK(BM_ReferenceLayer)
     ->ArgName("backward")
     ->Arg(0)
@@ -132,6 +284,13 @@ BENCHMARK(BM_TspLayer)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
+// D = 1 beside D = 2: the same schedule without a second rank to wait for.
+BENCHMARK(BM_TspGemmShare)
+    ->ArgNames({"D", "backward"})
+    ->ArgsProduct({{2, 1}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 

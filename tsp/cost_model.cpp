@@ -627,9 +627,9 @@ StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& d
   es.gradient = a.precision.gradient;
   const LayerTraffic t = layer_traffic(m, st, es);
   const double BS = static_cast<double>(m.B * m.S), h = static_cast<double>(m.hidden),
-               S = static_cast<double>(m.S), L = static_cast<double>(m.layers);
-  const double gemm = 2 * BS * static_cast<double>(m.attention_params() + m.mlp_params()) / N;
-  const double core = 2 * BS * S * h / N;
+               L = static_cast<double>(m.layers);
+  const double gemm = m.weight_gemm_flops() / N;
+  const double core = m.attention_core_flops() / N;
   const double extra = a.recompute == Recompute::full        ? gemm + core
                        : a.recompute == Recompute::selective ? core
                                                              : 0.0;

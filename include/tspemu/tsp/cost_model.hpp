@@ -149,6 +149,17 @@ struct ModelShape {
   // Embedding + LM head (unless tied) + final norm.
   std::int64_t vocab_params() const { return (tie_embeddings ? 1 : 2) * vocab * hidden + hidden; }
   std::int64_t total_params() const { return layers * layer_params() + vocab_params(); }
+  // Forward FLOPs of one layer over all B·S tokens, as GEMMs: the weights' 2·B·S·(attention + MLP
+  // params), and the causal attention core's QKᵀ and PV over half the (query, key) pairs,
+  // 2 · 2·B·S·S·h / 2. Backward is twice the forward (dX and dW, or dQ/dK/dV's two products each).
+  double weight_gemm_flops() const {
+    return 2.0 * static_cast<double>(B) * static_cast<double>(S) *
+           static_cast<double>(attention_params() + mlp_params());
+  }
+  double attention_core_flops() const {
+    return 2.0 * static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S) *
+           static_cast<double>(hidden);
+  }
 };
 
 // The strategies; everything about each (names, mesh, rules, formulas, blocks) is its entry in the
