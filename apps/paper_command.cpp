@@ -95,6 +95,7 @@ std::vector<std::int64_t> lengths() {
 
 std::vector<std::pair<double, std::string>> seq_ticks(const std::vector<std::int64_t>& seqs) {
   std::vector<std::pair<double, std::string>> t;
+  t.reserve(seqs.size());
   for (std::int64_t S : seqs) t.emplace_back(static_cast<double>(S), seq_label(S));
   return t;
 }
@@ -262,6 +263,7 @@ int paper_command(const PaperArgs& a, std::ostream& out) {
   {
     const std::vector<std::int64_t> seqs = lengths();
     std::vector<double> xs;
+    xs.reserve(seqs.size());
     for (std::int64_t S : seqs) xs.push_back(static_cast<double>(S));
     Panel vol = volume_panel("forward communication vs S", "sequence length S (B = 1)", true, xs,
                              [](double S) { return cost::paper_7b(1, std::llround(S)); });

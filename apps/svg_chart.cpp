@@ -162,7 +162,9 @@ void panel(std::ostringstream& o, const Panel& p, double ox) {
     }
   for (const auto& h : p.hlines) ymax = std::max(ymax, h.first);
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1;
-  const auto [ytop, step] = y_axis(ymax);
+  // Named variables, not a structured binding: the lambdas below capture ytop.
+  const auto axis = y_axis(ymax);
+  const double ytop = axis.first, step = axis.second;
   auto fx = [&](double x) { return p.log2_x ? std::log2(std::max(x, 1e-300)) : x; };
   const double x0 = fx(xmin), x1 = fx(xmax) > x0 ? fx(xmax) : x0 + 1;
   const double pw = kPanelW - kLeft - kRight, ph = kPanelH - kTop - kBottom;

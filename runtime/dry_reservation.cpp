@@ -94,7 +94,7 @@ DryReservation::DryReservation() {
   for (std::size_t size = std::size_t{1} << 44; size >= (std::size_t{1} << 36); size /= 2) {
     void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
-      base_ = reinterpret_cast<std::uintptr_t>(p);
+      base_ = static_cast<std::byte*>(p);
       size_ = size;
       return;
     }
@@ -116,7 +116,7 @@ void* DryReservation::take(std::size_t bytes) {
     return p;
   }
   if (bytes > size_ - used_) throw std::bad_alloc();
-  void* p = reinterpret_cast<void*>(base_ + used_);
+  void* p = base_ + used_;
   used_ += bytes;
   return p;
 }

@@ -35,13 +35,15 @@ class DryReservation {
 
   // Async-signal-safe: plain reads of values fixed before the handler is installed.
   bool contains(const void* p) const noexcept {
+    // Compared as integers: p may point anywhere, outside the reservation's object.
     const auto a = reinterpret_cast<std::uintptr_t>(p);
-    return a >= base_ && a < base_ + size_;
+    const auto base = reinterpret_cast<std::uintptr_t>(base_);
+    return a >= base && a - base < size_;
   }
 
  private:
   DryReservation();
-  std::uintptr_t base_ = 0;
+  std::byte* base_ = nullptr;
   std::size_t size_ = 0;
   std::mutex mutex_;
   std::size_t used_ = 0;                                           // guarded by mutex_

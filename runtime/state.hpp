@@ -129,7 +129,7 @@ struct RankState {
 };
 
 struct WorldShared {
-  explicit WorldShared(WorldOptions o);
+  explicit WorldShared(const WorldOptions& o);
   WorldOptions opts;
   int spin_iterations;   // before yielding: shorter when ranks outnumber cores
   int yield_iterations;  // before parking
@@ -201,7 +201,7 @@ struct WorldShared {
   void select_observers();
   // Records `error` as the run's failure if it is the first, raises `aborted` and wakes everyone.
   // A first failure raised in this process (not `from_other_process`) goes to the other ones.
-  void fail(int rank, const std::string& message, std::exception_ptr error,
+  void fail(int rank, const std::string& message, const std::exception_ptr& error,
             bool from_other_process = false);
   std::string first_failure();
 };

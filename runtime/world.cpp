@@ -157,7 +157,7 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
   return std::make_unique<SharedMemoryTransport>();
 }
 
-WorldShared::WorldShared(WorldOptions o) : opts(o), local_ranks(o.ranks) {
+WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) {
   transport = make_transport(*this);
   observers.push_back(make_injection_observer());
   observers.push_back(make_flight_observer());
@@ -191,7 +191,7 @@ WorldShared::WorldShared(WorldOptions o) : opts(o), local_ranks(o.ranks) {
   long_yield = oversubscribed ? std::chrono::nanoseconds::max() : std::chrono::microseconds(20);
 }
 
-void WorldShared::fail(int rank, const std::string& message, std::exception_ptr error,
+void WorldShared::fail(int rank, const std::string& message, const std::exception_ptr& error,
                        bool from_other_process) {
   bool first = false;
   {
@@ -406,7 +406,7 @@ Trace World::trace() const {
 void World::set_injection(std::optional<Injection> inject) {
   if (inject) inject->validate(shared_->opts.hang_timeout);
   // Workers are idle between runs; the next run's generation bump publishes the change.
-  shared_->opts.inject = std::move(inject);
+  shared_->opts.inject = inject;
 }
 double World::simulated_seconds(int rank) const {
   return static_cast<double>(shared_->ranks.at(static_cast<std::size_t>(rank))->sim.now_ns()) *

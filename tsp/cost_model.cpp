@@ -77,7 +77,7 @@ ModelShape paper_7b(i64 B, i64 S) {
   m.hidden = 4096;
   m.n_heads = 32;
   m.n_kv_heads = 32;
-  m.ffn = 4 * 4096;
+  m.ffn = 4 * m.hidden;
   m.layers = 32;
   m.vocab = 32000;
   return m;

@@ -64,15 +64,16 @@ Found shard_rules(const ModelShape& m, int d, const std::string& letter, Axis ax
 Found sequence_rules(const ModelShape& m, int d, const std::string& letter, Axis axis, bool zigzag,
                      const char* layout) {
   if (Found v = degree_rule(d, letter, axis)) return v;
-  if (zigzag && m.S % (2 * d) != 0)
+  const i64 chunks = 2 * static_cast<i64>(d);
+  if (zigzag && m.S % chunks != 0)
     return Violation{
         Quantity::seq,
         m.S,
-        2 * d,
+        chunks,
         "2·" + letter,
         axis,
         "for the zigzag layout",
-        "zigzag layout needs S=" + s(m.S) + " divisible by 2·" + letter + "=" + s(2 * d)};
+        "zigzag layout needs S=" + s(m.S) + " divisible by 2·" + letter + "=" + s(chunks)};
   if (m.S % d != 0)
     return Violation{Quantity::seq,
                      m.S,

@@ -36,7 +36,8 @@ void sequence_heads_exchange(Comm& comm, const std::byte* in, std::size_t in_cou
   const std::size_t es = dtype_size(dtype);
   const std::size_t n = static_cast<std::size_t>(comm.size());
   const std::size_t me = static_cast<std::size_t>(comm.rank());
-  const auto [B, S, H, hs] = shape;
+  // Named variables, not a structured binding: the lambda below captures them.
+  const std::size_t B = shape.B, S = shape.S_local, H = shape.H, hs = shape.hs;
   if (H % n != 0)
     bad_argument(comm, op,
                  "H = " + std::to_string(H) + " heads are not divisible by the " +

@@ -180,9 +180,9 @@ void count_traffic(Comm& comm, CollectiveKind kind, std::size_t sent, std::size_
   e.bytes_received += received;
 }
 
-void fail_world(Comm& comm, const std::string& message, std::exception_ptr error) {
+void fail_world(Comm& comm, const std::string& message, const std::exception_ptr& error) {
   RankState& self = comm.self();
-  self.world->fail(self.rank, message, std::move(error));
+  self.world->fail(self.rank, message, error);
 }
 
 void wait_for(Comm& comm, const OpRef& op, const std::function<bool()>& ready) {

@@ -65,7 +65,7 @@ class Call {
 Transport& transport_of(Comm& comm);
 void count_traffic(Comm& comm, CollectiveKind kind, std::size_t sent, std::size_t received);
 // Records a runtime failure detected by this rank as the run's failure and aborts the world.
-void fail_world(Comm& comm, const std::string& message, std::exception_ptr error);
+void fail_world(Comm& comm, const std::string& message, const std::exception_ptr& error);
 template <class E>
 [[noreturn]] void raise(Comm& comm, const E& error) {
   fail_world(comm, error.what(), std::make_exception_ptr(error));

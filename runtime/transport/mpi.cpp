@@ -761,6 +761,9 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
   p_->thread = std::thread([p = p_.get()] { p->loop(); });
 }
 
+// Deliberately not guarded: a lock or join that throws here would leave the progress thread running
+// on freed state; terminating (the destructor is noexcept) is the only safe outcome.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 MpiTransport::~MpiTransport() {
   MpiProcess& mp = MpiProcess::get();
   std::lock_guard lock(mp.mu);
