@@ -12,6 +12,7 @@
 #include "oracle_tasks.hpp"
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/core/dry_run.hpp"
+#include "tspemu/reference/exp_poly.hpp"
 #include "tspemu/reference/matmul.hpp"
 
 namespace tspemu::ref {
@@ -92,6 +93,107 @@ double dry_score_gemm_macs(const AttentionDims& d) {
   return 0.5 * d.Tq * static_cast<double>(d.Tk) * d.B * d.NH * d.hs;
 }
 
+// ---- fp32 rows with ascending key positions ------------------------------------------------
+// With ascending key positions, the keys visible to a query are a prefix of the row, so masking
+// is a length and the row's exps, max and sums run four lanes at a time (exp_poly). The double
+// oracle, and keys in any other order, take the per-element loops (std::exp, index-order sums).
+
+// Keys visible to a query at position qp among the first kend (ascending) key positions.
+int visible_prefix(const std::int64_t* k_pos, int kend, std::int64_t qp) {
+  return static_cast<int>(std::upper_bound(k_pos, k_pos + kend, qp) - k_pos);
+}
+
+// Lanes i of v where i < n (the rest padded with `pad`), so a row's tail goes through the same
+// vector code as its body.
+f32x4 load_tail(const float* p, int n, float pad) {
+  f32x4 v = f32x4{} + pad;
+  for (int i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+
+void store_tail(float* p, f32x4 v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+
+// Sum of the four lanes in a fixed order (the row sums' last step).
+float lane_sum(f32x4 v) {
+  return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+// row[0, n) = exp(row * a - b), returning their sum (four lane partial sums in index order
+// within each lane, then lane_sum).
+float exp_row(float* row, int n, float a, float b) {
+  f32x4 acc{};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const f32x4 e = exp_poly(load_f32x4(row + j) * a - b);
+    store_f32x4(row + j, e);
+    acc += e;
+  }
+  if (j < n) {
+    // Padding -inf: exp gives 0, which leaves acc unchanged.
+    const f32x4 e =
+        exp_poly(load_tail(row + j, n - j, -std::numeric_limits<float>::infinity()) * a - b);
+    store_tail(row + j, e, n - j);
+    acc += e;
+  }
+  return lane_sum(acc);
+}
+
+// Forward: row[0, nvis) = exp(row * scale - max), row[nvis, kend) = 0, the softmax's numerators;
+// *inv = 1 / their sum, applied by the caller to the row's output (bq x hs) instead of to the
+// row (bq x kend). Returns the logsumexp of the scaled row (-inf, with a zero row and *inv = 0,
+// when no key is visible).
+float softmax_prefix_row(float* row, int nvis, int kend, float scale, float* inv) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // The max is order-independent, so the lanes give exactly the per-element loop's value.
+  f32x4 mx = f32x4{} + neg_inf;
+  int j = 0;
+  for (; j + 4 <= nvis; j += 4) {
+    const f32x4 x = load_f32x4(row + j) * scale;
+    mx = (f32x4)(((i32x4)x & (x > mx)) | ((i32x4)mx & ~(x > mx)));
+  }
+  float m = std::max(std::max(mx[0], mx[1]), std::max(mx[2], mx[3]));
+  for (; j < nvis; ++j) m = std::max(m, row[j] * scale);
+  if (m == neg_inf) {  // no visible key
+    std::fill_n(row, kend, 0.0f);
+    *inv = 0.0f;
+    return neg_inf;
+  }
+  const float sum = exp_row(row, nvis, scale, m);
+  std::fill(row + nvis, row + kend, 0.0f);
+  *inv = 1.0f / sum;
+  return m + std::log(sum);
+}
+
+// Backward, before dv: p[0, nvis) = exp(s · scale - lse) (the forward's probabilities from its
+// saved lse), p[nvis, kend) = 0.
+void probabilities_prefix_row(float* p, int nvis, int kend, float scale, float lse) {
+  if (lse == -std::numeric_limits<float>::infinity()) nvis = 0;  // the query saw no key
+  exp_row(p, nvis, scale, lse);
+  std::fill(p + nvis, p + kend, 0.0f);
+}
+
+// Backward, after dv: p = dS = p ∘ (dp - delta) · scale, delta the caller's or (nullptr)
+// rowsum(p ∘ dp) over this call's keys (p is 0 past nvis).
+void softmax_grad_prefix_row(float* p, const float* dp, int nvis, int kend, float scale,
+                             const float* delta) {
+  float dot = 0;
+  if (delta) {
+    dot = *delta;
+  } else {
+    f32x4 acc{};
+    int j = 0;
+    for (; j + 4 <= nvis; j += 4) acc += load_f32x4(p + j) * load_f32x4(dp + j);
+    if (j < nvis) acc += load_tail(p + j, nvis - j, 0.0f) * load_tail(dp + j, nvis - j, 0.0f);
+    dot = lane_sum(acc);
+  }
+  int j = 0;
+  for (; j + 4 <= kend; j += 4)
+    store_f32x4(p + j, load_f32x4(p + j) * (load_f32x4(dp + j) - dot) * scale);
+  for (; j < kend; ++j) p[j] = p[j] * (dp[j] - dot) * scale;
+}
+
 }  // namespace
 
 template <class T>
@@ -109,6 +211,7 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
     span.set_flops(2 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const bool keys_ascending = std::is_sorted(k_positions, k_positions + d.Tk);
   const std::size_t scratch = std::size_t(kQueryBlock) * std::max(d.Tk, 1);
   Scratch<T> serial(scratch);
   // One task per (batch, head): it alone writes that head's rows of out and lse.
@@ -116,7 +219,8 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
     const int b = task / d.NH, h = task % d.NH;
     const HeadView hv = head_view(d, b, h);
     std::vector<T> own;
-    T* s = serial.for_task(own, scratch);  // [bq, kend] scores -> probs
+    T* s = serial.for_task(own, scratch);     // [bq, kend] scores -> probs
+    [[maybe_unused]] T row_inv[kQueryBlock];  // fp32 prefix rows: 1 / each row's exp sum
     {
       for (int i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int i1 = std::min(i0 + kQueryBlock, d.Tq), bq = i1 - i0;
@@ -136,6 +240,13 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
         for (int i = 0; i < bq; ++i) {
           T* row = s + std::size_t(i) * kend;
           const std::int64_t qp = q_positions[i0 + i];
+          if constexpr (std::is_same_v<T, float>) {
+            if (keys_ascending) {
+              lse_blk[i] = softmax_prefix_row(row, visible_prefix(k_positions, kend, qp), kend,
+                                              scale, &row_inv[i]);
+              continue;
+            }
+          }
           T m = neg_inf;
           for (int j = 0; j < kend; ++j) {
             row[j] = k_positions[j] <= qp ? row[j] * scale : neg_inf;
@@ -157,6 +268,12 @@ void causal_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v
         }
         // out_blk = p @ v[:kend]
         matmul_nn(o_blk, s, v + hv.k_off, bq, d.hs, kend, false, kend, hv.ldk, hv.ldq);
+        if constexpr (std::is_same_v<T, float>) {
+          if (keys_ascending) {
+            for (int i = 0; i < bq; ++i)
+              for (int c = 0; c < d.hs; ++c) o_blk[std::size_t(i) * hv.ldq + c] *= row_inv[i];
+          }
+        }
       }
     }
   });
@@ -178,6 +295,7 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
     span.set_flops(5 * 2 * score_gemm_macs(q_positions, k_positions, d));
   const T scale = T(1.0 / std::sqrt(double(d.hs)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const bool keys_ascending = std::is_sorted(k_positions, k_positions + d.Tk);
   if (!accumulate) {
     const std::size_t kv_elems = std::size_t(d.B) * d.Tk * d.NKV * d.hs;
     std::fill_n(dk, kv_elems, T(0));
@@ -217,6 +335,12 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
           T* prow = p + std::size_t(i) * kend;
           const std::int64_t qp = q_positions[i0 + i];
           const T l = lse_blk[i];
+          if constexpr (std::is_same_v<T, float>) {
+            if (keys_ascending) {
+              probabilities_prefix_row(prow, visible_prefix(k_positions, kend, qp), kend, scale, l);
+              continue;
+            }
+          }
           for (int j = 0; j < kend; ++j) {
             const bool visible = k_positions[j] <= qp && l != neg_inf;
             prow[j] = visible ? std::exp(prow[j] * scale - l) : T(0);
@@ -229,6 +353,14 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
         for (int i = 0; i < bq; ++i) {
           T* prow = p + std::size_t(i) * kend;
           const T* dprow = dp + std::size_t(i) * kend;
+          if constexpr (std::is_same_v<T, float>) {
+            if (keys_ascending) {
+              softmax_grad_prefix_row(prow, dprow,
+                                      visible_prefix(k_positions, kend, q_positions[i0 + i]), kend,
+                                      scale, delta_blk ? delta_blk + i : nullptr);
+              continue;
+            }
+          }
           T dot = 0;
           if (delta_blk) {
             dot = delta_blk[i];
