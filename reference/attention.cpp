@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -95,7 +96,7 @@ double dry_score_gemm_macs(const AttentionDims& d) {
 
 // ---- fp32 rows with ascending key positions ------------------------------------------------
 // With ascending key positions, the keys visible to a query are a prefix of the row, so masking
-// is a length and the row's exps, max and sums run four lanes at a time (exp_poly). The double
+// is a length and the row's exps, max and sums run on vector lanes (exp_poly). The double
 // oracle, and keys in any other order, take the per-element loops (std::exp, index-order sums).
 
 // Keys visible to a query at position qp among the first kend (ascending) key positions.
@@ -111,34 +112,54 @@ f32x4 load_tail(const float* p, int n, float pad) {
   return v;
 }
 
-void store_tail(float* p, f32x4 v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = v[i];
-}
-
 // Sum of the four lanes in a fixed order (the row sums' last step).
 float lane_sum(f32x4 v) {
   return (v[0] + v[1]) + (v[2] + v[3]);
 }
 
-// row[0, n) = exp(row * a - b), returning their sum (four lane partial sums in index order
-// within each lane, then lane_sum).
-float exp_row(float* row, int n, float a, float b) {
-  f32x4 acc{};
+// Sixteen float lanes: four SSE vectors on baseline x86-64, one AVX-512 vector in exp_row's
+// avx512f clone. The clones run the same lane arithmetic and the same summation order; GCC may
+// fuse a*b+c into an FMA in the avx512f clone (the baseline has no FMA), so an AVX-512 machine
+// can differ from another in the last bits of an exp, while every run on one machine is bitwise
+// repeatable.
+using f32x16 = float __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TSPEMU_WIDE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TSPEMU_WIDE_CLONES
+#endif
+
+// row[0, n) = exp(row * a - b), returning their sum: sixteen lane partial sums, each in index
+// order, then a fixed pairwise tree. The softmax rows' hot loop (one exp per visible score).
+TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
+  f32x16 acc{};
   int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const f32x4 e = exp_poly(load_f32x4(row + j) * a - b);
-    store_f32x4(row + j, e);
+  for (; j + 16 <= n; j += 16) {
+    f32x16 e;
+    std::memcpy(&e, row + j, sizeof e);
+    e = e * a - b;
+    exp_poly_in_place(e);
+    std::memcpy(row + j, &e, sizeof e);
     acc += e;
   }
   if (j < n) {
-    // Padding -inf: exp gives 0, which leaves acc unchanged.
-    const f32x4 e =
-        exp_poly(load_tail(row + j, n - j, -std::numeric_limits<float>::infinity()) * a - b);
-    store_tail(row + j, e, n - j);
+    // The tail through the same code, padded with -inf: exp gives 0, leaving acc unchanged.
+    f32x16 e = f32x16{} - std::numeric_limits<float>::infinity();
+    std::memcpy(&e, row + j, std::size_t(n - j) * sizeof(float));
+    e = e * a - b;
+    exp_poly_in_place(e);
+    std::memcpy(row + j, &e, std::size_t(n - j) * sizeof(float));
     acc += e;
   }
-  return lane_sum(acc);
+  float lanes[16];
+  std::memcpy(lanes, &acc, sizeof lanes);
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
 }
+
+#undef TSPEMU_WIDE_CLONES
 
 // Forward: row[0, nvis) = exp(row * scale - max), row[nvis, kend) = 0, the softmax's numerators;
 // *inv = 1 / their sum, applied by the caller to the row's output (bq x hs) instead of to the

@@ -1,5 +1,6 @@
 #include "tspemu/reference/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
@@ -12,22 +13,42 @@ namespace tspemu::ref {
 
 namespace {
 
-// cos/sin tables [T, hs/2], computed in double for every scalar type (see header).
+// cos/sin tables [T, hs/2] for one set of positions, computed in double for every scalar type
+// (see header).
 template <class T>
-void rope_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, const std::int64_t* positions,
-                 int T_, int hs, double base) {
+struct RopeTables {
+  std::vector<std::int64_t> positions;
+  int hs = 0;
+  double base = 0;
+  std::vector<T> cos_t, sin_t;
+};
+
+// The calling thread's tables for (positions, hs, base), recomputed only when one of them
+// changed since its last call: a rank's blocks rotate Q, K and their gradients at the same
+// positions several times per layer, and each table costs T · hs/2 pow, cos and sin in double.
+// The values are the same computed or reused, so results do not depend on the cache.
+template <class T>
+const RopeTables<T>& rope_tables(const std::int64_t* positions, int T_, int hs, double base) {
   if (hs % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(hs) + " is odd");
+  thread_local RopeTables<T> tables;
+  if (tables.hs == hs && tables.base == base &&
+      std::equal(positions, positions + T_, tables.positions.begin(), tables.positions.end()))
+    return tables;
   const int half = hs / 2;
-  cos_t.resize(std::size_t(T_) * half);
-  sin_t.resize(std::size_t(T_) * half);
+  tables.positions.assign(positions, positions + T_);
+  tables.hs = hs;
+  tables.base = base;
+  tables.cos_t.resize(std::size_t(T_) * half);
+  tables.sin_t.resize(std::size_t(T_) * half);
   for (int t = 0; t < T_; ++t) {
     for (int i = 0; i < half; ++i) {
       const double inv_freq = 1.0 / std::pow(base, double(2 * i) / double(hs));
       const double angle = double(positions[t]) * inv_freq;
-      cos_t[std::size_t(t) * half + i] = T(std::cos(angle));
-      sin_t[std::size_t(t) * half + i] = T(std::sin(angle));
+      tables.cos_t[std::size_t(t) * half + i] = T(std::cos(angle));
+      tables.sin_t[std::size_t(t) * half + i] = T(std::sin(angle));
     }
   }
+  return tables;
 }
 
 // Rotates (a, b) = (x[i], x[i+half]) by +angle (forward) or -angle (backward).
@@ -35,8 +56,9 @@ template <class T>
 void rope_apply(T* x, const std::int64_t* positions, int B, int T_, int NH, int hs, double base,
                 bool inverse) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
-  std::vector<T> cos_t, sin_t;
-  rope_tables(cos_t, sin_t, positions, T_, hs, base);
+  const RopeTables<T>& tables = rope_tables<T>(positions, T_, hs, base);
+  const std::vector<T>& cos_t = tables.cos_t;
+  const std::vector<T>& sin_t = tables.sin_t;
   const int half = hs / 2;
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T_; ++t) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -212,6 +213,31 @@ TEST(Rope, RotatesHalvesNotInterleavedPairs) {
   rope_forward(y.data(), pos.data(), 1, 1, 1, 4, 100.0);
   EXPECT_NEAR(y[1], std::cos(0.1), 1e-15);
   EXPECT_NEAR(y[3], std::sin(0.1), 1e-15);
+}
+
+// The per-thread cos/sin table is reused only for the same positions, head size and base: any
+// call's rotation equals that of a fresh thread, whatever came before.
+TEST(Rope, EachCallRotatesByItsOwnPositionsHeadSizeAndBase) {
+  const int T = 3, NH = 2;
+  const std::vector<std::int64_t> a = {0, 5, 9}, b = {0, 5, 10}, shorter = {0, 5};
+  const auto x = random_vector(T * NH * 8, 12);
+  auto rotated = [&](const std::vector<std::int64_t>& pos, int hs, double base) {
+    std::vector<double> y(x.begin(), x.begin() + std::ptrdiff_t(pos.size()) * NH * hs);
+    rope_forward(y.data(), pos.data(), 1, int(pos.size()), NH, hs, base);
+    return y;
+  };
+  auto on_fresh_thread = [&](const std::vector<std::int64_t>& pos, int hs, double base) {
+    std::vector<double> y;
+    std::thread([&] { y = rotated(pos, hs, base); }).join();
+    return y;
+  };
+  const auto ya = rotated(a, 8, 100.0);
+  EXPECT_EQ(rotated(b, 8, 100.0), on_fresh_thread(b, 8, 100.0));
+  EXPECT_NE(rotated(b, 8, 100.0), ya);
+  EXPECT_EQ(rotated(shorter, 8, 100.0), on_fresh_thread(shorter, 8, 100.0));
+  EXPECT_EQ(rotated(a, 4, 100.0), on_fresh_thread(a, 4, 100.0));
+  EXPECT_EQ(rotated(a, 8, 500.0), on_fresh_thread(a, 8, 500.0));
+  EXPECT_EQ(rotated(a, 8, 100.0), ya);
 }
 
 TEST(Init, FloatAndDoubleModelsHoldTheSameValuesUpToOneRounding) {

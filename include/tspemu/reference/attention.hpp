@@ -24,6 +24,13 @@
 //   - A query that sees no key (in this call's keys) gets out = 0, lse = -inf, and contributes
 //     no gradient; merge_attention_partials treats such a partial as empty.
 //   - Bad dims throw std::invalid_argument naming the function and every dimension.
+//   - float with ascending k_positions (every caller's order: a full sequence, a rank's zigzag
+//     keys, a ring block): a query's visible keys are a prefix, so masking is a length and the
+//     softmax rows run on vector lanes with exp_poly (exp_poly.hpp, <= 1 ulp) and lane partial
+//     sums; forward scales each output row by 1 / (its exp sum) after P V instead of normalizing
+//     P. double (the oracle), and keys in any other order, run the per-element rows (std::exp,
+//     index-order sums). Either way a row's result depends only on its own visible keys, never
+//     on the query block or the lane it fell in, so it is bitwise repeatable.
 // Which outputs are overwritten and which accumulated:
 //   causal_attention_forward       out, lse overwritten
 //   attention_row_delta            delta overwritten

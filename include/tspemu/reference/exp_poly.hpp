@@ -38,32 +38,42 @@ inline void store_f32x4(float* p, f32x4 v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-inline f32x4 exp_poly(f32x4 x) {
+// exp of every lane of x, in place, for any GCC/Clang float vector type F (f32x4 below; wider
+// types inside functions compiled for a wider instruction set). By reference and always inlined:
+// a vector wider than the caller's ABI vectors must not cross a call.
+template <class F>
+[[gnu::always_inline]] inline void exp_poly_in_place(F& x) {
+  using I = decltype(x < x);  // the lane mask type: int32 lanes of -1 / 0
   // Clamp to [-110, 89]: below, every result rounds to 0; above, to +inf (via the scale). A NaN
   // compares false both times and stays in x, so it propagates.
-  const i32x4 below = x < -110.0f;
-  x = (f32x4)((below & (i32x4)(f32x4{} - 110.0f)) | (~below & (i32x4)x));
-  const i32x4 above = x > 89.0f;
-  x = (f32x4)((above & (i32x4)(f32x4{} + 89.0f)) | (~above & (i32x4)x));
+  const I below = x < -110.0f;
+  x = (F)((below & (I)(F{} - 110.0f)) | (~below & (I)x));
+  const I above = x > 89.0f;
+  x = (F)((above & (I)(F{} + 89.0f)) | (~above & (I)x));
   // Round to nearest by the 1.5 · 2^23 shift: n is then the low bits of t, no float-to-int
   // conversion (undefined for NaN).
   const float shifter = 12582912.0f;
-  const f32x4 t = x * 1.44269504088896341f + shifter;
-  const f32x4 n = t - shifter;
-  const i32x4 ni = (i32x4)t - (i32x4)(f32x4{} + shifter);
+  const F t = x * 1.44269504088896341f + shifter;
+  const F n = t - shifter;
+  const I ni = (I)t - (I)(F{} + shifter);
   // ln 2 = 0.693359375 - 2.12194440e-4 (+ 1e-12): 0.693359375 has 9 significant bits, so n · hi
   // is exact for |n| < 2^15.
-  f32x4 r = x - n * 0.693359375f;
+  F r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  f32x4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  F p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const f32x4 y = p * (r * r) + r + 1.0f;
+  const F y = p * (r * r) + r + 1.0f;
   // n in [-159, 129]: both halves in [-80, 65], so both scale factors are normal floats.
-  const i32x4 n1 = ni >> 1, n2 = ni - n1;
-  return y * (f32x4)((n1 + 127) << 23) * (f32x4)((n2 + 127) << 23);
+  const I n1 = ni >> 1, n2 = ni - n1;
+  x = y * (F)((n1 + 127) << 23) * (F)((n2 + 127) << 23);
+}
+
+inline f32x4 exp_poly(f32x4 x) {
+  exp_poly_in_place(x);
+  return x;
 }
 
 // One value, through the same vector code (so bitwise equal to a lane of exp_poly(f32x4)).

@@ -11,6 +11,8 @@
 // Guarantees: angles, cos and sin are computed in double and rounded to T (identical tables for
 //   float and double apart from that rounding; the PyTorch conformance script does the same).
 //   Backward is the inverse rotation (the rotation is orthogonal), also in place.
+// Cost: 4 · T · NH · hs/2 flops; the cos/sin table (T · hs/2 pow, cos, sin in double) is kept
+//   per thread and reused while positions, hs and base stay those of the thread's last call.
 #pragma once
 
 #include <cstdint>
