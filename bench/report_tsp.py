@@ -64,7 +64,8 @@ def main():
         ok = ok and share >= 0.85
         print(f"{what:48s} {share:6.3f} {'>= 0.85':8s} {'PASS' if share >= 0.85 else 'FAIL'}  "
               f"(in_gemm {b['in_gemm']:.2f} x gemm_efficiency {b['gemm_efficiency']:.2f} x useful "
-              f"{b['useful']:.2f}; sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s)")
+              f"{b['useful']:.2f}; sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
+              f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone)")
     return 0 if ok else 1
 
 

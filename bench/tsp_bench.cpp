@@ -138,7 +138,10 @@ void BM_TspLayer(benchmark::State& state) {
 //                    RoPE, softmax, reordering, collectives and waiting for the other rank);
 //   gemm_efficiency  the executed GEMM FLOPs / the time inside BLAS / the square sgemm rate (the
 //                    GEMMs' own speed while D ranks run at once: memory bandwidth, shared caches);
-//   useful           the model's FLOPs / the executed GEMM FLOPs (recompute, masked keys).
+//   useful           the model's FLOPs / the executed GEMM FLOPs (recompute, masked keys);
+//   sgemm_concurrent_scaling  min(D, cores) threads running the square sgemm at once, summed,
+//                    over min(D, cores) x the single-thread rate: the part of gemm_efficiency
+//                    the machine imposes (a gemm_share above it is out of reach for the code).
 // gemm_share = in_gemm x gemm_efficiency x useful x D / min(D, cores). And, forward only,
 //   attn_outside_gemm  the attention core's time outside its GEMMs (masking, softmax: one exp per
 //                      visible score), timed alone on one thread at rank 0's shape for each of the
@@ -159,6 +162,19 @@ double sgemm_rate(int M, int N, int K, double min_seconds = 0.25) {
   } while (seconds < min_seconds);
   benchmark::DoNotOptimize(c.data());
   return 2.0 * M * N * K * calls / seconds;
+}
+
+// Summed FLOP/s of `threads` threads each running sgemm_rate at M x N x K at the same time: what
+// min(D, cores) concurrent single-thread GEMMs reach on this machine (shared caches, memory
+// bandwidth, power/frequency limits, SMT siblings behind the reported cores).
+double concurrent_sgemm_rate(int threads, int M, int N, int K) {
+  std::vector<double> rates(static_cast<std::size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back(
+        [&rates, t, M, N, K] { rates[static_cast<std::size_t>(t)] = sgemm_rate(M, N, K); });
+  for (std::thread& th : pool) th.join();
+  return std::accumulate(rates.begin(), rates.end(), 0.0);
 }
 
 struct GemmShape {
@@ -219,6 +235,9 @@ void BM_TspGemmShare(benchmark::State& state) {
   s.validate();
   // The same run's single-thread rates, before the layer runs.
   const double square = sgemm_rate(2048, 2048, 2048);
+  const int cores_int = static_cast<int>(std::min<unsigned>(
+      static_cast<unsigned>(D), std::max(1U, std::thread::hardware_concurrency())));
+  const double concurrent = concurrent_sgemm_rate(cores_int, 2048, 2048, 2048);
   double mix_flops = 0, mix_seconds = 0;
   for (const GemmShape& g : layer_gemm_shapes(s)) {
     const double rate = sgemm_rate(g.M, g.N, g.K);
@@ -264,6 +283,9 @@ void BM_TspGemmShare(benchmark::State& state) {
   state.counters["sgemm_GFLOPs_shapes"] = mix / 1e9;
   state.counters["layer_GFLOPs"] = rate / 1e9;
   state.counters["gemm_share"] = rate / (square * cores);
+  // The machine's own ceiling for gemm_share: min(D, cores) square sgemms at once over
+  // min(D, cores) x one alone (1 when the cores do not slow each other down).
+  state.counters["sgemm_concurrent_scaling"] = concurrent / (square * cores);
   state.counters["shapes_share"] = rate / (mix * cores);
   state.counters["in_gemm"] = in_blas / (D * seconds_total);
   state.counters["gemm_efficiency"] = executed / in_blas / square;
