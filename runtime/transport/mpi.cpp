@@ -220,6 +220,21 @@ struct MpiTransport::Progress {
   std::mutex queue_mu;
   std::vector<Command> queue;
 
+  // Held by whichever thread drives MPI: the progress thread, or a rank thread waiting on the
+  // fast path (MpiTransport::pump_until). It guards `requests`, `pending`, `wire_sent` and
+  // `wire_received`, and keeps control messages applied in arrival order (one poller at a time).
+  std::mutex poll_mu;
+  // Rank threads polling MPI themselves right now. Incremented and decremented by them, loaded by
+  // the progress thread, which then stays parked instead of competing for the cores (relaxed: a
+  // hint; a rank that stops polling without its condition met sets `handed` and unparks it).
+  std::atomic<int> pumping{0};
+  // Set (relaxed) by a rank thread that gave up polling and is about to park: the progress thread,
+  // unparked right after, polls without pause again (the unpark orders it).
+  std::atomic<bool> handed{false};
+  // Whether an idle poller yields between polls: when this node's processes outnumber its cores,
+  // as OpenMPI itself does then (mpi_yield_when_idle), so both sides are compared alike.
+  bool yield_when_idle = false;
+
   // The groups of the run by wire id, and control messages for a group not made here yet.
   std::mutex groups_mu;
   std::unordered_map<std::uint64_t, Group*> groups;
@@ -233,7 +248,9 @@ struct MpiTransport::Progress {
   // so it does not free a buffer MPI still reads.
   std::unique_ptr<std::atomic<int>[]> serving;
 
-  // Progress thread only.
+  // Reads that arrived before their owner published the step here (serve_read); under poll_mu.
+  std::vector<std::pair<std::vector<std::byte>, int>> early_reads;
+  // Under poll_mu.
   std::vector<MPI_Request> requests;
   std::vector<Outstanding> pending;
   // Messages (control, read requests, replies) sent to and received from each process over the
@@ -256,22 +273,37 @@ struct MpiTransport::Progress {
   // Names of other processes' trace events and groups (TraceEvent::name points into it).
   std::set<std::string> trace_names;
 
-  void push(Command c) {
+  // Queues a command. drive: the caller (a rank thread) executes the queue itself when no other
+  // thread is polling, saving the hand-off to the progress thread; the progress thread is still
+  // unparked when the caller does not poll on (more than one rank per process), because a send
+  // left in `requests` completes only while someone polls.
+  void push(Command c, bool drive = false) {
     {
       std::lock_guard lock(queue_mu);
       queue.push_back(std::move(c));
     }
+    if (drive) {
+      std::unique_lock lock(poll_mu, std::try_to_lock);
+      if (lock.owns_lock()) {
+        run_commands();
+        if (w.local_ranks == 1) return;
+      }
+    }
     parker.unpark();
   }
-  void send_to(int process_id, std::vector<std::byte> bytes) {
+  void send_to(int process_id, std::vector<std::byte> bytes, bool drive = false) {
     Command c;
     c.kind = Command::kSend;
     c.dest = process_id;
     c.bytes = std::move(bytes);
-    push(std::move(c));
+    push(std::move(c), drive);
   }
 
   void loop();
+  // Executes the queued commands, takes in the control messages that arrived and completes the
+  // requests that finished; whether anything happened. Caller holds poll_mu.
+  bool poll_once();
+  bool run_commands();
   // One MPI_Testsome over `requests`, completing what finished; false when nothing did.
   bool test_some();
   void execute(Command& c);
@@ -279,6 +311,7 @@ struct MpiTransport::Progress {
   void complete(std::size_t i, const MPI_Status& status);
   bool drain();
   void apply(Group& g, const std::vector<std::byte>& m);
+  void owe_done(const Group& g, std::uint64_t seq, int owner_process);
   void serve_read(const std::vector<std::byte>& m, int from_process);
   void take_abort(const std::vector<std::byte>& m);
   void wake_members(const Group& g) {
@@ -304,28 +337,34 @@ void MpiTransport::Progress::loop() {
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kYield = std::chrono::milliseconds(1);
   constexpr auto kShortParks = std::chrono::milliseconds(100);
-  std::vector<Command> commands;
   auto last_traffic = std::chrono::steady_clock::now();
   // acquire: pairs with the release store in stop_progress.
   while (!stopping.load(std::memory_order_acquire)) {
+    // relaxed: see `handed`.
+    if (handed.exchange(false, std::memory_order_relaxed))
+      last_traffic = std::chrono::steady_clock::now();
+    // A rank thread polls MPI itself (one rank per process): stay out of its way, woken by its
+    // hand-off when it parks. Sends it left in flight move while it polls.
+    if (pumping.load(std::memory_order_relaxed) > 0) {
+      parker.prepare();
+      if (pumping.load(std::memory_order_relaxed) > 0 &&
+          !stopping.load(std::memory_order_acquire) && !handed.load(std::memory_order_relaxed))
+        parker.park(std::chrono::microseconds(200));
+      else
+        parker.cancel();
+      continue;
+    }
     bool busy = false;
+    bool in_flight = false;
     {
-      std::lock_guard lock(queue_mu);
-      commands.swap(queue);
+      std::unique_lock lock(poll_mu, std::try_to_lock);
+      if (!lock.owns_lock()) {  // a rank thread is executing its commands
+        std::this_thread::yield();
+        continue;
+      }
+      busy = poll_once();
+      in_flight = !requests.empty();
     }
-    for (auto& c : commands) execute(c);
-    busy = busy || !commands.empty();
-    commands.clear();
-    for (int i = 0; i < 64; ++i) {
-      int flag = 0;
-      MPI_Message message;
-      MPI_Status status;
-      MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm, &flag, &message, &status);
-      if (!flag) break;
-      receive(status, message);
-      busy = true;
-    }
-    if (!requests.empty() && test_some()) busy = true;
     // Waiting, by time since the last traffic: poll without pause for kSpin (the answer to a
     // message just sent is a few microseconds away, and a yield or park there costs a wake-up on
     // both sides), then yield up to kYield, then park in short slices: incoming MPI traffic is only
@@ -334,7 +373,7 @@ void MpiTransport::Progress::loop() {
     const auto now = std::chrono::steady_clock::now();
     // A transfer in flight (a reply, a read, a barrier) moves only while someone polls MPI: large
     // messages go in fragments that each side's polling hands on.
-    if (busy || !requests.empty()) {
+    if (busy || in_flight) {
       last_traffic = now;
       continue;
     }
@@ -362,9 +401,46 @@ void MpiTransport::Progress::loop() {
   // never took) are polled for a bounded time; those left keep their buffers, left to MPI (the
   // few bytes leak) rather than freed under a send MPI may still read.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  std::lock_guard lock(poll_mu);
+  run_commands();
   while (!requests.empty() && std::chrono::steady_clock::now() < until)
     if (!test_some()) std::this_thread::yield();
   // Sends still in flight are left to the destructor's drain.
+}
+
+bool MpiTransport::Progress::run_commands() {
+  thread_local std::vector<Command> commands;
+  {
+    std::lock_guard lock(queue_mu);
+    if (queue.empty()) return false;
+    commands.swap(queue);
+  }
+  for (auto& c : commands) execute(c);
+  commands.clear();
+  return true;
+}
+
+bool MpiTransport::Progress::poll_once() {
+  bool busy = run_commands();
+  for (int i = 0; i < 64; ++i) {
+    int flag = 0;
+    MPI_Message message;
+    MPI_Status status;
+    MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm, &flag, &message, &status);
+    if (!flag) break;
+    receive(status, message);
+    busy = true;
+  }
+  if (!early_reads.empty()) {
+    std::vector<std::pair<std::vector<std::byte>, int>> retry;
+    retry.swap(early_reads);
+    for (const auto& [m, from] : retry) serve_read(m, from);
+    busy = busy || early_reads.size() < retry.size();
+  }
+  // What receive() queued (a done owed to a process whose member exposed a buffer) goes now.
+  busy = run_commands() || busy;
+  if (!requests.empty() && test_some()) busy = true;
+  return busy;
 }
 
 bool MpiTransport::Progress::test_some() {
@@ -609,8 +685,15 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
   WireHead h;
   std::memcpy(&h, m.data(), sizeof h);
   Slot& s = g.slots[static_cast<std::size_t>(h.member)];
+  // A done sent twice (by the finishing member and on an exposure, see owe_done) may arrive after
+  // the member's next open: progress never moves back. relaxed: only the poller holding groups_mu
+  // writes a mirror's progress.
+  if (h.type == kDone &&
+      s.progress.load(std::memory_order_relaxed) >= stage_value(h.seq, kDoneStage))
+    return;
   Descriptor& d = s.desc[h.seq % kDescriptors];
   std::uint64_t stage = kDoneStage;
+  bool exposes = false;
   if (h.type == kOpen) {
     const auto b = body_of<OpenBody>(m);
     d.fp = b.fp;
@@ -621,20 +704,50 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
     for (int i = 0; i < kMaxSteps; ++i) d.step(i) = StepMessage{};
     d.step0 = StepMessage{d.eager ? d.data : nullptr, nullptr, 0, h.bytes};
     stage = step_stage(0);
+    exposes = !d.eager;
   } else if (h.type == kPost) {
     d.step(h.step) = StepMessage{nullptr, nullptr, 0, h.bytes};
     stage = step_stage(h.step);
+    exposes = h.bytes > 0;
   }
   // seq_cst: publishes the mirror's descriptor; pairs with the seq_cst loads of wait_stage
   // (shared_memory.cpp), and is the store half of their Parker handshake, as a local member's
-  // own store is.
+  // own store is. It is also the store half of the exposure handshake with MpiTransport::finish.
   s.progress.store(stage_value(h.seq, stage), std::memory_order_seq_cst);
   wake_members(g);
+  if (exposes) owe_done(g, h.seq, w.process_of(g.world_ranks[static_cast<std::size_t>(h.member)]));
+}
+
+void MpiTransport::Progress::owe_done(const Group& g, std::uint64_t seq, int owner_process) {
+  // The member exposed a buffer of call #seq, and waits for every member's done. A local member
+  // that already finished the call sent no done to its process (it saw no exposure then): send it
+  // now. seq_cst load after the seq_cst store of the mirror's progress (apply), against finish's
+  // store of its own progress then load of the mirrors: one of the two sides sees the other.
+  for (std::size_t m = 0; m < g.world_ranks.size(); ++m) {
+    if (!w.hosts(g.world_ranks[m])) continue;
+    if (g.slots[m].progress.load(std::memory_order_seq_cst) < stage_value(seq, kDoneStage))
+      continue;
+    WireHead h;
+    h.type = kDone;
+    h.generation = run();
+    h.group = g.wire_id;
+    h.seq = seq;
+    h.member = static_cast<std::int32_t>(m);
+    std::vector<std::byte> bytes(sizeof h);
+    std::memcpy(bytes.data(), &h, sizeof h);
+    Command c;
+    c.kind = Command::kSend;
+    c.dest = owner_process;
+    c.bytes = std::move(bytes);
+    std::lock_guard lock(queue_mu);  // sent by poll_once's next run_commands
+    queue.push_back(std::move(c));
+  }
 }
 
 void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int from_process) {
   WireHead h;
   std::memcpy(&h, m.data(), sizeof h);
+  if (h.generation != run()) return;  // a retried early read of a run that failed
   const auto b = body_of<ReadBody>(m);
   Group* g = nullptr;
   {
@@ -646,6 +759,14 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
   // own messages, sent after it posted), so the group exists here and the step is posted; the
   // owner keeps the buffer until the reader's done.
   if (g == nullptr) return;
+  // The owner sends its open before it writes its own descriptor (it polls while it meets): a
+  // read of a step not yet published here waits in early_reads. seq_cst: pairs with the owner's
+  // store in publish.
+  if (g->slots[static_cast<std::size_t>(h.member)].progress.load(std::memory_order_seq_cst) <
+      stage_value(h.seq, step_stage(h.step))) {
+    early_reads.emplace_back(m, from_process);
+    return;
+  }
   const int owner = g->world_ranks[static_cast<std::size_t>(h.member)];
   // seq_cst increment, then seq_cst load of `aborted`, against the owner's side (WorldShared::fail
   // stores aborted before the owner's abandon() loads serving): either the owner waits for this
@@ -756,6 +877,15 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
   // Collective over MPI_COMM_WORLD: every process makes its worlds in the same order.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p_->comm), "MPI_Comm_dup");
   {
+    MPI_Comm node = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(p_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    int on_node = 1;
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+    p_->yield_when_idle = static_cast<unsigned>(on_node) > std::thread::hardware_concurrency();
+  }
+  {
     std::lock_guard lock(mp.mu);
     mp.live.push_back(p_.get());
   }
@@ -804,12 +934,62 @@ void MpiTransport::notify(const CallState& c, int type, int step, std::uint64_t 
   std::vector<std::byte> m(sizeof h);
   std::memcpy(m.data(), &h, sizeof h);
   for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
-    p_->send_to(g.other_processes[i], m);
-  p_->send_to(g.other_processes.back(), std::move(m));
+    p_->send_to(g.other_processes[i], m, true);
+  p_->send_to(g.other_processes.back(), std::move(m), true);
 }
 
-void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
-                        std::span<const std::byte> step0) {
+template <class Ready>
+bool MpiTransport::pump_until(Ready&& ready) {
+  if (ready()) return true;
+  if (w_.local_ranks != 1) return false;
+  constexpr auto kBudget = std::chrono::microseconds(500);
+  // relaxed: see Progress::pumping.
+  p_->pumping.fetch_add(1, std::memory_order_relaxed);
+  const auto until = std::chrono::steady_clock::now() + kBudget;
+  bool met = false;
+  for (unsigned i = 1;; ++i) {
+    bool busy = false;
+    {
+      std::unique_lock lock(p_->poll_mu, std::try_to_lock);
+      if (lock.owns_lock()) busy = p_->poll_once();
+    }
+    if (ready()) {
+      met = true;
+      break;
+    }
+    // seq_cst: pairs with WorldShared::fail's store; the wait_until that follows throws.
+    if (w_.aborted.load(std::memory_order_seq_cst)) break;
+    if (i % 16 == 0 && std::chrono::steady_clock::now() > until) break;
+    if (!busy && p_->yield_when_idle) std::this_thread::yield();
+  }
+  p_->pumping.fetch_sub(1, std::memory_order_relaxed);
+  if (!met) {
+    // Parking next: the progress thread serves from here on (relaxed: the unpark orders it).
+    p_->handed.store(true, std::memory_order_relaxed);
+    p_->parker.unpark();
+  }
+  return met;
+}
+
+bool MpiTransport::mirrors_reached(const CallState& c, std::uint64_t stage) const {
+  const Group& g = c.comm->group();
+  const std::uint64_t target = stage_value(c.seq, stage);
+  for (int r = 0; r < c.size; ++r)
+    // seq_cst: as wait_stage's load (pairs with apply's store).
+    if (r != c.rank && !w_.hosts(g.world_ranks[static_cast<std::size_t>(r)]) &&
+        g.slots[static_cast<std::size_t>(r)].progress.load(std::memory_order_seq_cst) < target)
+      return false;
+  return true;
+}
+
+bool MpiTransport::mirror_reached(const CallState& c, int member, std::uint64_t stage) const {
+  // seq_cst: as wait_stage's load (pairs with apply's store).
+  return c.comm->group().slots[static_cast<std::size_t>(member)].progress.load(
+             std::memory_order_seq_cst) >= stage_value(c.seq, stage);
+}
+
+void MpiTransport::send_open(const CallState& c, const Fingerprint& fp, const CallHeader& header,
+                             std::span<const std::byte> step0) {
   const Group& g = c.comm->group();
   if (!g.other_processes.empty()) {
     // The open message is built from fp and header directly (our descriptor is written by the
@@ -827,9 +1007,16 @@ void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& h
     b.eager = step0.size() <= kEagerBytes ? 1 : 0;
     auto m = encode(h, b, b.eager ? step0 : std::span<const std::byte>());
     for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
-      p_->send_to(g.other_processes[i], m);
-    p_->send_to(g.other_processes.back(), std::move(m));
+      p_->send_to(g.other_processes[i], m, true);
+    p_->send_to(g.other_processes.back(), std::move(m), true);
   }
+}
+
+void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                        std::span<const std::byte> step0) {
+  send_open(c, fp, header, step0);
+  if (!c.comm->group().other_processes.empty())
+    pump_until([&] { return mirrors_reached(c, step_stage(0)); });
   SharedMemoryTransport::open(c, fp, header, step0);
 }
 
@@ -894,7 +1081,7 @@ bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t off
   Progress::Command cmd;
   cmd.kind = Progress::Command::kFetch;
   cmd.fetch = &f;
-  p_->push(std::move(cmd));
+  p_->push(std::move(cmd), true);
   return true;
 }
 
@@ -906,6 +1093,9 @@ void MpiTransport::wait_fetch(CallState& c, int from, Fetch& f) {
   RankState& self = c.comm->self();
   if (self.reading.load(std::memory_order_relaxed))
     self.reading.store(false, std::memory_order_release);
+  // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
+  if (pump_until([&] { return f.state.load(std::memory_order_seq_cst) != Fetch::kPending; }))
+    return;
   try {
     // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
     wait_until(c.comm->self(), c.comm->world_rank(from), c.op,
@@ -934,7 +1124,10 @@ void MpiTransport::recv_rows(CallState& c, int from, int step, std::size_t offse
   if (!remote(*c.comm, from))
     return SharedMemoryTransport::recv_rows(c, from, step, offset, stride, row_bytes, rows, dst,
                                             dst_stride);
-  if (step > 0) wait_stage(c, from, step_stage(step));
+  if (step > 0) {
+    pump_until([&] { return mirror_reached(c, from, step_stage(step)); });
+    wait_stage(c, from, step_stage(step));
+  }
   if (rows == 0 || row_bytes == 0) return;
   Fetch f;
   if (start_fetch(c, from, step, offset, stride, row_bytes, rows, dst, dst_stride, f))
@@ -946,8 +1139,10 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   if (c.comm->group().other_processes.empty())
     return SharedMemoryTransport::recv_reduce(c, step, offset, count, dtype, acc);
   const int n = c.size;
-  if (step > 0)
+  if (step > 0) {
+    pump_until([&] { return mirrors_reached(c, step_stage(step)); });
     for (int i = 1; i < n; ++i) wait_stage(c, (c.rank + i) % n, step_stage(step));
+  }
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes == 0) return;
   // Every member's range is copied first (remote ones by reads issued together, local ones from
@@ -995,8 +1190,44 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
 }
 
 void MpiTransport::finish(CallState& c) {
-  // Every read of ours has completed (each waited for its reply): the owners may reuse buffers.
-  notify(c, kDone, 0, 0);
+  Group& g = c.comm->group();
+  // An eager broadcast (open_rooted) exposes nothing and publishes no done.
+  if (!g.other_processes.empty() && g.slots[static_cast<std::size_t>(c.rank)].unawaited != c.seq) {
+    // Every read of ours has completed (each waited for its reply). Done goes only to processes
+    // whose members exposed a buffer in this call: the others wait for nobody's done. A post that
+    // exposes one and arrives after the check below is answered by owe_done. seq_cst store of our
+    // progress (finish stores the same value again), then seq_cst loads of the mirrors': the
+    // handshake with apply's store then owe_done's load.
+    g.slots[static_cast<std::size_t>(c.rank)].progress.store(stage_value(c.seq, kDoneStage),
+                                                             std::memory_order_seq_cst);
+    for (int q : g.other_processes) {
+      bool exposed = false;
+      for (int r = 0; r < c.size && !exposed; ++r) {
+        if (w_.process_of(g.world_ranks[static_cast<std::size_t>(r)]) != q) continue;
+        const Slot& s = g.slots[static_cast<std::size_t>(r)];
+        // Only the steps the mirror shows posted are read (the rest apply may be writing); a
+        // member done with the call posted all it will (steps never posted read as empty). Done
+        // says it finished reading, not that it stopped waiting for ours.
+        const std::uint64_t reached = s.progress.load(std::memory_order_seq_cst);
+        const Descriptor& d = s.desc[c.seq % kDescriptors];
+        for (int step = 0; step < kMaxSteps && !exposed; ++step) {
+          if (reached < stage_value(c.seq, step_stage(step))) break;
+          exposed = step == 0 ? !d.eager : d.step(step).bytes > 0;
+        }
+      }
+      if (!exposed) continue;
+      WireHead h;
+      h.type = kDone;
+      h.generation = p_->run();
+      h.group = g.wire_id;
+      h.seq = c.seq;
+      h.member = c.rank;
+      std::vector<std::byte> m(sizeof h);
+      std::memcpy(m.data(), &h, sizeof h);
+      p_->send_to(q, std::move(m), true);
+    }
+    if (c.exposed) pump_until([&] { return mirrors_reached(c, kDoneStage); });
+  }
   SharedMemoryTransport::finish(c);
 }
 
@@ -1029,7 +1260,7 @@ bool MpiTransport::send(Comm& comm, int dst, std::uint64_t index, const MessageH
   const int process = w_.process_of(comm.world_rank(dst));
   // relaxed: see Progress::messages_to.
   p_->messages_to[static_cast<std::size_t>(process)].fetch_add(1, std::memory_order_relaxed);
-  p_->send_to(process, encode(h, b, data));
+  p_->send_to(process, encode(h, b, data), true);
   return true;  // copied: complete at once
 }
 
@@ -1053,6 +1284,10 @@ const MessageHeader& MpiTransport::wait_message(Comm& comm, int src, std::uint64
   if (!remote(comm, src)) return SharedMemoryTransport::wait_message(comm, src, index, op);
   const Progress::MessageKey key{comm.group().wire_id, src, comm.rank(), index};
   Progress::Incoming* in = nullptr;
+  pump_until([&] {
+    std::lock_guard lock(p_->incoming_mu);
+    return p_->incoming.count(key) != 0;
+  });
   wait_until(comm.self(), comm.world_rank(src), op, [&] {
     std::lock_guard lock(p_->incoming_mu);
     auto it = p_->incoming.find(key);

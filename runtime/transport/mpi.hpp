@@ -102,6 +102,16 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
 
  private:
   bool remote(const Comm& comm, int member) const;
+  // The open message of the call to every other process hosting members.
+  void send_open(const CallState& c, const Fingerprint& fp, const CallHeader& header,
+                 std::span<const std::byte> step0);
+  // One rank per process: polls MPI on this thread until ready() or a short budget passes
+  // (then the progress thread takes over and the caller parks in its usual wait). Whether ready.
+  template <class Ready>
+  bool pump_until(Ready&& ready);
+  // Whether every member in another process (or `member`) reached `stage` of the call.
+  bool mirrors_reached(const CallState& c, std::uint64_t stage) const;
+  bool mirror_reached(const CallState& c, int member, std::uint64_t stage) const;
   // Starts reading rows of member `from`'s step message into dst; false when it was read already
   // (from the mirror's copy of a small step 0).
   bool start_fetch(CallState& c, int from, int step, std::size_t offset, std::size_t stride,
