@@ -252,6 +252,8 @@ struct MpiTransport::Progress {
   std::vector<std::pair<std::vector<std::byte>, int>> early_reads;
   // Under poll_mu.
   std::vector<MPI_Request> requests;
+  std::vector<int> completed;  // test_some's, reused
+  std::vector<MPI_Status> statuses;
   std::vector<Outstanding> pending;
   // Messages (control, read requests, replies) sent to and received from each process over the
   // world's life: at the world's end every message sent to this process is taken in (drain), so
@@ -444,16 +446,17 @@ bool MpiTransport::Progress::poll_once() {
 }
 
 bool MpiTransport::Progress::test_some() {
-  std::vector<int> done(requests.size());
-  std::vector<MPI_Status> statuses(requests.size());
+  // Reused: this runs on every poll of the data path.
+  completed.resize(requests.size());
+  statuses.resize(requests.size());
   int count = 0;
-  MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
+  MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, completed.data(),
                statuses.data());
   if (count <= 0 || count == MPI_UNDEFINED) return false;
   // Highest index first: complete() erases its entry.
   std::vector<std::pair<int, MPI_Status>> finished;
   finished.reserve(static_cast<std::size_t>(count));
-  for (int k = 0; k < count; ++k) finished.emplace_back(done[k], statuses[k]);
+  for (int k = 0; k < count; ++k) finished.emplace_back(completed[k], statuses[k]);
   std::sort(finished.begin(), finished.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [i, status] : finished) complete(static_cast<std::size_t>(i), status);
@@ -699,6 +702,8 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
     d.fp = b.fp;
     d.header = b.header;
     d.eager = b.eager != 0;
+    // The eager broadcast's settling reads this ring (shared_memory.hpp: Slot::fps).
+    s.fps[h.seq % (2 * kDescriptors)] = b.fp;
     const auto data = extra_of<OpenBody>(m);
     if (d.eager && !data.empty()) std::memcpy(d.data, data.data(), data.size());
     for (int i = 0; i < kMaxSteps; ++i) d.step(i) = StepMessage{};
@@ -942,16 +947,22 @@ template <class Ready>
 bool MpiTransport::pump_until(Ready&& ready) {
   if (ready()) return true;
   if (w_.local_ranks != 1) return false;
-  constexpr auto kBudget = std::chrono::microseconds(500);
+  // Polls for up to kQuiet after the last sign of traffic (a message taken in, a request completed
+  // or still in flight: a large transfer moves only while its sides poll), at most kLongest in
+  // all; then the usual wait (which watches the abort, the departure of the peer and the hang
+  // timeout) parks, and the progress thread serves.
+  constexpr auto kQuiet = std::chrono::microseconds(500);
+  constexpr auto kLongest = std::chrono::milliseconds(20);
   // relaxed: see Progress::pumping.
   p_->pumping.fetch_add(1, std::memory_order_relaxed);
-  const auto until = std::chrono::steady_clock::now() + kBudget;
+  const auto start = std::chrono::steady_clock::now();
+  auto last_traffic = start;
   bool met = false;
   for (unsigned i = 1;; ++i) {
     bool busy = false;
     {
       std::unique_lock lock(p_->poll_mu, std::try_to_lock);
-      if (lock.owns_lock()) busy = p_->poll_once();
+      if (lock.owns_lock()) busy = p_->poll_once() || !p_->requests.empty();
     }
     if (ready()) {
       met = true;
@@ -959,7 +970,11 @@ bool MpiTransport::pump_until(Ready&& ready) {
     }
     // seq_cst: pairs with WorldShared::fail's store; the wait_until that follows throws.
     if (w_.aborted.load(std::memory_order_seq_cst)) break;
-    if (i % 16 == 0 && std::chrono::steady_clock::now() > until) break;
+    if (busy || i % 16 == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (busy) last_traffic = now;
+      if (now - last_traffic > kQuiet || now - start > kLongest) break;
+    }
     if (!busy && p_->yield_when_idle) std::this_thread::yield();
   }
   p_->pumping.fetch_sub(1, std::memory_order_relaxed);
@@ -1012,8 +1027,51 @@ void MpiTransport::send_open(const CallState& c, const Fingerprint& fp, const Ca
   }
 }
 
+void MpiTransport::wait_mirror_free(CallState& c) {
+  // Our open rewrites the mirrors of our descriptor c.seq % kDescriptors in the other processes,
+  // as enter() rewrites it here, so it leaves on the same condition: every member entered
+  // #seq + 1 - kDescriptors (shared_memory.hpp: Eager broadcast). A call after one that met every
+  // member has it already.
+  const Group& g = c.comm->group();
+  if (g.slots[static_cast<std::size_t>(c.rank)].unmet_first == 0 || c.seq + 1 < kDescriptors)
+    return;
+  const std::uint64_t target = stage_value(c.seq + 1 - kDescriptors, step_stage(0));
+  auto entered = [&](int r) {
+    // seq_cst: as wait_stage's load (pairs with apply's store).
+    return g.slots[static_cast<std::size_t>(r)].progress.load(std::memory_order_seq_cst) >= target;
+  };
+  if (pump_until([&] {
+        for (int r = 0; r < c.size; ++r)
+          if (remote(*c.comm, r) && !entered(r)) return false;
+        return true;
+      }))
+    return;
+  c.op.stage = "every member to enter";
+  for (int r = 0; r < c.size; ++r)
+    if (remote(*c.comm, r))
+      wait_until(c.comm->self(), g.world_ranks[static_cast<std::size_t>(r)], c.op,
+                 [&] { return entered(r); });
+}
+
+bool MpiTransport::open_rooted(CallState& c, const Fingerprint& fp, const CallHeader& header,
+                               std::span<const std::byte> step0) {
+  // The eager form as within one process: the root's open message carries the payload to every
+  // other process's mirror of its slot (and its fingerprint to the mirror's Slot::fps ring, which
+  // settling reads), so the root meets nobody and a receiver waits for the root alone.
+  if (fp.count * dtype_size(fp.dtype) > kEagerBytes || fp.root < 0 || fp.root >= c.size) {
+    open(c, fp, header, step0);
+    return true;
+  }
+  wait_mirror_free(c);
+  send_open(c, fp, header, step0);
+  if (c.rank != fp.root && remote(*c.comm, fp.root))
+    pump_until([&] { return mirror_reached(c, fp.root, step_stage(0)); });
+  return SharedMemoryTransport::open_rooted(c, fp, header, step0);
+}
+
 void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
                         std::span<const std::byte> step0) {
+  wait_mirror_free(c);
   send_open(c, fp, header, step0);
   if (!c.comm->group().other_processes.empty())
     pump_until([&] { return mirrors_reached(c, step_stage(0)); });

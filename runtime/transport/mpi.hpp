@@ -9,21 +9,37 @@
 //     done. So the meet, the fingerprint check (call.hpp) and finish's wait for every member run
 //     unchanged over mirrors, and every process reaches the same verdict on a mismatch;
 //   - pull: posts have no receiver, so a reader asks the owner's process for (group, call, step,
-//     byte range, row layout); that process's progress thread sends the range straight from the
-//     owner's posted buffer (no copy unless the message is made of pieces). The owner may not reuse
-//     the buffer before finish, and finish waits for every member's done, which a reader sends
-//     only after its reads completed, as the shared-memory transport waits for its readers;
+//     byte range, row layout); that process's poller sends the range straight from the owner's
+//     posted buffer (no copy unless the message is made of pieces). The owner may not reuse the
+//     buffer before finish, and finish waits for every member's done, which a reader sends only
+//     after its reads completed, as the shared-memory transport waits for its readers. Done goes
+//     only to processes whose members exposed a buffer (step 0 above kEagerBytes, or a later step
+//     with bytes): a call whose messages all travelled with the open (every 8 B collective) has
+//     no done round. A post that exposes a buffer after a reader already finished the call is
+//     answered with that reader's done by the reader's process on arrival (Progress::owe_done);
+//   - the eager broadcast (open_rooted, at most kEagerBytes) as within one process: the root's
+//     open carries the payload and the fingerprint to every mirror of its slot and the root
+//     returns; a receiver waits for the root's open alone; fingerprints are compared when a later
+//     call meets, or at settle(). An open leaves only once the descriptor its mirrors rewrite is
+//     free (every member entered #seq + 1 - kDescriptors), the rule enter() keeps locally;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
 //   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
 //     sum_ranks_into, so results are bitwise those of a one-process world.
-// Threads: one progress thread per world makes every MPI call of the data path; rank threads hand
-// it commands and park (Parker) until it wakes them. Why not each rank calling MPI itself
-// (MPI_THREAD_MULTIPLE): an MPI completion cannot wake a parked thread, so some thread must poll
-// anyway to serve the peers' reads of our buffers, and with ranks outnumbering cores (the normal
-// case) one poller per process costs less than N ranks spinning in MPI_Test under OpenMPI's
-// global lock. MPI is still initialized with MPI_THREAD_MULTIPLE because a World's constructor
-// (MPI_Comm_dup) may run beside another world's progress thread.
+// Threads: MPI is driven by whichever thread holds Progress::poll_mu. With one rank per process
+// the rank thread itself executes its sends and, while it waits (meet, read, done, message),
+// polls MPI: it takes in the control messages, serves peers' reads of its own buffers and
+// completes its transfers, with the progress thread parked; after 500 us without traffic (20 ms
+// at most) it hands over (one unpark) and parks in the usual wait, and the progress thread serves
+// what must be served while the owner computes (reads, aborts, messages). Measured at 8 B, P = 2
+// (bench/mpi_runtime_bench, same run): 100 us per call when every MPI call went through the
+// progress thread (rank -> progress thread -> MPI -> remote progress thread -> remote rank: four
+// hand-offs and a done round per call) against 0.75 us now (OpenMPI's own: 0.25 us). With several
+// ranks per process the ranks execute their commands themselves when the mutex is free but park
+// to wait, and the progress thread polls: an MPI completion cannot wake a parked thread, and one
+// poller per process costs less than N ranks spinning on MPI's global lock on oversubscribed
+// cores. A polling thread yields between idle polls when this node's processes outnumber its
+// cores, as OpenMPI's own waits do then (mpi_yield_when_idle).
 // Requirements: every process constructs its World with the same options and makes the same
 // run() calls in the same order; P (MPI processes) divides ranks; one executable (messages are
 // the in-memory layout of the structures: a homogeneous cluster); a World is destroyed before the
@@ -38,10 +54,16 @@
 // barrier; a point-to-point message to this process's ranks never taken fails the run in every
 // process (counted: the receiving process waits for every message sent to it, then checks). The
 // communicator is freed with the world once every message sent on it has been taken in (drain).
-// Cost: per call, per other process hosting members: one message at open, one per post, one at
-// done; a read of another process's message is one request and one reply. Per run: a barrier,
-// an all-gather of every rank's counters, an all-reduce of the verdict, and with tracing an
-// all-gather of every process's whole trace (all of it each run: a receiver replaces its copy).
+// Cost: per call, per other process hosting members: one message at open (the fingerprint, the
+// header and step 0 when at most kEagerBytes), one per post, one done if that process exposed a
+// buffer; a read of another process's message is one request and one reply. So an 8 B
+// collective is P - 1 messages per rank, and the fingerprint check adds no message to the
+// all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that carries the data.
+// A broadcast pays for it: every member meets every other (P - 1 messages per rank, where a
+// root's eager send is P - 1 messages in all and returns at once). Per
+// run: a barrier, an all-gather of every rank's counters, an all-reduce of the verdict, and with
+// tracing an all-gather of every process's whole trace (all of it each run: a receiver replaces
+// its copy).
 #pragma once
 
 #include <cstddef>
@@ -62,13 +84,8 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
 
   void open(CallState& call, const Fingerprint& fp, const CallHeader& header,
             std::span<const std::byte> step0) override;
-  // Always meets: the eager broadcast's root publishes into its local mailbox descriptor only,
-  // which a member in another process never reads (its mirror is fed by open/post messages), so
-  // across processes every member meets as in open() and settle() has nothing deferred.
   bool open_rooted(CallState& call, const Fingerprint& fp, const CallHeader& header,
-                   std::span<const std::byte> step0) override {
-    return Transport::open_rooted(call, fp, header, step0);
-  }
+                   std::span<const std::byte> step0) override;
   void post(CallState& call, int step, Pieces pieces) override;
   void post(CallState& call, int step, std::span<const std::byte> data) override;
   void recv(CallState& call, int from, int step, std::size_t offset,
@@ -102,6 +119,8 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
 
  private:
   bool remote(const Comm& comm, int member) const;
+  // Waits until the open of this call may rewrite the other processes' mirror of its descriptor.
+  void wait_mirror_free(CallState& c);
   // The open message of the call to every other process hosting members.
   void send_open(const CallState& c, const Fingerprint& fp, const CallHeader& header,
                  std::span<const std::byte> step0);

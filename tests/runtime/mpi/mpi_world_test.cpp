@@ -197,6 +197,41 @@ TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
   }
 }
 
+// The data path's two waiting modes (mpi.hpp: a rank thread polls MPI itself for a while, then
+// parks and the progress thread serves): back-to-back calls of mixed sizes, once with every rank
+// prompt and once with a different rank late by longer than the polling lasts at every call.
+TEST_P(MpiWorld, BackToBackCallsStayExactWhetherPeersArePromptOrLate) {
+  const int n = GetParam();
+  World w(across(n));
+  for (const auto late : {std::chrono::microseconds(0), std::chrono::microseconds(3000)}) {
+    std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+    w.run([&](Rank& r) {
+      for (int call = 0; call < 24; ++call) {
+        if (late.count() > 0 && call % n == r.id()) std::this_thread::sleep_for(late);
+        const std::size_t count = call % 3 == 0 ? 3 : call % 3 == 1 ? 40000 : 70;
+        std::vector<float> x(count);
+        for (std::size_t i = 0; i < count; ++i)
+          x[i] = static_cast<float>((r.id() * 5 + static_cast<int>(i) + call) % 13);
+        all_reduce<float>(r.comm(), x);
+        std::vector<float> b(count, static_cast<float>(r.id()));
+        broadcast<float>(r.comm(), b, call % n);
+        for (std::size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int q = 0; q < n; ++q)
+            want += static_cast<float>((q * 5 + static_cast<int>(i) + call) % 13);
+          if (x[i] != want || b[i] != static_cast<float>(call % n))
+            ++wrong[static_cast<std::size_t>(r.id())];
+        }
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      if (!w.hosts(r)) continue;
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0)
+          << "rank " << r << ", late by " << late.count() << " us";
+    }
+  }
+}
+
 TEST_P(MpiWorld, MismatchAcrossProcessesNamesBothCallsInEveryProcess) {
   const int n = GetParam();
   World w(across(n));
