@@ -118,10 +118,9 @@ float lane_sum(f32x4 v) {
 }
 
 // Sixteen float lanes: four SSE vectors on baseline x86-64, one AVX-512 vector in exp_row's
-// avx512f clone. The clones run the same lane arithmetic and the same summation order; GCC may
-// fuse a*b+c into an FMA in the avx512f clone (the baseline has no FMA), so an AVX-512 machine
-// can differ from another in the last bits of an exp, while every run on one machine is bitwise
-// repeatable.
+// avx512f clone. The clones run the same lane arithmetic and the same summation order, and this
+// file is compiled with -ffp-contract=off (reference/CMakeLists.txt) so no clone fuses a*b+c into
+// an FMA: every machine gets the same bits, whichever clone it runs.
 using f32x16 = float __attribute__((vector_size(64)));
 
 #if defined(__x86_64__) && defined(__GNUC__)
