@@ -153,6 +153,9 @@ struct WorldShared {
   std::shared_ptr<Group> world_group;
   // How the collectives and messages of this world move bytes (transport.hpp).
   std::unique_ptr<Transport> transport;
+  // The same object when it is SharedMemoryTransport or DryTransport (which overrides none of its
+  // verbs), so Call may call them without virtual dispatch; null otherwise (MPI).
+  SharedMemoryTransport* shared_memory = nullptr;
   // The transport's link to the other processes (the same object), or null.
   ProcessLink* link = nullptr;
   // What may run beside every operation, in order (observer.hpp).

@@ -153,8 +153,13 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
         "(configure with -DTSPEMU_MPI=ON and OpenMPI installed)");
 #endif
   }
-  if (w.opts.dry_run) return std::make_unique<DryTransport>();
-  return std::make_unique<SharedMemoryTransport>();
+  std::unique_ptr<SharedMemoryTransport> t;
+  if (w.opts.dry_run)
+    t = std::make_unique<DryTransport>();
+  else
+    t = std::make_unique<SharedMemoryTransport>();
+  w.shared_memory = t.get();
+  return t;
 }
 
 WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) {

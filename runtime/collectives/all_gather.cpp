@@ -24,7 +24,8 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
   // once the counts are known, after the meet below.
   Call call(comm,
             {variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather, dtype, -1, count},
-            std::span<const std::byte>(send, bytes), /*counts_must_match=*/!variable);
+            std::span<const std::byte>(send, bytes), /*counts_must_match=*/!variable,
+            CallForm::step0_only);
   // Offsets of each block in recv: equal blocks (the meet checked every count equals ours), or
   // the published counts back to back, read once (each fingerprint() is a call into the
   // transport and a read of the member's mailbox slot).

@@ -24,8 +24,10 @@ void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::
   if (send != recv && overlaps(send, bytes, recv, bytes))
     bad_argument(comm, "all_reduce", "send and recv overlap without being the same buffer");
   if (dtype == Dtype::byte) bad_argument(comm, "all_reduce", "cannot sum raw bytes");
+  // Small: one step (below); the branch follows from the count and dtype every member agrees on.
   Call call(comm, {CollectiveKind::all_reduce, dtype, -1, send_count},
-            std::span<const std::byte>(send, bytes));
+            std::span<const std::byte>(send, bytes), /*counts_must_match=*/true,
+            bytes <= kSmallMessageBytes ? CallForm::step0_only : CallForm::general);
   const std::size_t b0 = chunk_begin(send_count, n, me);
   const std::size_t mine = chunk_begin(send_count, n, me + 1) - b0;
   // Counted as the two-step algorithm on every path (counters.hpp: reduce_scatter + all_gather

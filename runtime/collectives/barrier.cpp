@@ -6,7 +6,8 @@ namespace tspemu {
 
 void barrier(Comm& comm) {
   detail::check_comm(comm, "barrier");
-  detail::Call call(comm, {CollectiveKind::barrier, Dtype::byte, -1, 0}, {});
+  detail::Call call(comm, {CollectiveKind::barrier, Dtype::byte, -1, 0}, {},
+                    /*counts_must_match=*/true, detail::CallForm::step0_only);
   call.finish();
   detail::count_traffic(comm, CollectiveKind::barrier, 0, 0);
 }

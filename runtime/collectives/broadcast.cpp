@@ -13,7 +13,8 @@ void broadcast(Comm& comm, std::byte* buf, std::size_t count, Dtype dtype, int r
   // mailbox, so the root need not wait for the readers (Transport::open_rooted).
   Call call(comm, {CollectiveKind::broadcast, dtype, root, count},
             is_root ? std::span<const std::byte>(buf, bytes) : std::span<const std::byte>(),
-            /*counts_must_match=*/true, /*root_returns_early=*/bytes <= kSmallMessageBytes);
+            /*counts_must_match=*/true,
+            bytes <= kSmallMessageBytes ? CallForm::rooted_eager : CallForm::general);
   if (!is_root && bytes > 0) call.recv(root, 0, 0, {buf, bytes});
   call.finish();
   const std::size_t n = static_cast<std::size_t>(comm.size());

@@ -101,8 +101,8 @@ std::string disagreement(const std::string& group, std::uint64_t seq, int size,
 }
 
 Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte> step0,
-           bool counts_must_match, bool root_returns_early)
-    : t_(transport_of(comm)) {
+           bool counts_must_match, CallForm form)
+    : t_(transport_of(comm)), shm_(comm.self().world->shared_memory) {
   RankState& self = comm.self();
   // Before this call takes its number: a handle destroyed unwaited is reported here, and the
   // rank's pending non-blocking calls on the Comm run first, in issue order, so every member's
@@ -118,6 +118,7 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   st_.rank = comm.rank();
   st_.size = comm.size();
   st_.seq = comm.next_seq();
+  st_.step0_only = form == CallForm::step0_only && shm_ != nullptr;
   const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
   st_.op = OpRef{collective_name(fp.kind), st_.seq, &comm.group(), -1, "", call_bytes};
   op_.kind = OpInfo::Kind::collective;
@@ -133,9 +134,15 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   try {
     // The eager broadcast root meets nobody (open_rooted); observers of the meet need every
     // member's header, so a run with any of them meets.
-    const bool met = root_returns_early && self.world->on_meet.empty()
-                         ? t_.open_rooted(st_, fp, call_header(self), step0)
-                         : (t_.open(st_, fp, call_header(self), step0), true);
+    bool met = true;
+    if (form == CallForm::rooted_eager && self.world->on_meet.empty())
+      met = shm_ != nullptr
+                ? shm_->SharedMemoryTransport::open_rooted(st_, fp, call_header(self), step0)
+                : t_.open_rooted(st_, fp, call_header(self), step0);
+    else if (shm_ != nullptr)
+      shm_->SharedMemoryTransport::open(st_, fp, call_header(self), step0);
+    else
+      t_.open(st_, fp, call_header(self), step0);
     if (!met) return;  // the transport compares the fingerprints once it meets the members
     // Every member compares every fingerprint with member 0's, so all of them reach the same
     // verdict and the same message (formatted only then).
@@ -164,7 +171,10 @@ Call::~Call() {
 }
 
 void Call::finish() {
-  t_.finish(st_);
+  if (shm_ != nullptr)
+    shm_->SharedMemoryTransport::finish(st_);
+  else
+    t_.finish(st_);
   ended_ = true;
   notify_end(st_.comm->self(), op_, true);
 }

@@ -20,17 +20,24 @@
 #include <string>
 
 #include "../observer.hpp"
+#include "shared_memory.hpp"
 #include "transport.hpp"
 #include "tspemu/runtime/sim_streams.hpp"
 
 namespace tspemu::detail {
 
+// What the algorithm promises about a call, the same on every member (it follows from the
+// fingerprint every member agrees on):
+//   general: any steps;
+//   step0_only: no member posts after step 0 (CallState::step0_only);
+//   rooted_eager: broadcast's eager form (Transport::open_rooted); the root of such a call knows
+//     only its own fingerprint, and may return before the members arrive.
+enum class CallForm { general, step0_only, rooted_eager };
+
 class Call {
  public:
-  // root_returns_early: broadcast's eager form (Transport::open_rooted); the root of such a
-  // call knows only its own fingerprint, and may return before the members arrive.
   Call(Comm& comm, const Fingerprint& fp, std::span<const std::byte> step0,
-       bool counts_must_match = true, bool root_returns_early = false);
+       bool counts_must_match = true, CallForm form = CallForm::general);
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -38,24 +45,44 @@ class Call {
   int rank() const { return st_.rank; }
   int size() const { return st_.size; }
   std::uint64_t seq() const { return st_.seq; }
-  const Fingerprint& fingerprint(int member) const { return t_.fingerprint(st_, member); }
+  // The verbs call the shared-memory transport's own functions directly when the world's transport
+  // is one (shm_): the common case pays no virtual dispatch per step.
+  const Fingerprint& fingerprint(int member) const {
+    return shm_ != nullptr ? shm_->SharedMemoryTransport::fingerprint(st_, member)
+                           : t_.fingerprint(st_, member);
+  }
 
-  void post(int step, std::span<const std::byte> data) { t_.post(st_, step, data); }
-  void post(int step, Pieces pieces) { t_.post(st_, step, pieces); }
+  void post(int step, std::span<const std::byte> data) {
+    if (shm_ != nullptr) return shm_->SharedMemoryTransport::post(st_, step, data);
+    t_.post(st_, step, data);
+  }
+  void post(int step, Pieces pieces) {
+    if (shm_ != nullptr) return shm_->SharedMemoryTransport::post(st_, step, pieces);
+    t_.post(st_, step, pieces);
+  }
   void recv(int from, int step, std::size_t offset, std::span<std::byte> dst) {
+    if (shm_ != nullptr) return shm_->SharedMemoryTransport::recv(st_, from, step, offset, dst);
     t_.recv(st_, from, step, offset, dst);
   }
   void recv_rows(int from, int step, std::size_t offset, std::size_t stride, std::size_t row_bytes,
                  std::size_t rows, std::byte* dst, std::size_t dst_stride) {
+    if (shm_ != nullptr)
+      return shm_->SharedMemoryTransport::recv_rows(st_, from, step, offset, stride, row_bytes,
+                                                    rows, dst, dst_stride);
     t_.recv_rows(st_, from, step, offset, stride, row_bytes, rows, dst, dst_stride);
   }
   void recv_reduce(int step, std::size_t offset, std::size_t count, Dtype dtype, std::byte* acc) {
+    if (shm_ != nullptr)
+      return shm_->SharedMemoryTransport::recv_reduce(st_, step, offset, count, dtype, acc);
     t_.recv_reduce(st_, step, offset, count, dtype, acc);
   }
   void finish();
 
  private:
   Transport& t_;
+  // The world's transport when it is SharedMemoryTransport itself or a subclass that overrides
+  // none of its collective verbs (WorldShared::shared_memory); null otherwise.
+  SharedMemoryTransport* shm_;
   CallState st_;
   OpInfo op_;
   bool ended_ = false;  // the observers saw the end

@@ -118,7 +118,20 @@ bool in_mailbox(const Descriptor& d, int step) {
   return step == 0 && d.eager;
 }
 
+// Whether some member of the call may expose a buffer, so wait for this rank's done stage
+// (shared_memory.hpp: the done stage). In a step0_only call only a step 0 outside the mailbox
+// does; every member's descriptor of the call is stable from the meet on.
+bool any_member_exposes(const CallState& c) {
+  if (!c.step0_only) return true;
+  for (int r = 0; r < c.size; ++r)
+    if (!desc(c, r).eager) return true;
+  return false;
+}
+
 void check_step(const CallState& c, int step) {
+  if (c.step0_only)
+    throw std::logic_error(std::string(c.op.what) + " #" + std::to_string(c.seq) + " posts step " +
+                           std::to_string(step) + " in a call whose members post step 0 only");
   if (step <= c.posted || step >= kMaxSteps)
     throw std::logic_error(std::string(c.op.what) + " #" + std::to_string(c.seq) + " posts step " +
                            std::to_string(step) + " after step " + std::to_string(c.posted) +
@@ -358,7 +371,7 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
 void SharedMemoryTransport::finish(CallState& c) {
   end_reading(c.comm->self());
   c.finished = true;
-  if (slot(c, c.rank).unawaited == c.seq) return;
+  if (slot(c, c.rank).unawaited == c.seq || !any_member_exposes(c)) return;
   slot(c, c.rank).progress.store(stage_value(c.seq, kDoneStage), std::memory_order_seq_cst);
   unpark_members(c.comm->group(), c.rank);
   if (!c.exposed) return;

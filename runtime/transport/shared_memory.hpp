@@ -10,6 +10,11 @@
 //      (single copy) or its eager copy, under the abort-safe reading flag (RankState::reading);
 //   4. finish: stores stage_value(s, done); a rank whose own buffers were read in place (not eager)
 //      waits for every member to be done before it returns, because its caller may reuse them.
+//      Only such an exposing rank waits for the done stage, so a call in which no member can
+//      expose one publishes none: a step0_only call (CallState::step0_only: nobody posts later
+//      steps) whose members' step 0 messages are all in their mailboxes (eager), which every
+//      member sees alike after the meet. Nothing else reads the done stage: a descriptor's reuse
+//      needs the members' entries of later calls, and progress only grows.
 // Reusing descriptor s % kDescriptors is safe once every member opened #s - kDescriptors + 1: a
 // member opens that call only after it finished reading everything of the calls before it. A
 // call that meets every member knows this from the meet of #s-1.

@@ -80,6 +80,10 @@ struct CallState {
   int posted = -1;       // highest step posted
   bool exposed = false;  // a posted buffer may be read in place until finish
   bool finished = false;
+  // Set before open by Call, in worlds of the shared-memory transports only (shared_memory.hpp): no
+  // member posts a step after step 0 in this call. Every member runs the same algorithm on
+  // fingerprints the meet finds compatible, so all of them set it alike.
+  bool step0_only = false;
 };
 
 // The data of a point-to-point message beside its bytes.
