@@ -51,17 +51,19 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
                                       ": all_gatherv #" + std::to_string(call.seq()) +
                                       " on group " + comm.name() +
                                       ": send overlaps recv but is not this rank's block of it"));
-  std::size_t received = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    // This rank's own block first (a local copy through the transport, which also knows dry-run
-    // memory; none when sending in place), then the next rank's: the ranks spread their first
-    // reads over different owners.
-    const std::size_t r = (me + i) % n;
-    const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
-    if (len == 0) continue;
-    call.recv(static_cast<int>(r), 0, 0, {recv + offsets[r] * es, len});
-    if (r != me) received += len;
+  // Small blocks (all in the mailboxes) in one pass; else block by block.
+  if (!call.recv_all_step0(recv, offsets, es)) {
+    for (std::size_t i = 0; i < n; ++i) {
+      // This rank's own block first (a local copy through the transport, which also knows dry-run
+      // memory; none when sending in place), then the next rank's: the ranks spread their first
+      // reads over different owners.
+      const std::size_t r = (me + i) % n;
+      const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
+      if (len == 0) continue;
+      call.recv(static_cast<int>(r), 0, 0, {recv + offsets[r] * es, len});
+    }
   }
+  const std::size_t received = (total - (offsets[me + 1] - my_offset)) * es;
   call.finish();
   count_traffic(comm, variable ? CollectiveKind::all_gatherv : CollectiveKind::all_gather,
                 (n - 1) * bytes, received);

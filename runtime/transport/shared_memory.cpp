@@ -321,6 +321,22 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
   copy_range(c, from, step, d.step(step), offset, dst, skip_dry_);
 }
 
+bool SharedMemoryTransport::recv_all_step0(CallState& c, std::byte* dst, const std::size_t* offsets,
+                                           std::size_t elem_size) {
+  for (int r = 0; r < c.size; ++r) {
+    const Descriptor& d = desc(c, r);
+    if (!d.eager || d.step0.bytes != (offsets[r + 1] - offsets[r]) * elem_size) return false;
+  }
+  // Mailbox copies only: no reading flag, and they outlive the call.
+  for (int r = 0; r < c.size; ++r) {
+    const Descriptor& d = desc(c, r);
+    std::byte* to = dst + offsets[r] * elem_size;
+    if (d.step0.bytes != 0 && !(skip_dry_ && touches_dry(to, d.data)))
+      std::memcpy(to, d.data, d.step0.bytes);
+  }
+  return true;
+}
+
 void SharedMemoryTransport::recv_rows(CallState& c, int from, int step, std::size_t offset,
                                       std::size_t stride, std::size_t row_bytes, std::size_t rows,
                                       std::byte* dst, std::size_t dst_stride) {

@@ -160,6 +160,12 @@ class SharedMemoryTransport : public Transport {
                    std::byte* acc) override;
   void finish(CallState& call) override;
   void abandon(CallState& call) noexcept override;
+  // all_gather's small form in one pass, not a verb of every transport (Call::recv_all_step0): when
+  // every member's step-0 message is in its mailbox and is exactly (offsets[r + 1] - offsets[r])
+  // * elem_size bytes long, copies member r's to dst + offsets[r] * elem_size for every r and
+  // returns true; otherwise copies nothing and returns false. No wait: every member met at open.
+  bool recv_all_step0(CallState& call, std::byte* dst, const std::size_t* offsets,
+                      std::size_t elem_size);
 
   bool send(Comm& comm, int dst, std::uint64_t index, const MessageHeader& header,
             std::span<const std::byte> data, const OpRef& op) override;
