@@ -1472,7 +1472,7 @@ struct WireEvent {
 // What every process learns of each rank hosted elsewhere at the end of a run.
 struct RankSummary {
   TrafficCounters counters;
-  SimStreams sim;  // trivially copyable: sent as bytes
+  SimStreams::Snapshot sim;
 };
 static_assert(std::is_trivially_copyable_v<RankSummary>, "RankSummary travels as raw bytes");
 
@@ -1578,7 +1578,7 @@ void MpiTransport::end_run() {
   std::vector<std::byte> mine(block);
   for (std::size_t i = 0; i < local; ++i) {
     const RankState& r = *w_.ranks[static_cast<std::size_t>(w_.first_local) + i];
-    const RankSummary s{r.counters, r.sim};
+    const RankSummary s{r.counters, r.sim.snapshot()};
     std::memcpy(mine.data() + i * sizeof s, &s, sizeof s);
   }
   for (std::size_t q = 0; q < P; ++q) {
@@ -1604,7 +1604,7 @@ void MpiTransport::end_run() {
     RankSummary s;
     std::memcpy(&s, all.data() + q * block + (r - q * local) * sizeof s, sizeof s);
     w_.ranks[r]->counters = s.counters;
-    w_.ranks[r]->sim = s.sim;
+    w_.ranks[r]->sim.restore(s.sim);
   }
   auto failed_here = [&] {
     std::lock_guard lock(w_.failure_mu);

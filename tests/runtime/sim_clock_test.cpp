@@ -116,7 +116,29 @@ TEST(SimStreams, BlockingIsExposedAndAWaitExposesOnlyTheRemainder) {
   s.wait(z);  // over before the wait: nothing more exposed (c's wait already covered it)
   EXPECT_EQ(s.now_ns(), 370);
   EXPECT_EQ(s.exposed_comm_ns(), 110 + 110);
-  EXPECT_EQ(s.overlapped_comm_ns(), 50 + 100);
+  // and nothing of z overlapped: the compute stream waited through all of it, in c's wait.
+  EXPECT_EQ(s.overlapped_comm_ns(), 50);
+}
+
+// A transfer's overlapped time is the compute that ran during it, never the compute stream's
+// waits: so overlapped never exceeds compute, however blocking and non-blocking calls interleave.
+TEST(SimStreams, OverlapCountsOnlyTheComputeThatRanDuringATransfer) {
+  SimStreams s;
+  const SimStreams::Transfer x = s.issue(100);  // [0, 100)
+  s.compute_until(40);                          // 40 of compute under x
+  const SimStreams::Transfer c = s.blocking(40, 10);
+  EXPECT_EQ(c.begin_ns, 100);  // queued behind x: the compute stream waits 40..110
+  s.compute_until(130);
+  const SimStreams::Transfer y = s.issue(50);  // [130, 180)
+  s.compute_until(150);                        // 20 under y
+  s.wait(y);                                   // 30 exposed
+  s.wait(x);                                   // long over: 40 overlapped, nothing exposed
+  EXPECT_EQ(s.now_ns(), 180);
+  EXPECT_EQ(s.compute_ns(), 40 + 20 + 20);
+  EXPECT_EQ(s.exposed_comm_ns(), 70 + 30);
+  EXPECT_EQ(s.overlapped_comm_ns(), 40 + 20);
+  EXPECT_EQ(s.compute_ns() + s.exposed_comm_ns(), s.now_ns());
+  EXPECT_LE(s.overlapped_comm_ns(), s.compute_ns());
 }
 
 // In a run, compute spans and blocking collectives split every rank's clock into compute and

@@ -10,12 +10,15 @@
 // Requirements: one rank's thread only (no synchronization; the clock is per rank); every
 // Transfer from issue() is waited once, in any order. Times are whole nanoseconds.
 // Guarantees: compute + exposed == now_ns() - (the time the accounting started) when nothing but
-// these calls moved the clock; overlapped + exposed part of a transfer == its duration, unless the
-// transfer queued behind an earlier one (the queueing is exposed, not overlapped).
-// Cost: O(1) per call.
+// these calls moved the clock; a transfer's overlapped time is the compute that ran during it —
+// never the time the compute stream spent waiting (for another collective queued behind it, or
+// for another transfer) — so the transfers' overlapped times, disjoint on the communication
+// stream, sum to at most compute_ns().
+// Cost: O(1) per call but wait(), O(log n) in the number of waits since start_at().
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace tspemu {
 
@@ -43,6 +46,15 @@ class SimStreams {
   // duration ran under compute (overlapped).
   void wait(const Transfer& t);
 
+  // The clock and its totals without the idle history: what another process needs of a rank
+  // it does not host (trivially copyable, sent as bytes). restore() drops the history, so no
+  // transfer issued before it may be waited after it.
+  struct Snapshot {
+    std::int64_t now = 0, comm_free = 0, compute = 0, exposed = 0, overlapped = 0;
+  };
+  Snapshot snapshot() const { return {now_, comm_free_, compute_, exposed_, overlapped_}; }
+  void restore(const Snapshot& s);
+
   std::int64_t compute_ns() const { return compute_; }
   std::int64_t exposed_comm_ns() const { return exposed_; }
   std::int64_t overlapped_comm_ns() const { return overlapped_; }
@@ -53,6 +65,15 @@ class SimStreams {
   std::int64_t compute_ = 0;    // totals
   std::int64_t exposed_ = 0;
   std::int64_t overlapped_ = 0;
+  // The compute stream's idle intervals since start_at (waits: blocking collectives, waits for
+  // transfers, the jump of start_at), ascending and disjoint, with the running sum of their
+  // lengths up to each one's end: the compute in [a, b) is (b - a) minus the idle part of it.
+  struct Idle {
+    std::int64_t begin, end, total_to_end;
+  };
+  std::vector<Idle> idle_;
+  void idle_until(std::int64_t end_ns);
+  std::int64_t idle_before(std::int64_t t) const;
 };
 
 }  // namespace tspemu
