@@ -138,8 +138,8 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   if (sim) {
     out << "sim ms: the simulated step, " << sim->describe()
         << "; compute charged for the blocks' GEMM and attention spans; comp/exp/ovl ms: the "
-           "slowest rank's compute, exposed and overlapped communication (every collective "
-           "blocks: exposed)\n";
+           "slowest rank's compute, exposed and overlapped communication (overlapped: the "
+           "compute that ran while a non-blocking collective was in flight)\n";
     j["simulated"] = sim_clock_json(*sim);
   }
   if (!a.json_path.empty()) write_json(a.json_path, j);

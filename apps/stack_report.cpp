@@ -127,8 +127,9 @@ void print_debugging(std::ostream& out, const StackConfig& c, const StackResult&
   if (c.sim_clock)
     out << fmt(
         "\nsimulated step: %.3f ms per step (%.0f tokens/s): %s; compute is charged only where the "
-        "blocks mark GEMM and attention spans; every collective blocks (exposed); contention and "
-        "launches are not modelled\n",
+        "blocks mark GEMM and attention spans; a blocking collective is exposed, a non-blocking "
+        "one overlaps the compute charged before its wait; contention and launches are not "
+        "modelled\n",
         r.simulated_seconds * 1e3, static_cast<double>(c.B) * c.S / r.simulated_seconds,
         c.sim_clock->describe().c_str());
   if (c.sim_clock) {

@@ -581,23 +581,30 @@ TEST(Cli, CompareWithASimulatedClockAddsEachStrategysEstimate) {
   std::filesystem::remove(json);
 }
 
-// TSP's attention prefetches its weight shards (TspOptions::overlap): on the simulated clock some
-// communication runs under compute; --serial-attention keeps every collective exposed.
+// TSP's attention posts its weight broadcasts and K/V all-gathers ahead (TspOptions::overlap): on
+// the simulated clock some communication runs under compute, exposing less than the serial
+// schedule; --serial-attention keeps every collective exposed. A transfer's overlapped time is the
+// compute that ran during it (sim_streams.hpp), so the tiny model is charged at 1 GFLOP/s (--peak
+// 0.001): at the preset's 1307 TFLOP/s its spans round to 0 ns and nothing could overlap.
 TEST(Cli, TspRunOverlapsCommunicationOnTheSimulatedClockUnlessSerial) {
   const std::string json = temp_path("overlap.json");
-  double overlapped[2] = {0, 0};
+  double overlapped[2] = {0, 0}, exposed[2] = {0, 0};
   for (bool serial : {false, true}) {
-    std::vector<std::string> args = {"run",       "--no-check", "--sim-clock",
-                                     "mi300x-if", "--json",     json};
+    std::vector<std::string> args = {"run",    "--no-check", "--sim-clock", "mi300x-if",
+                                     "--peak", "0.001",      "--json",      json};
     if (serial) args.emplace_back("--serial-attention");
     const Outcome o = tspemu(tiny(args));
     ASSERT_EQ(o.code, 0) << o.err << o.out;
     const nlohmann::json j = read_json(json);
-    for (const auto& t : j["simulated"]["per_rank"])
+    for (const auto& t : j["simulated"]["per_rank"]) {
       overlapped[serial] += t["overlapped_comm_seconds"].get<double>();
+      exposed[serial] += t["exposed_comm_seconds"].get<double>();
+      EXPECT_LE(t["overlapped_comm_seconds"].get<double>(), t["compute_seconds"].get<double>());
+    }
   }
   EXPECT_GT(overlapped[0], 0);
   EXPECT_EQ(overlapped[1], 0);
+  EXPECT_LT(exposed[0], exposed[1]);
   std::filesystem::remove(json);
 }
 
