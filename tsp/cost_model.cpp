@@ -506,9 +506,12 @@ LayerMemoryEstimate layer_memory(const ModelShape& m, const Strategy& st,
     // of its gradient — two of each when overlapping (the next shard arrives, the previous
     // gradient is reduced, while the current ones are used) — the bucket's full-sequence K/V
     // (unless kept) and their gradient; projections and local outputs.
+    // Overlapping with head buckets adds the send buffer of the dK/dV reduce-scatter (the
+    // next bucket's K/V all-gather lands in the gathered buffer meanwhile).
     const double halves = o.overlap ? 2 : 1;
+    const double dkv_apart = o.overlap && !o.keep_kv && o.head_buckets > 1 ? 2 * BS * kc * ea : 0;
     const double attn_comm = (o.keep_attention_shards ? 0 : halves * As * ew) + halves * As * eg +
-                             (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea;
+                             (o.keep_kv ? 0 : 2 * BS * kc * ea) + 2 * BS * kc * ea + dkv_apart;
     const double attn_work = (2 * tok * h + 3 * tok * qc + 4 * tok * kc + 2 * tok * kc * D) * ea;
     // MLP ring: the shard in flight and the next (D > 2), the travelling gradient shards.
     const double mlp_comm =

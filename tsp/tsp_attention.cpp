@@ -110,26 +110,42 @@ void BasicTspAttention<T>::project_q(const T* W, int bucket, T* q) {
   ref::rope_forward(q, positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
 }
 
-// K and V of one bucket for this rank's tokens (RoPE on K), then the all-gather and the
-// reordering into the full sequence by global position.
+// K and V of one bucket for this rank's tokens (RoPE on K) into kv_local, [2][B·Tl, NKVb·hs].
 template <class T>
-void BasicTspAttention<T>::project_and_gather_kv(const T* W, int bucket, T* kv_local,
-                                                 T* kv_gathered, T* k_all, T* v_all) {
+void BasicTspAttention<T>::project_kv(const T* W, int bucket, T* kv_local) {
   const Dims d = dims_of(s_);
   const auto view = attention_view(W, s_);
   const int M = d.M(), C = d.C, kc = static_cast<int>(d.kv_cols());
   T* k_local = kv_local;
   T* v_local = kv_local + static_cast<std::size_t>(M) * kc;
-  {
-    // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
-    TraceSpan span(comm_, "k/v projection", 2.0 * 2 * M * kc * C);
-    ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
-                   C);
-    ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
-                   C);
-    ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
-  }
-  const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
+  // torch: k = n @ wk[bucket].T ;  v = n @ wv[bucket].T
+  TraceSpan span(comm_, "k/v projection", 2.0 * 2 * M * kc * C);
+  ref::matmul_nt(k_local, xn_.data(), view.wk + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                 C);
+  ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
+                 C);
+  ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+}
+
+// One bucket's K/V projected and its all-gather issued (kv_local -> kv_gathered, rank-major);
+// order_by_position after the wait puts it in global order.
+template <class T>
+CollectiveHandle BasicTspAttention<T>::start_kv_gather(const T* W, int bucket, T* kv_local,
+                                                       T* kv_gathered) {
+  const Dims d = dims_of(s_);
+  project_kv(W, bucket, kv_local);
+  const std::size_t kv_count = 2 * static_cast<std::size_t>(d.M()) * d.kv_cols();
+  return iall_gather<T>(comm_, std::span<const T>(kv_local, kv_count),
+                        std::span<T>(kv_gathered, kv_count * d.D));
+}
+
+// The serial form: projected, gathered (blocking) and put in global order into k_all, v_all.
+template <class T>
+void BasicTspAttention<T>::project_and_gather_kv(const T* W, int bucket, T* kv_local,
+                                                 T* kv_gathered, T* k_all, T* v_all) {
+  const Dims d = dims_of(s_);
+  project_kv(W, bucket, kv_local);
+  const std::size_t kv_count = 2 * static_cast<std::size_t>(d.M()) * d.kv_cols();
   all_gather<T>(comm_, std::span<const T>(kv_local, kv_count),
                 std::span<T>(kv_gathered, kv_count * d.D));
   order_by_position(layout_, d, kv_gathered, k_all, v_all);
@@ -199,14 +215,21 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
            : s_.options.keep_attention_shards ? kept_shard(r)
                                               : wbuf.data() + (overlap ? r % 2 : 0) * w_.size();
   };
-  CollectiveHandle next;
-  if (overlap) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), w_.size()), 0);
+  // Overlapped, the communication stream carries each transfer in the order it is needed: shard
+  // r's bucket b+1 K/V all-gather is issued before bucket b's attention, and shard r+1's
+  // broadcast right after shard r's last all-gather, so it runs under shard r's last attention.
+  CollectiveHandle next_shard, gathering;
+  if (overlap) next_shard = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), w_.size()), 0);
   for (int r = 0; r < d.D; ++r) {
     T* W = shard_buffer(r);
+    auto after_last_gather = [&](int bkt) {
+      if (bkt == d.nb - 1 && r + 1 < d.D)
+        next_shard = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), w_.size()), r + 1);
+    };
     if (overlap) {
-      next.wait();
-      if (r + 1 < d.D)
-        next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), w_.size()), r + 1);
+      next_shard.wait();
+      gathering = start_kv_gather(W, 0, kv_local.data(), kv_gathered.data());
+      after_last_gather(0);
     } else {
       broadcast<T>(comm_, std::span<T>(W, w_.size()), r);
     }
@@ -215,7 +238,17 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
       T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
       T* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
       project_q(W, bkt, q.data());
-      project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
+      if (overlap) {
+        // kv_local and kv_gathered are free again once bucket bkt is in global order.
+        gathering.wait();
+        order_by_position(layout_, d, kv_gathered.data(), k, v);
+        if (bkt + 1 < d.nb) {
+          gathering = start_kv_gather(W, bkt + 1, kv_local.data(), kv_gathered.data());
+          after_last_gather(bkt + 1);
+        }
+      } else {
+        project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
+      }
       T* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
       T* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       {
@@ -249,10 +282,16 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
   // options.overlap: two shard buffers (shard r+1 arrives while shard r is in use) and two
   // partial gradients (shard r's is reduced to its owner while shard r+1's accumulates).
   const bool overlap = s_.options.overlap;
+  const bool gather_kv = !s_.options.keep_kv;
   const std::size_t halves = overlap ? 2 : 1;
   auto wbuf = a.allocate<T>(s_.options.keep_attention_shards ? 0 : shard * halves, Category::comm);
   // This rank's share of dW of shard r.
   auto partial = a.allocate<T>(shard * halves, Category::comm);
+  // Overlapped with head buckets, bucket b+1's K/V all-gather lands in kv_gathered while bucket
+  // b's dK/dV are reduce-scattered: they leave from this buffer of the same size instead.
+  const bool dkv_apart = overlap && gather_kv && d.nb > 1;
+  auto dkv_send =
+      a.allocate<T>(dkv_apart ? 2 * static_cast<std::size_t>(M) * kc * d.D : 0, Category::comm);
   auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
   auto q = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
   auto dq = a.allocate<T>(static_cast<std::size_t>(M) * qc, Category::workspace);
@@ -264,6 +303,7 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
   auto v_all = a.allocate<T>(s_.options.keep_kv ? 0 : full_kv, Category::kv);
   auto dk_all = a.allocate<T>(full_kv, Category::kv);
   auto dv_all = a.allocate<T>(full_kv, Category::kv);
+  T* dkv_scattered = dkv_apart ? dkv_send.data() : kv_gathered.data();
 
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   const bool rebroadcast = !s_.options.keep_attention_shards;
@@ -272,17 +312,25 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
            : r == comm_.rank() ? w_.data()
                                : wbuf.data() + (overlap ? r % 2 : 0) * shard;
   };
-  CollectiveHandle next;      // the broadcast of the next shard (overlap)
-  CollectiveHandle reducing;  // the reduce of the previous shard's gradient (overlap)
-  if (overlap && rebroadcast) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), shard), 0);
+  // Overlapped, as in forward: bucket b+1's K/V all-gather is issued before bucket b's attention
+  // backward, shard r+1's broadcast right after shard r's last all-gather (at the shard's start
+  // when K/V are kept), bucket b's dK/dV reduce-scatter runs under its dQ GEMMs, and shard r's
+  // weight-gradient reduce runs under shard r+1 (waited at its end).
+  CollectiveHandle next_shard, gathering, scattering, reducing;
+  if (overlap && rebroadcast)
+    next_shard = ibroadcast<T>(comm_, std::span<T>(shard_buffer(0), shard), 0);
+  const int last_gather = gather_kv ? d.nb - 1 : 0;
   for (int r = 0; r < d.D; ++r) {
     T* W = shard_buffer(r);
-    if (rebroadcast && overlap) {
-      next.wait();
-      if (r + 1 < d.D) next = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), shard), r + 1);
-    } else if (rebroadcast) {
-      broadcast<T>(comm_, std::span<T>(W, shard), r);
-    }
+    auto after_gather = [&](int bkt) {
+      if (overlap && rebroadcast && bkt == last_gather && r + 1 < d.D)
+        next_shard = ibroadcast<T>(comm_, std::span<T>(shard_buffer(r + 1), shard), r + 1);
+    };
+    if (rebroadcast && overlap) next_shard.wait();
+    if (rebroadcast && !overlap) broadcast<T>(comm_, std::span<T>(W, shard), r);
+    if (overlap && gather_kv)
+      gathering = start_kv_gather(W, 0, kv_local.data(), kv_gathered.data());
+    after_gather(0);
     // Half r mod 2: its last reduce (shard r-2's) was waited at the end of shard r-1.
     T* P = partial.data() + (overlap ? r % 2 : 0) * shard;
     const auto view = attention_view(static_cast<const T*>(W), s_);
@@ -292,8 +340,16 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
       project_q(W, bkt, q.data());
       T* k = s_.options.keep_kv ? kept_k(r, bkt) : k_all.data();
       T* v = s_.options.keep_kv ? kept_v(r, bkt) : v_all.data();
-      if (!s_.options.keep_kv)
+      if (gather_kv && overlap) {
+        gathering.wait();
+        order_by_position(layout_, d, kv_gathered.data(), k, v);
+        if (bkt + 1 < d.nb) {
+          gathering = start_kv_gather(W, bkt + 1, kv_local.data(), kv_gathered.data());
+          after_gather(bkt + 1);
+        }
+      } else if (gather_kv) {
         project_and_gather_kv(W, bkt, kv_local.data(), kv_gathered.data(), k, v);
+      }
       const T* att = att_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * M * d.q_cols();
       const T* lse = lse_.data() + (static_cast<std::size_t>(r) * d.nb + bkt) * d.B * d.NHb * d.Tl;
       const int ldo = d.NHl * d.hs;  // row stride of wo [C, NHl·hs]
@@ -308,22 +364,32 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
       }
       // dK, dV of every token go back to the rank that owns the token, summed over all ranks'
       // queries (reduce_scatter, rank order).
-      order_by_rank(layout_, d, dk_all.data(), dv_all.data(), kv_gathered.data());
+      order_by_rank(layout_, d, dk_all.data(), dv_all.data(), dkv_scattered);
       const std::size_t kv_count = 2 * static_cast<std::size_t>(M) * kc;
-      reduce_scatter<T>(comm_, std::span<const T>(kv_gathered.data(), kv_count * d.D),
-                        std::span<T>(dkv_local.data(), kv_count));
-      T* dk = dkv_local.data();
-      T* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
-      ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
-      ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
-      // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (likewise k, v)
-      TraceSpan span(comm_, "q/k/v projection backward", 2.0 * 2 * M * C * (qc + 2 * kc));
+      const std::span<const T> dkv_all(dkv_scattered, kv_count * d.D);
+      const std::span<T> dkv_mine(dkv_local.data(), kv_count);
+      if (overlap)
+        scattering = ireduce_scatter<T>(comm_, dkv_all, dkv_mine);
+      else
+        reduce_scatter<T>(comm_, dkv_all, dkv_mine);
       const std::size_t qo = static_cast<std::size_t>(bkt) * qc * C,
                         ko = static_cast<std::size_t>(bkt) * kc * C;
-      ref::matmul_tn(g.wq + qo, dq.data(), xn_.data(), qc, C, M, true);
+      ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+      {
+        // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (before dK/dV: they need only
+        // dQ)
+        TraceSpan span(comm_, "q projection backward", 2.0 * 2 * M * C * qc);
+        ref::matmul_tn(g.wq + qo, dq.data(), xn_.data(), qc, C, M, true);
+        ref::matmul_nn(dxn.data(), dq.data(), view.wq + qo, M, C, qc, true);
+      }
+      scattering.wait();
+      T* dk = dkv_local.data();
+      T* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
+      ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+      // torch: dwk[bucket] += dk.T @ n ; dn += dk @ wk[bucket]   (likewise v)
+      TraceSpan span(comm_, "k/v projection backward", 2.0 * 2 * M * C * 2 * kc);
       ref::matmul_tn(g.wk + ko, dk, xn_.data(), kc, C, M, true);
       ref::matmul_tn(g.wv + ko, dv, xn_.data(), kc, C, M, true);
-      ref::matmul_nn(dxn.data(), dq.data(), view.wq + qo, M, C, qc, true);
       ref::matmul_nn(dxn.data(), dk, view.wk + ko, M, C, kc, true);
       ref::matmul_nn(dxn.data(), dv, view.wv + ko, M, C, kc, true);
     }

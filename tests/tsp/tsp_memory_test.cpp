@@ -62,26 +62,34 @@ TEST(TspMemory, AttentionWeightsPerRankAreOneDthOfTheLayerPlusTheNorm) {
 }
 
 // The cost model accounts the overlapped schedule's buffers exactly: its comm estimate grows by
-// what the attention block's arenas measure, one packed shard and one partial gradient (fp32
-// emulator sizes). The estimate is the layer's peak block's, so it is taken at a sequence length
-// where attention is the peak; the extra buffers do not depend on the sequence length.
-TEST(TspMemory, TheCostModelChargesTheOverlapsExtraShardBuffersAsMeasured) {
-  std::size_t measured[2] = {0, 0};
-  double modelled[2] = {0, 0};
-  for (bool overlap : {false, true}) {
-    Case c = attention_case(64);
-    c.overlap = overlap;
-    const TspShape s = c.shape();
-    measured[overlap] = peak(arenas(c)[0], Category::comm);
-    cost::MemoryAssumptions as;
-    as.precision = cost::PrecisionModel::fp32_emulator();
-    as.tsp = cost::CostOptions::from(s.options);
-    modelled[overlap] = cost::layer_memory(cost::ModelShape::from(s.model, c.B, 64 * c.S),
-                                           cost::Strategy::tsp(c.D), as)
-                            .comm;
+// what the attention block's arenas measure — one packed shard and one partial gradient, and with
+// head buckets the dK/dV send buffer (fp32 emulator sizes). The estimate is the layer's peak
+// block's, so the sequence (2048 tokens) is long enough for attention to be the model's peak.
+TEST(TspMemory, TheCostModelChargesTheOverlapsExtraBuffersAsMeasured) {
+  for (int buckets : {1, 2}) {
+    SCOPED_TRACE("head buckets " + std::to_string(buckets));
+    std::size_t measured[2] = {0, 0};
+    double modelled[2] = {0, 0};
+    for (bool overlap : {false, true}) {
+      Case c = attention_case(2048, buckets);
+      c.overlap = overlap;
+      const TspShape s = c.shape();
+      measured[overlap] = peak(arenas(c)[0], Category::comm);
+      cost::MemoryAssumptions as;
+      as.precision = cost::PrecisionModel::fp32_emulator();
+      as.tsp = cost::CostOptions::from(s.options);
+      modelled[overlap] = cost::layer_memory(cost::ModelShape::from(s.model, c.B, c.S),
+                                             cost::Strategy::tsp(c.D), as)
+                              .comm;
+    }
+    const TspShape s = attention_case(2048, buckets).shape();
+    const std::size_t dkv_send =
+        buckets > 1 ? charged(2 * static_cast<std::size_t>(s.B) * s.S * s.model.kv_dim() / s.D /
+                              static_cast<std::size_t>(buckets))
+                    : 0;
+    EXPECT_EQ(measured[1] - measured[0], 2 * charged(attention_shard_size(s)) + dkv_send);
+    EXPECT_EQ(modelled[1] - modelled[0], static_cast<double>(measured[1] - measured[0]));
   }
-  EXPECT_GT(measured[1], measured[0]);
-  EXPECT_EQ(modelled[1] - modelled[0], static_cast<double>(measured[1] - measured[0]));
 }
 
 TEST(TspMemory, MlpWeightsPerRankAreOneDthOfTheLayerAndTheRingHoldsFourShardsInBackward) {

@@ -202,7 +202,9 @@ struct CostOptions {  // mirrors TspOptions (tsp_shape.hpp)
   int head_buckets = 1;
   bool keep_attention_shards = false;
   bool keep_kv = false;
-  bool overlap = true;  // the prefetching attention schedule: two shard and two gradient buffers
+  // The overlapped attention schedule: two shard and two gradient buffers, and with head buckets
+  // (K/V re-gathered in backward) the dK/dV send buffer, 2·B·S·NKVb·hs.
+  bool overlap = true;
   static CostOptions from(const TspOptions& o) {
     return {o.head_buckets, o.keep_attention_shards, o.keep_kv, o.overlap};
   }

@@ -18,12 +18,18 @@
 // (Category::comm), the full-sequence K/V of one bucket (Category::kv), Q/K/V (workspace).
 // Memory phases recorded in the arena: "attention" (forward), "attention.backward".
 // Options (TspOptions): keep the broadcast shards and/or the gathered K/V from forward, so the
-// backward neither re-broadcasts nor re-gathers; overlap (the default) prefetches: shard r+1's
-// broadcast is issued (ibroadcast) before shard r is computed, into the other half of a two-shard
-// buffer, and in backward shard r's gradient reduce (ireduce, from the other half of a two-shard
-// partial-gradient buffer) is waited only after shard r+1 is computed. The K/V all-gathers and
-// reduce-scatters stay blocking (a bucket needs its own K/V at once). Results are bitwise the same
-// under every option.
+// backward neither re-broadcasts nor re-gathers; overlap (the default) posts every transfer one
+// step ahead, on the rank's one communication stream in the order it is needed:
+//   forward  shard r's K/V all-gather of bucket b+1 (iall_gather) before bucket b's attention;
+//            shard r+1's broadcast (ibroadcast, into the other half of a two-shard buffer) right
+//            after shard r's last all-gather, so it runs under shard r's last bucket;
+//   backward the same, plus bucket b's dK/dV reduce-scatter (ireduce_scatter) under its dQ GEMMs
+//            (dW_Q and dX's dQ term come before the dK/dV terms in both schedules), and shard r's
+//            weight-gradient reduce (ireduce, from the other half of a two-shard partial-gradient
+//            buffer) under shard r+1, waited at its end.
+// With head buckets, bucket b+1's all-gather lands in the gathered buffer while bucket b's dK/dV
+// leave, so backward sends them from one more buffer of that size (comm). A bucket's Q projection
+// is computed while its all-gather runs. Results are bitwise the same under every option.
 // Scalar type: T = float (TspAttention) or double (the same schedule in fp64; see tsp_model.hpp).
 #pragma once
 
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/nonblocking.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
@@ -68,6 +75,8 @@ class BasicTspAttention {
  private:
   struct Scratch;
   void project_q(const T* W, int bucket, T* q);
+  void project_kv(const T* W, int bucket, T* kv_local);
+  CollectiveHandle start_kv_gather(const T* W, int bucket, T* kv_local, T* kv_gathered);
   void project_and_gather_kv(const T* W, int bucket, T* kv_local, T* kv_gathered, T* k_all,
                              T* v_all);
   T* kept_shard(int r);          // options.keep_attention_shards

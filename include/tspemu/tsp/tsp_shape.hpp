@@ -26,12 +26,14 @@ struct TspOptions {
   // keep the gathered full-sequence K/V of every shard instead of recomputing and re-gathering
   // them (+ D·2·B·S·NKVl·hs floats, - D all-gathers and the K/V projections).
   bool keep_kv = false;
-  // The overlapped (prefetching) attention schedule (TSP-NOTES.md, "Overlap"): the broadcast of
-  // shard r+1 is issued (ibroadcast, nonblocking.hpp) before shard r is computed, into the second
-  // of two shard buffers, and in backward the reduce of shard r's weight gradient to its owner
-  // (ireduce, from the second of two partial-gradient buffers) runs while shard r+1 is computed.
-  // Results are bitwise those of the serial schedule (every sum keeps its order); costs one more
-  // packed shard (comm) in forward and two more (a shard and a partial gradient) in backward.
+  // The overlapped attention schedule (TSP-NOTES.md, "Overlap"; tsp_attention.hpp): the
+  // broadcast of shard r+1 (ibroadcast, nonblocking.hpp) and each head bucket's K/V all-gather
+  // (iall_gather) are posted one step ahead of the compute that needs them, in backward the dK/dV
+  // reduce-scatter runs under the dQ GEMMs and the reduce of shard r's weight gradient to its
+  // owner under shard r+1. Results are bitwise those of the serial schedule (every sum keeps its
+  // order); costs one more packed shard (comm) in forward, two more (a shard and a partial
+  // gradient) in backward, and with head_buckets > 1 and K/V re-gathered in backward one more
+  // bucket of full-sequence K/V, 2·B·S·NKVb·hs (comm: the dK/dV send buffer).
   bool overlap = true;
 };
 
