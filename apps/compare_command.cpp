@@ -85,6 +85,7 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
                  {"whole_model", whole}};
   j["rows"] = nlohmann::json::array();
   bool all_ok = true;
+  std::string per_rank;  // the simulated split of every rank, printed after the table
   ProgressBar bar("compare", static_cast<int>(strategies.size()), !a.quiet);
   for (const cost::Strategy& st : strategies) {
     nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
@@ -115,6 +116,13 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
       std::snprintf(line, sizeof line, " %8.3f %8.3f %8.3f %8.3f", r.simulated_seconds * 1e3,
                     t.compute * 1e3, t.exposed_comm * 1e3, t.overlapped_comm * 1e3);
       out << line;
+      per_rank += padded(st.name(), 20);
+      for (const World::SimulatedTime& rt : r.simulated_time) {
+        std::snprintf(line, sizeof line, " %.3f/%.3f/%.3f", rt.compute * 1e3, rt.exposed_comm * 1e3,
+                      rt.overlapped_comm * 1e3);
+        per_rank += line;
+      }
+      per_rank += "\n";
       row["simulated_seconds"] = r.simulated_seconds;
       row["simulated_per_rank"] = simulated_time_json(r);
     }
@@ -141,6 +149,8 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
            "slowest rank's compute, exposed and overlapped communication (overlapped: the "
            "compute that ran while a non-blocking collective was in flight)\n";
     j["simulated"] = sim_clock_json(*sim);
+    out << "\nsimulated time per rank, ms: compute/exposed/overlapped communication, rank 0 first\n"
+        << per_rank;
   }
   if (!a.json_path.empty()) write_json(a.json_path, j);
   return all_ok ? 0 : 1;

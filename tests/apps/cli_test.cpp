@@ -608,6 +608,50 @@ TEST(Cli, TspRunOverlapsCommunicationOnTheSimulatedClockUnlessSerial) {
   std::filesystem::remove(json);
 }
 
+// The acceptance command of issue 14 (README, "Overlap on a cluster model"), at a size CI affords
+// (h 64, S 256 instead of h 256, S 8K): every strategy's simulated split is consistent per rank —
+// the step is the slowest rank's compute + exposed communication (the compute stream is busy or
+// waiting), no rank past it, overlapped never above compute — and the printed per-rank table
+// carries a line per strategy. The numbers themselves are the README's, not asserted.
+TEST(Cli, CompareOnTwoNodesReportsAConsistentSimulatedSplitPerRank) {
+  const std::string json = temp_path("acceptance.json");
+  const Outcome o = tspemu({"compare",    "--ranks", "8",           "--layers-only",
+                            "--layers",   "1",       "--hidden",    "64",
+                            "--heads",    "8",       "--kv-heads",  "8",
+                            "--ffn",      "128",     "--seq",       "256",
+                            "--no-check", "-q",      "--sim-clock", "mi300x-if",
+                            "--nodes",    "2",       "--json",      json});
+  ASSERT_EQ(o.code, 0) << o.err << o.out;
+  EXPECT_NE(o.out.find("simulated time per rank, ms: compute/exposed/overlapped"),
+            std::string::npos)
+      << o.out;
+  const nlohmann::json j = read_json(json);
+  int rows = 0;
+  for (const auto& row : j["rows"]) {
+    if (!row["skipped"].is_null()) continue;
+    ++rows;
+    const std::string name = row["strategy"].get<std::string>();
+    SCOPED_TRACE(name);
+    EXPECT_NE(o.out.find("\n" + name), std::string::npos);
+    const double step = row["simulated_seconds"].get<double>();
+    double slowest = 0;
+    ASSERT_EQ(row["simulated_per_rank"].size(), 8u);
+    for (const auto& t : row["simulated_per_rank"]) {
+      const double c = t["compute_seconds"].get<double>(),
+                   e = t["exposed_comm_seconds"].get<double>(),
+                   v = t["overlapped_comm_seconds"].get<double>();
+      EXPECT_GE(e, 0);
+      EXPECT_GE(v, 0);
+      EXPECT_LE(v, c);
+      EXPECT_LE(c + e, step + 1e-9);
+      slowest = std::max(slowest, c + e);
+    }
+    EXPECT_NEAR(slowest, step, 1e-9);
+  }
+  EXPECT_EQ(rows, 8);
+  std::filesystem::remove(json);
+}
+
 TEST(Cli, RuntimeFailuresExitOne) {
   // A report that cannot be written once the run is done (an unwritable path is refused up front,
   // exit 2: OutputsAreCheckedBefore...).
