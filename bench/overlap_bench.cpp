@@ -18,7 +18,9 @@
 // only hide in idle core time, and the skewed case has some: rank 0 waits a GEMM for rank 1. A
 // progress agent that let rank 0 copy rank 1's block (published at issue) during that wait, or
 // push its own into rank 1's receive buffer, would shorten the pair by up to rank 1's copy; none
-// exists, so both cases measure the cost of the non-blocking form (its digest of the buffers).
+// exists, so both cases measure the cost of the non-blocking form: its digest of the buffers
+// (every 16th cache line of 12 MiB, at issue and when it runs: strided misses, about 1.8 ms per
+// pair here under load — perf: digest_all 6.4 % of the program's samples).
 #include <benchmark/benchmark.h>
 
 #include <array>
