@@ -9,11 +9,11 @@
 // predicted at issue (the Comm's calls so far + the operations pending before it + 1).
 // Requirements: the owning rank's thread only (no synchronization).
 // Guarantees: an operation whose buffers changed between issue and run (digest_of: every byte of
-// buffers up to 64 KiB, a sample of larger ones) is not run: the rank raises std::logic_error
-// naming it. Once one fails, the failure is rethrown by every later run_through that needs an
-// operation after it, and the operations behind it never run. A dropped operation (its handle
-// destroyed unwaited) never runs: its buffers may be gone. Cost: the digest at issue and at run (a
-// pass over buffers up to 64 KiB, 1/16 of one beyond); no copies.
+// buffers up to 16 KiB, 256 lines spread over larger ones) is not run: the rank raises
+// std::logic_error naming it. Once one fails, the failure is rethrown by every later run_through
+// that needs an operation after it, and the operations behind it never run. A dropped operation
+// (its handle destroyed unwaited) never runs: its buffers may be gone. Cost: the digest at issue
+// and at run (at most 16 KiB read per buffer, whatever its size); no copies.
 #pragma once
 
 #include <cstddef>
@@ -67,10 +67,12 @@ class DeferredCalls {
 };
 
 // A 64-bit digest of the bytes (dry-run memory, never backed, counts as empty): of every byte up
-// to kWholeDigestBytes, beyond of every kDigestStride-th 64-byte line and the last line (a write
-// elsewhere in a large buffer goes unnoticed: the check is cheap, not complete).
-inline constexpr std::size_t kWholeDigestBytes = std::size_t{64} << 10;
-inline constexpr std::size_t kDigestStride = 16;
+// to kWholeDigestBytes; of a larger buffer, of kDigestLines 64-byte spans ("lines", not
+// necessarily cache-aligned) spread evenly over it, its first and last 64 bytes always among them.
+// A write that changes a sampled line changes the digest (barring a 64-bit collision); a write
+// elsewhere goes unnoticed: the check costs a bounded number of lines, not a pass.
+inline constexpr std::size_t kDigestLines = 256;
+inline constexpr std::size_t kWholeDigestBytes = kDigestLines * 64;
 std::uint64_t digest_of(std::span<const std::byte> bytes);
 
 }  // namespace tspemu::detail

@@ -207,6 +207,31 @@ TEST(NonBlocking, ABufferWrittenBeforeTheWaitIsReported) {
   EXPECT_TRUE(contains(f.what(), "buffers changed between the issue and the wait"));
 }
 
+// Buffers above the digest's whole-buffer size (16 KiB) are sampled; the documented rule says a
+// change to a buffer's first or last 64 bytes, or a rewrite of all of it, is always caught.
+TEST(NonBlocking, ALargeBufferWrittenAtItsEndsOrWhollyBeforeTheWaitIsReported) {
+  World& w = shared_world(2);
+  const std::size_t count = std::size_t{1} << 18;  // 1 MiB send, 2 MiB receive buffer
+  enum class Write { kSendFirst, kRecvLast, kSendWhole };
+  for (Write what : {Write::kSendFirst, Write::kRecvLast, Write::kSendWhole}) {
+    SCOPED_TRACE(static_cast<int>(what));
+    const RankFailure f = expect_failure(w, [&](Rank& r) {
+      std::vector<float> send(count, 1.0f), recv(2 * count, 0.0f);
+      CollectiveHandle h = iall_gather<float>(r.comm(), send, recv);
+      if (r.id() == 0) {
+        if (what == Write::kSendFirst) send.front() = 2.0f;
+        if (what == Write::kRecvLast) recv.back() = 3.0f;
+        if (what == Write::kSendWhole) std::fill(send.begin(), send.end(), 4.0f);
+      }
+      h.wait();
+    });
+    EXPECT_EQ(f.rank(), 0);
+    EXPECT_TRUE(contains(f.what(), "iall_gather #1 on group world"));
+    EXPECT_TRUE(contains(f.what(), "buffers changed between the issue and the wait"));
+  }
+  w.run([](Rank& r) { check_all_reduce<float>(r, r.comm(), 100, "float"); });  // still usable
+}
+
 TEST(NonBlocking, OnSplitGroupsBesideTheWorld) {
   World& w = shared_world(4);
   w.run([](Rank& r) {

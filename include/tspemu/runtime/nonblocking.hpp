@@ -22,10 +22,13 @@
 //    naming both ("... rank 0 called iall_gather(count=4, f32) ... rank 1 called all_gather(...)");
 //  - a failure elsewhere wakes a waiter with PeerFailure naming the first failure, as for blocking
 //    calls; once one of a Comm's operations has failed, waiting for it or any later one rethrows;
-//  - a buffer written between issue and wait (a digest of the bytes the operation reads or writes
-//    — all of a buffer up to 64 KiB, every 16th cache line of a larger one — compared when it
-//    runs) raises std::logic_error naming the rank, the operation and its sequence number,
-//    instead of a silently different result; a write the sample misses goes unnoticed;
+//  - a buffer written between issue and wait raises std::logic_error naming the rank, the
+//    operation and its sequence number, instead of a silently different result, when the write
+//    changed a sampled byte: a digest of the bytes the operation reads or writes, taken at issue
+//    and compared when it runs, covers all of a buffer up to 16 KiB and, of a larger one, 256
+//    64-byte lines spread evenly over it, its first and last 64 bytes among them. So any change
+//    to a buffer's first or last 64 bytes, and any rewrite of a whole buffer with other values,
+//    is caught; a write that changes only unsampled bytes of a large buffer goes unnoticed;
 //  - a handle destroyed without wait() (not while unwinding an exception) drops its operation
 //    (its buffers may be gone) and the rank fails with std::logic_error naming the operation and
 //    its sequence number at its next collective on any group, or when its run function returns;
@@ -33,7 +36,7 @@
 // test() drives the operation like wait() (progress on wait) and returns true; done() asks
 // without driving anything.
 // Cost: the blocking form's, plus the digest of the operation's buffers at issue and when it runs
-// (a pass over buffers up to 64 KiB, 1/16 of one beyond).
+// (at most 16 KiB read per buffer, whatever its size).
 #pragma once
 
 #include <cstddef>
