@@ -101,9 +101,11 @@ TEST(NonBlocking, SeveralOutstandingWaitedInAnyOrderOnEachRank) {
       const std::size_t count = 300;
       std::vector<std::vector<float>> sums(4, std::vector<float>(count));
       std::vector<std::vector<float>> inputs;
+      inputs.reserve(4);
       for (int k = 0; k < 4; ++k) inputs.push_back(values<float>(me, count, k));
       std::vector<float> gathered(static_cast<std::size_t>(n) * count);
       std::vector<CollectiveHandle> hs;
+      hs.reserve(5);
       for (int k = 0; k < 4; ++k) hs.push_back(iall_reduce<float>(c, inputs[k], sums[k]));
       hs.push_back(iall_gather<float>(c, inputs[0], gathered));
       // Each rank waits in its own order: rank r starts at handle r mod 5, then goes backwards.
