@@ -123,7 +123,19 @@ float lane_sum(f32x4 v) {
 // an FMA: every machine gets the same bits, whichever clone it runs.
 using f32x16 = float __attribute__((vector_size(64)));
 
-#if defined(__x86_64__) && defined(__GNUC__)
+// target_clones dispatches through an IFUNC resolver, which the dynamic loader runs before the
+// sanitizer runtimes start: an instrumented resolver crashes the program at load (ThreadSanitizer,
+// AddressSanitizer). Sanitized builds therefore run the baseline loop only; the clones compute
+// the same bits, so nothing the sanitizers check changes.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TSPEMU_SANITIZED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define TSPEMU_SANITIZED_BUILD 1
+#endif
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TSPEMU_SANITIZED_BUILD)
 #define TSPEMU_WIDE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TSPEMU_WIDE_CLONES
