@@ -57,12 +57,19 @@ def main():
             ok = ok and r <= limit
         print(f"{what:48s} {r:6.3f} {'<= ' + str(limit) if limit else '':8s} {verdict}")
     # Issue 18 item 4: the layer's GEMM FLOP/s over the same run's sgemm rate x min(D, cores).
-    for what, name in [("GEMM share, D=2 forward", "BM_TspGemmShare/D:2/backward:0"),
-                       ("GEMM share, D=2 fwd+bwd", "BM_TspGemmShare/D:2/backward:1")]:
+    # The keep variant (shards and K/V kept, no re-broadcast or re-gather) has no target: it
+    # shows how much of the fwd+bwd shortfall is the backward's recomputation ("useful").
+    for what, name, target in [
+            ("GEMM share, D=2 forward", "BM_TspGemmShare/D:2/backward:0/keep:0", True),
+            ("GEMM share, D=2 fwd+bwd", "BM_TspGemmShare/D:2/backward:1/keep:0", True),
+            ("GEMM share, D=2 fwd+bwd, keep (no target)", "BM_TspGemmShare/D:2/backward:1/keep:1",
+             False)]:
         b = med[name]
         share = b["gemm_share"]
-        ok = ok and share >= 0.85
-        print(f"{what:48s} {share:6.3f} {'>= 0.85':8s} {'PASS' if share >= 0.85 else 'FAIL'}  "
+        if target:
+            ok = ok and share >= 0.85
+        verdict = ("PASS" if share >= 0.85 else "FAIL") if target else ""
+        print(f"{what:48s} {share:6.3f} {'>= 0.85' if target else '':8s} {verdict:4s}  "
               f"(in_gemm {b['in_gemm']:.2f} x gemm_efficiency {b['gemm_efficiency']:.2f} x useful "
               f"{b['useful']:.2f}; sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
               f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone)")

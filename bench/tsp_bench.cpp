@@ -232,6 +232,9 @@ void BM_TspGemmShare(benchmark::State& state) {
   s.D = D;
   s.B = kB;
   s.S = kS;
+  // keep: the options that trade memory for the backward's recomputation (re-broadcast shards,
+  // re-gathered K/V), to separate the schedule's GEMM efficiency from its recompute.
+  s.options.keep_attention_shards = s.options.keep_kv = state.range(2) != 0;
   s.validate();
   // The same run's single-thread rates, before the layer runs.
   const double square = sgemm_rate(2048, 2048, 2048);
@@ -308,8 +311,9 @@ BENCHMARK(BM_TspLayer)
     ->Iterations(2);
 // D = 1 beside D = 2: the same schedule without a second rank to wait for.
 BENCHMARK(BM_TspGemmShare)
-    ->ArgNames({"D", "backward"})
-    ->ArgsProduct({{2, 1}, {0, 1}})
+    ->ArgNames({"D", "backward", "keep"})
+    ->ArgsProduct({{2, 1}, {0, 1}, {0}})
+    ->Args({2, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
