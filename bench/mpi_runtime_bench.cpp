@@ -2,6 +2,10 @@
 // plain OpenMPI collectives of the same sizes, measured in the same run:
 //
 //   mpirun --allow-run-as-root --oversubscribe -np P ./build/bench/mpi_runtime_bench [iterations]
+//       [bytes... | collective...]
+//
+// iterations: calls per repetition at 4 MiB (20 times as many at 8 B); then the sizes to time
+// (default 8 and 4194304) and the collectives (default all four), in any order.
 //
 // Not a Google Benchmark program: a collective's time is the slowest process's, so each
 // repetition is timed in every process between barriers and reduced (max) over processes, which
@@ -53,6 +57,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   const int iterations_4m = argc > 1 ? std::atoi(argv[1]) : 20;
+  std::vector<std::size_t> sizes;
+  std::vector<std::string> only;
+  for (int i = 2; i < argc; ++i) {
+    if (argv[i][0] >= '0' && argv[i][0] <= '9')
+      sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+    else
+      only.emplace_back(argv[i]);
+  }
+  if (sizes.empty()) sizes = {8, std::size_t{4} << 20};
   const std::size_t n = static_cast<std::size_t>(P);
   const std::vector<Case> cases = {
       {"all_reduce",
@@ -101,10 +114,11 @@ int main(int argc, char** argv) {
           "P=%d processes, one rank each; median of %d repetitions, slowest process\n"
           "%-15s %9s %12s %12s %8s\n",
           P, kRepetitions, "collective", "bytes", "tspemu us", "OpenMPI us", "ratio");
-    for (const std::size_t bytes : {std::size_t{8}, std::size_t{4} << 20}) {
+    for (const std::size_t bytes : sizes) {
       const std::size_t count = bytes / sizeof(float);
       const int iterations = bytes <= 8 ? 20 * iterations_4m : iterations_4m;
       for (const Case& c : cases) {
+        if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
         std::vector<float> in(count * c.in_factor, 1.0f), out(count * c.out_factor);
         std::vector<double> ours, theirs;
         for (int rep = 0; rep < kRepetitions; ++rep) {

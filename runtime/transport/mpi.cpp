@@ -28,6 +28,11 @@ namespace {
 // name the reader, the member read and the run (so a reply to a read cancelled by a failed run
 // never matches a read of a later run).
 constexpr int kControlTag = 1;
+// How many eager broadcasts a receiver enters before it sends the open of the last one, carrying
+// the fingerprints of the others (MpiTransport::hold). Below kDescriptors / 2: a root waits for
+// the receivers' progress kDescriptors - 1 calls back, and it must see it without them waiting.
+constexpr std::uint64_t kHeldOpens = 16;
+static_assert(kHeldOpens < kDescriptors / 2);
 constexpr int kReplyTagBase = 16;
 constexpr int kReplyTagLimit = kReplyTagBase + (64 << 16);
 int reply_tag(std::uint32_t generation, int reader_world_rank, int member) {
@@ -51,6 +56,9 @@ struct OpenBody {
   Fingerprint fp;
   CallHeader header;
   std::uint8_t eager = 0;  // step 0 follows
+  // The sender's fingerprints of its calls #seq - held .. #seq - 1 on the group follow (before
+  // step 0): eager broadcasts it received without sending their open (MpiTransport::hold).
+  std::uint32_t held = 0;
 };
 struct MessageBody {
   std::int32_t dst = 0;
@@ -250,10 +258,22 @@ struct MpiTransport::Progress {
 
   // Reads that arrived before their owner published the step here (serve_read); under poll_mu.
   std::vector<std::pair<std::vector<std::byte>, int>> early_reads;
+  // Eager broadcasts each local rank received without sending their open (MpiTransport::hold),
+  // by local rank: on group g (alive for the run: World keeps its groups), as member `member`,
+  // calls #first .. #last. Only the rank's own thread touches its entries during a run;
+  // start_run clears them between runs.
+  struct Held {
+    Group* g = nullptr;
+    int member = 0;
+    std::uint64_t first = 0, last = 0;
+  };
+  std::vector<std::vector<Held>> held;
+
   // Under poll_mu.
   std::vector<MPI_Request> requests;
   std::vector<int> completed;  // test_some's, reused
   std::vector<MPI_Status> statuses;
+  std::vector<std::pair<int, MPI_Status>> finished;
   std::vector<Outstanding> pending;
   // Messages (control, read requests, replies) sent to and received from each process over the
   // world's life: at the world's end every message sent to this process is taken in (drain), so
@@ -288,7 +308,12 @@ struct MpiTransport::Progress {
       std::unique_lock lock(poll_mu, std::try_to_lock);
       if (lock.owns_lock()) {
         run_commands();
-        if (w.local_ranks == 1) return;
+        if (w.local_ranks == 1) {
+          // A small send is usually complete at once (copied out by MPI): completing it here
+          // leaves the progress thread nothing in flight to spin on while this rank computes.
+          if (!requests.empty()) test_some();
+          return;
+        }
       }
     }
     parker.unpark();
@@ -454,8 +479,7 @@ bool MpiTransport::Progress::test_some() {
                statuses.data());
   if (count <= 0 || count == MPI_UNDEFINED) return false;
   // Highest index first: complete() erases its entry.
-  std::vector<std::pair<int, MPI_Status>> finished;
-  finished.reserve(static_cast<std::size_t>(count));
+  finished.clear();
   for (int k = 0; k < count; ++k) finished.emplace_back(completed[k], statuses[k]);
   std::sort(finished.begin(), finished.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -702,9 +726,24 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
     d.fp = b.fp;
     d.header = b.header;
     d.eager = b.eager != 0;
-    // The eager broadcast's settling reads this ring (shared_memory.hpp: Slot::fps).
+    // The eager broadcast's settling reads this ring (shared_memory.hpp: Slot::fps), and so does a
+    // receiver's check of its root (MpiTransport::open_rooted); the held calls' entries, and their
+    // descriptors (a member that entered one of them in another form meets and reads them), are
+    // unread until the progress store below covers them, and free (their sender entered #seq).
+    auto data = extra_of<OpenBody>(m);
+    for (std::uint32_t k = 0; k < b.held; ++k) {
+      const std::uint64_t u = h.seq - b.held + k;
+      Fingerprint& fp = s.fps[u % (2 * kDescriptors)];
+      std::memcpy(&fp, data.data() + k * sizeof(Fingerprint), sizeof(Fingerprint));
+      Descriptor& held = s.desc[u % kDescriptors];
+      held.fp = fp;
+      held.header = b.header;
+      held.eager = true;  // a receiver of an eager broadcast posts nothing
+      for (int i = 0; i < kMaxSteps; ++i) held.step(i) = StepMessage{};
+      held.step0 = StepMessage{held.data, nullptr, 0, 0};
+    }
+    data = data.subspan(b.held * sizeof(Fingerprint));
     s.fps[h.seq % (2 * kDescriptors)] = b.fp;
-    const auto data = extra_of<OpenBody>(m);
     if (d.eager && !data.empty()) std::memcpy(d.data, data.data(), data.size());
     for (int i = 0; i < kMaxSteps; ++i) d.step(i) = StepMessage{};
     d.step0 = StepMessage{d.eager ? d.data : nullptr, nullptr, 0, h.bytes};
@@ -876,6 +915,7 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
     p_->messages_to[q].store(0, std::memory_order_relaxed);
     p_->messages_from[q].store(0, std::memory_order_relaxed);
   }
+  p_->held.resize(static_cast<std::size_t>(w.local_ranks));
   p_->serving.reset(new std::atomic<int>[static_cast<std::size_t>(n)]);
   for (int i = 0; i < n; ++i)
     p_->serving[static_cast<std::size_t>(i)].store(0, std::memory_order_relaxed);
@@ -1003,28 +1043,83 @@ bool MpiTransport::mirror_reached(const CallState& c, int member, std::uint64_t 
              std::memory_order_seq_cst) >= stage_value(c.seq, stage);
 }
 
+namespace {
+std::vector<MpiTransport::Progress::Held>& held_of(MpiTransport::Progress& p, int world_rank) {
+  return p.held[static_cast<std::size_t>(world_rank - p.w.first_local)];
+}
+}  // namespace
+
 void MpiTransport::send_open(const CallState& c, const Fingerprint& fp, const CallHeader& header,
                              std::span<const std::byte> step0) {
-  const Group& g = c.comm->group();
-  if (!g.other_processes.empty()) {
-    // The open message is built from fp and header directly (our descriptor is written by the
-    // shared-memory open below, which then waits for every member).
-    WireHead h;
-    h.type = kOpen;
-    h.generation = p_->run();
-    h.group = g.wire_id;
-    h.seq = c.seq;
-    h.member = c.rank;
-    h.bytes = step0.size();
-    OpenBody b;
-    b.fp = fp;
-    b.header = header;
-    b.eager = step0.size() <= kEagerBytes ? 1 : 0;
-    auto m = encode(h, b, b.eager ? step0 : std::span<const std::byte>());
-    for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
-      p_->send_to(g.other_processes[i], m, true);
-    p_->send_to(g.other_processes.back(), std::move(m), true);
+  Group& g = c.comm->group();
+  if (g.other_processes.empty()) return;
+  // The open message is built from fp and header directly (our descriptor is written by the
+  // shared-memory open below, which then waits for every member). The calls this rank held back
+  // (hold) are the ones just before this one: their fingerprints ride along.
+  auto& held = held_of(*p_, c.comm->world_rank(c.rank));
+  std::uint64_t first_held = c.seq;
+  for (auto it = held.begin(); it != held.end(); ++it)
+    if (it->g == &g) {
+      first_held = it->first;
+      held.erase(it);
+      break;
+    }
+  send_open_message(g, c.rank, c.seq, fp, header, step0, first_held);
+}
+
+void MpiTransport::send_open_message(const Group& g, int member, std::uint64_t seq,
+                                     const Fingerprint& fp, const CallHeader& header,
+                                     std::span<const std::byte> step0, std::uint64_t first_held) {
+  WireHead h;
+  h.type = kOpen;
+  h.generation = p_->run();
+  h.group = g.wire_id;
+  h.seq = seq;
+  h.member = member;
+  h.bytes = step0.size();
+  OpenBody b;
+  b.fp = fp;
+  b.header = header;
+  b.eager = step0.size() <= kEagerBytes ? 1 : 0;
+  b.held = static_cast<std::uint32_t>(seq - first_held);
+  const Slot& own = g.slots[static_cast<std::size_t>(member)];
+  const std::size_t fps_bytes = b.held * sizeof(Fingerprint);
+  std::vector<std::byte> m(sizeof h + sizeof b + fps_bytes + (b.eager ? step0.size() : 0));
+  std::memcpy(m.data(), &h, sizeof h);
+  std::memcpy(m.data() + sizeof h, &b, sizeof b);
+  std::byte* at = m.data() + sizeof h + sizeof b;
+  for (std::uint64_t u = first_held; u < seq; ++u, at += sizeof(Fingerprint))
+    std::memcpy(at, &own.fps[u % (2 * kDescriptors)], sizeof(Fingerprint));
+  if (b.eager && !step0.empty()) std::memcpy(at, step0.data(), step0.size());
+  for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
+    p_->send_to(g.other_processes[i], m, true);
+  p_->send_to(g.other_processes.back(), std::move(m), true);
+}
+
+void MpiTransport::hold(CallState& c) {
+  Group& g = c.comm->group();
+  auto& held = held_of(*p_, c.comm->world_rank(c.rank));
+  auto it = std::find_if(held.begin(), held.end(), [&](const auto& e) { return e.g == &g; });
+  if (it == held.end()) {
+    held.push_back(Progress::Held{&g, c.rank, c.seq, c.seq});
+    it = held.end() - 1;
   }
+  it->last = c.seq;
+  if (it->last - it->first + 1 >= kHeldOpens) flush_held(c.comm->world_rank(c.rank));
+}
+
+void MpiTransport::flush_held(int world_rank) {
+  auto& held = held_of(*p_, world_rank);
+  for (const auto& e : held) {
+    // The open of the last held call, from this rank's own descriptor of it (stable: written by
+    // its enter); the rest travel as fingerprints. Its mirrors' descriptor is free: entering the
+    // call waited for what wait_mirror_free waits for (shared_memory.hpp: Eager broadcast).
+    const Slot& own = e.g->slots[static_cast<std::size_t>(e.member)];
+    const Descriptor& d = own.desc[e.last % kDescriptors];
+    send_open_message(*e.g, e.member, e.last, own.fps[e.last % (2 * kDescriptors)], d.header,
+                      std::span<const std::byte>(d.data, d.eager ? d.step0.bytes : 0), e.first);
+  }
+  held.clear();
 }
 
 void MpiTransport::wait_mirror_free(CallState& c) {
@@ -1062,11 +1157,38 @@ bool MpiTransport::open_rooted(CallState& c, const Fingerprint& fp, const CallHe
     open(c, fp, header, step0);
     return true;
   }
-  wait_mirror_free(c);
-  send_open(c, fp, header, step0);
-  if (c.rank != fp.root && remote(*c.comm, fp.root))
-    pump_until([&] { return mirror_reached(c, fp.root, step_stage(0)); });
-  return SharedMemoryTransport::open_rooted(c, fp, header, step0);
+  Group& g = c.comm->group();
+  if (c.rank == fp.root || g.other_processes.empty()) {
+    wait_mirror_free(c);
+    send_open(c, fp, header, step0);
+    return SharedMemoryTransport::open_rooted(c, fp, header, step0);
+  }
+  // A receiver sends nothing now (hold): it checks the root's fingerprint of the call here, before
+  // it enters, so a mismatch never waits for members whose opens are held back.
+  const int self = c.comm->world_rank(c.rank);
+  if (remote(*c.comm, fp.root) &&
+      !pump_until([&] { return mirror_reached(c, fp.root, step_stage(0)); }))
+    flush_held(self);  // parking: whoever waits for this rank's progress gets it first
+  wait_stage(c, fp.root, step_stage(0));
+  // The root's open (or, when it held this call as a receiver itself, its later open) wrote its
+  // fingerprint of the call before publishing the progress wait_stage saw.
+  const Fingerprint& theirs =
+      g.slots[static_cast<std::size_t>(fp.root)].fps[c.seq % (2 * kDescriptors)];
+  if (!(theirs == fp))
+    raise(c.comm->self(),
+          CollectiveMismatch("collective #" + std::to_string(c.seq) + " on group " +
+                             c.comm->name() + ": rank " + std::to_string(c.rank) + " called " +
+                             describe(fp) + " while rank " + std::to_string(fp.root) +
+                             ", the root it names, called " + describe(theirs)));
+  const bool met = SharedMemoryTransport::open_rooted(c, fp, header, step0);
+  hold(c);
+  return met;
+}
+
+void MpiTransport::settle(RankState& self) {
+  // The held opens first: the members' settling waits for this rank's progress.
+  flush_held(self.rank);
+  SharedMemoryTransport::settle(self);
 }
 
 void MpiTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
@@ -1342,10 +1464,11 @@ const MessageHeader& MpiTransport::wait_message(Comm& comm, int src, std::uint64
   if (!remote(comm, src)) return SharedMemoryTransport::wait_message(comm, src, index, op);
   const Progress::MessageKey key{comm.group().wire_id, src, comm.rank(), index};
   Progress::Incoming* in = nullptr;
-  pump_until([&] {
-    std::lock_guard lock(p_->incoming_mu);
-    return p_->incoming.count(key) != 0;
-  });
+  if (!pump_until([&] {
+        std::lock_guard lock(p_->incoming_mu);
+        return p_->incoming.count(key) != 0;
+      }))
+    flush_held(comm.world_rank(comm.rank()));  // parking (see hold)
   wait_until(comm.self(), comm.world_rank(src), op, [&] {
     std::lock_guard lock(p_->incoming_mu);
     auto it = p_->incoming.find(key);
@@ -1392,6 +1515,7 @@ void MpiTransport::start_run(std::uint32_t generation) {
     p_->groups[0] = world;
     p_->deferred.clear();
     p_->incoming.clear();
+    for (auto& held : p_->held) held.clear();  // a failed run's
     // relaxed: no message of the next run moves before the barrier below (Progress::messages_to).
     for (int q = 0; q < w_.processes; ++q) {
       p_->messages_to[static_cast<std::size_t>(q)].store(0, std::memory_order_relaxed);

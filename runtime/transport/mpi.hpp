@@ -7,7 +7,8 @@
 //     member's slot is a mirror its process keeps current by messages — open (fingerprint, header,
 //     step-0 size, and step 0 itself when it is at most kEagerBytes), post (a step's size) and
 //     done. So the meet, the fingerprint check (call.hpp) and finish's wait for every member run
-//     unchanged over mirrors, and every process reaches the same verdict on a mismatch;
+//     unchanged over mirrors, and every process reaches the same verdict on a mismatch of a call
+//     that meets;
 //   - pull: posts have no receiver, so a reader asks the owner's process for (group, call, step,
 //     byte range, row layout); that process's poller sends the range straight from the owner's
 //     posted buffer (no copy unless the message is made of pieces). The owner may not reuse the
@@ -19,9 +20,19 @@
 //     answered with that reader's done by the reader's process on arrival (Progress::owe_done);
 //   - the eager broadcast (open_rooted, at most kEagerBytes) as within one process: the root's
 //     open carries the payload and the fingerprint to every mirror of its slot and the root
-//     returns; a receiver waits for the root's open alone; fingerprints are compared when a later
-//     call meets, or at settle(). An open leaves only once the descriptor its mirrors rewrite is
-//     free (every member entered #seq + 1 - kDescriptors), the rule enter() keeps locally;
+//     returns; a receiver waits for the root's open alone, compares the root's fingerprint with
+//     its own where it runs (CollectiveMismatch naming both calls), and sends nothing: it holds
+//     its open back (hold) and sends the open of the last call it held, carrying the fingerprints
+//     of the others, every kHeldOpens (16) calls, before its next open, before it parks in a wait
+//     and at settle(). The mirrors thus learn every member's fingerprint of every call, late:
+//     they are compared, as within one process, when a later call meets or at settle(). Held
+//     back, a receiver's progress shows at most 15 calls late; a root waits for the progress of
+//     the members kDescriptors - 1 calls back (below), so it does not wait for the hold. Measured
+//     (mpi_runtime_bench, same run, loaded machine): 8 B broadcast at P = 2 0.44 -> 0.30 us, P = 4
+//     4.8 -> 3.5 us; messages per call in all P (P - 1) -> (P - 1)(1 + (P - 1) / 16). An open
+//     leaves only once the descriptor its mirrors rewrite is free (every member entered
+//     #seq + 1 - kDescriptors), the rule enter() keeps locally; a held open satisfies it when it
+//     leaves, since its call entered after that wait;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
 //   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
@@ -46,21 +57,24 @@
 // program's own MPI_Finalize, if it calls one.
 // Guarantees: those of transport.hpp. A failure raised in one process ends the run of every
 // process with the same first failure (the first one this process learns of: two processes
-// failing at once may each name their own); a hang error in one process carries, in every
-// process that receives it, that process's ranks' pending operations. A process killed outright
-// is OpenMPI's to report: mpirun ends every process of the job. At the end of each run every
-// process has every rank's counters and simulated clock, and (tracing) every rank's events with
-// names and groups as text and times shifted to this process's clock at the run's opening
-// barrier; a point-to-point message to this process's ranks never taken fails the run in every
-// process (counted: the receiving process waits for every message sent to it, then checks). The
-// communicator is freed with the world once every message sent on it has been taken in (drain).
-// Cost: per call, per other process hosting members: one message at open (the fingerprint, the
-// header and step 0 when at most kEagerBytes), one per post, one done if that process exposed a
+// failing at once may each name their own). So a small broadcast's receiver that disagrees with
+// its root is reported by the first process to see it (the receiver's), and the others fail with
+// that same CollectiveMismatch carried by the abort; a disagreement no receiver sees against its
+// root (two self-named roots) is found in every process when the fingerprints meet; a hang error in
+// one process carries, in every process that receives it, that process's ranks' pending operations.
+// A process killed outright is OpenMPI's to report: mpirun ends every process of the job. At the
+// end of each run every process has every rank's counters and simulated clock, and (tracing) every
+// rank's events with names and groups as text and times shifted to this process's clock at the
+// run's opening barrier; a point-to-point message to this process's ranks never taken fails the run
+// in every process (counted: the receiving process waits for every message sent to it, then
+// checks). The communicator is freed with the world once every message sent on it has been taken in
+// (drain). Cost: per call, per other process hosting members: one message at open (the fingerprint,
+// the header and step 0 when at most kEagerBytes), one per post, one done if that process exposed a
 // buffer; a read of another process's message is one request and one reply. So an 8 B
 // collective is P - 1 messages per rank, and the fingerprint check adds no message to the
 // all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that carries the data.
-// A broadcast pays for it: every member meets every other (P - 1 messages per rank, where a
-// root's eager send is P - 1 messages in all and returns at once). Per
+// A small broadcast is P - 1 messages from the root, as OpenMPI's, plus each receiver's held open
+// every 16 calls (P - 1 messages) with 24 bytes per held call. Per
 // run: a barrier, an all-gather of every rank's counters, an all-reduce of the verdict, and with
 // tracing an all-gather of every process's whole trace (all of it each run: a receiver replaces
 // its copy).
@@ -95,6 +109,7 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
                  std::size_t dst_stride) override;
   void recv_reduce(CallState& call, int step, std::size_t offset, std::size_t count, Dtype dtype,
                    std::byte* acc) override;
+  void settle(RankState& self) override;
   void finish(CallState& call) override;
   void abandon(CallState& call) noexcept override;
 
@@ -121,9 +136,17 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
   bool remote(const Comm& comm, int member) const;
   // Waits until the open of this call may rewrite the other processes' mirror of its descriptor.
   void wait_mirror_free(CallState& c);
-  // The open message of the call to every other process hosting members.
+  // The open message of the call to every other process hosting members, with the fingerprints of
+  // the calls this rank held back before it.
   void send_open(const CallState& c, const Fingerprint& fp, const CallHeader& header,
                  std::span<const std::byte> step0);
+  void send_open_message(const Group& g, int member, std::uint64_t seq, const Fingerprint& fp,
+                         const CallHeader& header, std::span<const std::byte> step0,
+                         std::uint64_t first_held);
+  // A receiver of an eager broadcast holds its open back; every kHeldOpens calls, before it parks
+  // and at settle() it sends the open of the last one held (flush_held), carrying them all.
+  void hold(CallState& c);
+  void flush_held(int world_rank);
   // One rank per process: polls MPI on this thread until ready() or a short budget passes
   // (then the progress thread takes over and the caller parks in its usual wait). Whether ready.
   template <class Ready>

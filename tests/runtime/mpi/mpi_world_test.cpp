@@ -265,6 +265,119 @@ TEST_P(MpiWorld, MismatchAcrossProcessesNamesBothCallsInEveryProcess) {
     }
 }
 
+// A small broadcast's receivers send nothing (mpi.hpp: held opens): each checks the root's
+// fingerprint where it runs, and the failure of the first to see a difference ends every process.
+TEST_P(MpiWorld, SmallBroadcastWhoseReceiverDisagreesWithTheRootFailsEveryProcessNamingBoth) {
+  const int n = GetParam();
+  World w(across(n));
+  try {
+    w.run([&](Rank& r) {
+      // The last rank lives in the last process, the root (rank 0) in the first.
+      std::vector<float> b(r.id() == n - 1 ? 3 : 2, static_cast<float>(r.id()));
+      broadcast<float>(r.comm(), b, 0);
+    });
+    FAIL() << "the mismatched broadcast returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_NE(m.find("collective #1 on group world: rank " + std::to_string(n - 1) +
+                     " called broadcast(count=3, float, root=0) while rank 0, the root it names, "
+                     "called broadcast(count=2, float, root=0)"),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+  std::vector<float> got(static_cast<std::size_t>(n), -1.0f);
+  w.run([&](Rank& r) {
+    std::vector<float> b(2, static_cast<float>(r.id() + 7));
+    broadcast<float>(r.comm(), b, n - 1);
+    got[static_cast<std::size_t>(r.id())] = b[1];
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(got[static_cast<std::size_t>(r)], static_cast<float>(n - 1 + 7)) << "rank " << r;
+    }
+}
+
+// A receiver whose broadcast is too large to be eager meets every member, including receivers
+// in other processes that hold their opens back: it waits for their held fingerprints and reads
+// the disagreement from them.
+TEST_P(MpiWorld, LargeBroadcastAgainstSmallOnesAcrossProcessesNamesTheDeviatingRank) {
+  const int n = GetParam();
+  World w(across(n));
+  try {
+    w.run([&](Rank& r) {
+      std::vector<float> b(r.id() == n - 1 ? 100 : 2, 1.0f);
+      broadcast<float>(r.comm(), b, 0);
+    });
+    FAIL() << "the mismatched broadcast returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_NE(m.find("collective #1 on group world: rank " + std::to_string(n - 1) +
+                     " called broadcast(count=100, float, root=0) while ranks 0-" +
+                     std::to_string(n - 2) + " called broadcast(count=2, float, root=0)"),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+}
+
+// Two ranks in different processes that each name themselves the root both return at once; the
+// receivers agree with one of them. The difference is found when the members' fingerprints meet
+// at the end of the run, including those of receivers that held their opens back.
+TEST_P(MpiWorld, SmallBroadcastWithTwoSelfNamedRootsInDifferentProcessesFailsAtTheRunsEnd) {
+  const int n = GetParam();
+  World w(across(n));
+  try {
+    w.run([&](Rank& r) {
+      std::vector<float> b(2, 1.0f);
+      for (int call = 0; call < 40; ++call)
+        broadcast<float>(r.comm(), b, call == 37 && r.id() == n - 1 ? n - 1 : 0);
+    });
+    FAIL() << "the run with two roots returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_NE(m.find("collective #38 on group world: rank " + std::to_string(n - 1) +
+                     " called broadcast(count=2, float, root=" + std::to_string(n - 1) + ")"),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+}
+
+// Runs of small broadcasts longer than a receiver holds its opens and than the mailbox's
+// descriptor ring, roots in every process, and messages between processes in the middle (a
+// receiver that parks waiting for one first sends what it held).
+TEST_P(MpiWorld, LongRunsOfSmallBroadcastsWithMessagesBetweenStayExact) {
+  const int n = GetParam();
+  World w(across(n));
+  std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+  w.run([&](Rank& r) {
+    for (int call = 0; call < 300; ++call) {
+      const int root = call < 150 ? 0 : (call / 7) % n;
+      std::vector<float> b(2, static_cast<float>(r.id() == root ? call : -1));
+      broadcast<float>(r.comm(), b, root);
+      if (b[0] != static_cast<float>(call) || b[1] != static_cast<float>(call))
+        ++wrong[static_cast<std::size_t>(r.id())];
+      if (call == 100 || call == 220) {
+        // The last rank waits for rank 0's message, sent after rank 0 ran ahead.
+        std::vector<float> m(4, static_cast<float>(call));
+        if (r.id() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          send<float>(r.comm(), m, n - 1);
+        } else if (r.id() == n - 1) {
+          std::vector<float> in(4);
+          recv<float>(r.comm(), in, 0);
+          if (in != m) ++wrong[static_cast<std::size_t>(r.id())];
+        }
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0) << "rank " << r;
+    }
+}
+
 TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
   const int n = GetParam();
   World w(across(n));
