@@ -274,6 +274,7 @@ struct MpiTransport::Progress {
   std::vector<int> completed;  // test_some's, reused
   std::vector<MPI_Status> statuses;
   std::vector<std::pair<int, MPI_Status>> finished;
+  std::vector<std::byte> inbox;  // receive's
   std::vector<Outstanding> pending;
   // Messages (control, read requests, replies) sent to and received from each process over the
   // world's life: at the world's end every message sent to this process is taken in (drain), so
@@ -319,11 +320,36 @@ struct MpiTransport::Progress {
     parker.unpark();
   }
   void send_to(int process_id, std::vector<std::byte> bytes, bool drive = false) {
+    // One rank per process and MPI free: the caller sends at once, past the queue (what is queued
+    // goes first, so a thread's messages to a process keep their order).
+    if (drive && w.local_ranks == 1) {
+      std::unique_lock lock(poll_mu, std::try_to_lock);
+      if (lock.owns_lock()) {
+        run_commands();
+        isend_owned(process_id, std::move(bytes));
+        test_some();  // see push
+        return;
+      }
+    }
     Command c;
     c.kind = Command::kSend;
     c.dest = process_id;
     c.bytes = std::move(bytes);
     push(std::move(c), drive);
+  }
+
+  // A control message to process `dest`, its buffer kept until the send completes. Caller holds
+  // poll_mu.
+  void isend_owned(int dest, std::vector<std::byte> bytes) {
+    Outstanding o;
+    o.kind = Outstanding::kOwnedSend;
+    o.buffer = std::move(bytes);
+    MPI_Request r;
+    MPI_Isend(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, dest, kControlTag, comm,
+              &r);
+    ++wire_sent[static_cast<std::size_t>(dest)];
+    requests.push_back(r);
+    pending.push_back(std::move(o));
   }
 
   void loop();
@@ -527,18 +553,9 @@ bool MpiTransport::Progress::drain() {
 
 void MpiTransport::Progress::execute(Command& c) {
   switch (c.kind) {
-    case Command::kSend: {
-      Outstanding o;
-      o.kind = Outstanding::kOwnedSend;
-      o.buffer = std::move(c.bytes);
-      MPI_Request r;
-      MPI_Isend(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, c.dest, kControlTag,
-                comm, &r);
-      ++wire_sent[static_cast<std::size_t>(c.dest)];
-      requests.push_back(r);
-      pending.push_back(std::move(o));
+    case Command::kSend:
+      isend_owned(c.dest, std::move(c.bytes));
       break;
-    }
     case Command::kFetch: {
       Fetch& f = *c.fetch;
       MPI_Datatype type = MPI_BYTE;
@@ -647,7 +664,8 @@ void MpiTransport::Progress::complete(std::size_t i, const MPI_Status& status) {
 void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message message) {
   int size = 0;
   MPI_Get_count(&status, MPI_BYTE, &size);
-  std::vector<std::byte> m(static_cast<std::size_t>(size));
+  std::vector<std::byte>& m = inbox;  // reused: copied where kept (deferred, early_reads)
+  m.resize(static_cast<std::size_t>(size));
   MPI_Mrecv(m.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
   ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
   if (m.size() < sizeof(WireHead)) return;
@@ -662,7 +680,7 @@ void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message messa
       if (h.generation != run()) return;
       auto it = groups.find(h.group);
       if (it == groups.end())
-        deferred[h.group].push_back(std::move(m));  // the group is not made here yet
+        deferred[h.group].push_back(m);  // the group is not made here yet
       else
         apply(*it->second, m);
       break;
