@@ -28,11 +28,12 @@
 //     they are compared, as within one process, when a later call meets or at settle(). Held
 //     back, a receiver's progress shows at most 15 calls late; a root waits for the progress of
 //     the members kDescriptors - 1 calls back (below), so it does not wait for the hold. Measured
-//     (mpi_runtime_bench, same run, loaded machine): 8 B broadcast at P = 2 0.44 -> 0.30 us, P = 4
-//     4.8 -> 3.5 us; messages per call in all P (P - 1) -> (P - 1)(1 + (P - 1) / 16). An open
-//     leaves only once the descriptor its mirrors rewrite is free (every member entered
-//     #seq + 1 - kDescriptors), the rule enter() keeps locally; a held open satisfies it when it
-//     leaves, since its call entered after that wait;
+//     (mpi_runtime_bench, same run alternating with the every-member open, loaded machine): 8 B
+//     broadcast 0.43 -> 0.31 us at P = 2, 6.0 -> 2.7 us at P = 4, 18 -> 7-9 us at P = 8; messages
+//     per call in all P (P - 1) -> (P - 1)(1 + (P - 1) / 16) (counted: 56 -> 10.2 at P = 8). An
+//     open leaves only once the descriptor its mirrors rewrite is free (every member entered #seq +
+//     1 - kDescriptors), the rule enter() keeps locally; a held open satisfies it when it leaves,
+//     since its call entered after that wait;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
 //   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
