@@ -196,6 +196,8 @@ struct MpiTransport::Progress {
   struct Outstanding {
     enum Kind { kOwnedSend, kFetchRecv, kReply, kBarrier } kind = kOwnedSend;
     std::vector<std::byte> buffer;
+    // kOwnedSend of one message to several processes: the buffer they share.
+    std::shared_ptr<const std::vector<std::byte>> shared;
     Fetch* fetch = nullptr;
     int owner = -1;  // kReply: the world rank whose posted buffer is being sent
     std::atomic<int>* flag = nullptr;
@@ -338,15 +340,41 @@ struct MpiTransport::Progress {
     push(std::move(c), drive);
   }
 
+  // The same control message to every process in `to` (drive, see send_to): one rank per process
+  // and MPI free, the caller sends it from one buffer they share, instead of a copy each.
+  void send_to_all(std::span<const int> to, std::vector<std::byte> bytes) {
+    if (to.size() > 1 && w.local_ranks == 1) {
+      std::unique_lock lock(poll_mu, std::try_to_lock);
+      if (lock.owns_lock()) {
+        run_commands();
+        const auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+        for (int q : to) {
+          Outstanding o;
+          o.kind = Outstanding::kOwnedSend;
+          o.shared = shared;
+          isend_kept(q, std::move(o));
+        }
+        test_some();  // see push
+        return;
+      }
+    }
+    for (std::size_t i = 0; i + 1 < to.size(); ++i) send_to(to[i], bytes, true);
+    send_to(to.back(), std::move(bytes), true);
+  }
   // A control message to process `dest`, its buffer kept until the send completes. Caller holds
   // poll_mu.
   void isend_owned(int dest, std::vector<std::byte> bytes) {
     Outstanding o;
     o.kind = Outstanding::kOwnedSend;
     o.buffer = std::move(bytes);
+    isend_kept(dest, std::move(o));
+  }
+  // Sends o's buffer (or the one it shares), kept in `pending` until the send completes, to
+  // process `dest`. Caller holds poll_mu.
+  void isend_kept(int dest, Outstanding&& o) {
+    const std::vector<std::byte>& bytes = o.shared ? *o.shared : o.buffer;
     MPI_Request r;
-    MPI_Isend(o.buffer.data(), static_cast<int>(o.buffer.size()), MPI_BYTE, dest, kControlTag, comm,
-              &r);
+    MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kControlTag, comm, &r);
     ++wire_sent[static_cast<std::size_t>(dest)];
     requests.push_back(r);
     pending.push_back(std::move(o));
@@ -996,9 +1024,7 @@ void MpiTransport::notify(const CallState& c, int type, int step, std::uint64_t 
   h.bytes = bytes;
   std::vector<std::byte> m(sizeof h);
   std::memcpy(m.data(), &h, sizeof h);
-  for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
-    p_->send_to(g.other_processes[i], m, true);
-  p_->send_to(g.other_processes.back(), std::move(m), true);
+  p_->send_to_all(g.other_processes, std::move(m));
 }
 
 template <class Ready>
@@ -1109,9 +1135,7 @@ void MpiTransport::send_open_message(const Group& g, int member, std::uint64_t s
   for (std::uint64_t u = first_held; u < seq; ++u, at += sizeof(Fingerprint))
     std::memcpy(at, &own.fps[u % (2 * kDescriptors)], sizeof(Fingerprint));
   if (b.eager && !step0.empty()) std::memcpy(at, step0.data(), step0.size());
-  for (std::size_t i = 0; i + 1 < g.other_processes.size(); ++i)
-    p_->send_to(g.other_processes[i], m, true);
-  p_->send_to(g.other_processes.back(), std::move(m), true);
+  p_->send_to_all(g.other_processes, std::move(m));
 }
 
 void MpiTransport::hold(CallState& c) {
