@@ -31,6 +31,8 @@ std::uint64_t split_wire_id(std::uint64_t parent, std::uint64_t seq, int color) 
 Comm::Comm(std::shared_ptr<detail::Group> group, int rank, detail::RankState* self)
     : group_(std::move(group)),
       rank_(rank),
+      size_(group_->size()),
+      world_ranks_(group_->world_ranks.data()),
       self_(self),
       sends_(static_cast<std::size_t>(group_->size()), 0),
       recvs_(static_cast<std::size_t>(group_->size()), 0) {}
@@ -45,16 +47,9 @@ detail::DeferredCalls& Comm::make_deferred() {
   return *deferred_;
 }
 
-int Comm::size() const {
-  return group_ ? group_->size() : 0;
-}
-
-int Comm::world_rank(int group_rank) const {
-  if (group_rank < 0 || group_rank >= size())
-    throw std::invalid_argument("Comm::world_rank: rank " + std::to_string(group_rank) +
-                                " is not in group " + name() + " of size " +
-                                std::to_string(size()));
-  return group_->world_ranks[static_cast<std::size_t>(group_rank)];
+void Comm::throw_not_member(int group_rank) const {
+  throw std::invalid_argument("Comm::world_rank: rank " + std::to_string(group_rank) +
+                              " is not in group " + name() + " of size " + std::to_string(size()));
 }
 
 const std::string& Comm::name() const {

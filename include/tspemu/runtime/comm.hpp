@@ -36,8 +36,12 @@ class Comm {
 
   bool valid() const { return group_ != nullptr; }
   int rank() const { return rank_; }
-  int size() const;
-  int world_rank(int group_rank) const;
+  // Inline: every collective and message asks (the group's size and members never change).
+  int size() const { return group_ ? size_ : 0; }
+  int world_rank(int group_rank) const {
+    if (group_rank < 0 || group_rank >= size()) throw_not_member(group_rank);
+    return world_ranks_[group_rank];
+  }
   const std::string& name() const;
 
   // Collective over this Comm: ranks passing the same color form one new group, ordered by
@@ -60,8 +64,11 @@ class Comm {
   Comm(std::shared_ptr<detail::Group> group, int rank, detail::RankState* self);
 
  private:
+  [[noreturn]] void throw_not_member(int group_rank) const;
   std::shared_ptr<detail::Group> group_;
   int rank_ = -1;
+  int size_ = 0;                      // group_->size(), cached
+  const int* world_ranks_ = nullptr;  // group_->world_ranks.data(), cached
   detail::RankState* self_ = nullptr;
   std::uint64_t seq_ = 0;             // collectives called on this group
   std::vector<std::uint64_t> sends_;  // messages sent to each group rank
