@@ -58,6 +58,14 @@ class FlightObserver final : public Observer {
   unsigned hooks(const WorldOptions& opts) const override {
     return opts.flight_recorder_depth > 0 ? kHookBegin | kHookEnd : 0u;
   }
+  unsigned kinds(ObserverHook hook) const override {
+    using K = OpInfo::Kind;
+    // A record opens at a collective, an isend or an irecv and closes at the operation that
+    // completes it (anything but an irecv's post).
+    return hook == kHookBegin
+               ? OpInfo::bit(K::collective) | OpInfo::bit(K::send) | OpInfo::bit(K::recv_post)
+               : ~OpInfo::bit(K::recv_post);
+  }
   void on_begin(RankState& self, OpInfo& op) override {
     if (self.flight.depth() == 0) return;
     switch (op.kind) {

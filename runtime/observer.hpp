@@ -34,6 +34,8 @@ struct OpInfo {
     recv,
     recv_abandon
   };
+  static constexpr int kKinds = 7;
+  static constexpr unsigned bit(Kind k) { return 1u << static_cast<unsigned>(k); }
   Kind kind = Kind::collective;
   const char* what = "";
   std::uint64_t seq = 0;  // collective number on the group, or message number on the pair
@@ -77,6 +79,11 @@ class Observer {
   virtual ~Observer() = default;
   // The hooks this observer needs under `opts` (0: it has nothing to do in such a run).
   virtual unsigned hooks(const WorldOptions& opts) const = 0;
+  // The operations whose `hook` it acts on, as a set of bits 1 << OpInfo::Kind (every kind by
+  // default). A hook no selected observer acts on for an operation's kind is not run at all
+  // (WorldShared::observed), so e.g. a receive's begin costs nothing with the flight recorder
+  // alone.
+  virtual unsigned kinds(ObserverHook /*hook*/) const { return ~0u; }
   virtual void on_begin(RankState&, OpInfo&) {}
   virtual void on_meet(RankState&, OpInfo&, const MemberHeaders&) {}
   virtual void on_end(RankState&, OpInfo&, bool /*ok*/) {}

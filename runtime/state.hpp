@@ -56,8 +56,15 @@ class ProcessLink {
 struct Group {
   Group(WorldShared* world, std::uint64_t id, std::string name, std::vector<int> world_ranks);
   int size() const { return static_cast<int>(world_ranks.size()); }
-  Channel& channel(int src, int dst);
-  void reset();  // only while no rank runs
+  // Inline: three lookups per message. acquire: pairs with the acq_rel CAS that installed it.
+  Channel& channel(int src, int dst) {
+    Channel* c =
+        channels[static_cast<std::size_t>(src) * world_ranks.size() + static_cast<std::size_t>(dst)]
+            .load(std::memory_order_acquire);
+    return c != nullptr ? *c : make_channel(src, dst);
+  }
+  Channel& make_channel(int src, int dst);  // first use of the pair by either end
+  void reset();                             // only while no rank runs
 
   WorldShared* world;
   std::uint64_t id;
@@ -163,6 +170,9 @@ struct WorldShared {
   // The observers this run's options enable, per hook (refilled by World::run while the workers
   // are idle; capacity reserved at construction, so a run start does not allocate).
   std::vector<Observer*> on_begin, on_meet, on_end, on_wait;
+  // Per OpInfo::Kind, the hooks (kHookBegin | kHookMeet | kHookEnd) some selected observer acts on
+  // (Observer::kinds); notify_* of any other hook returns after one test.
+  std::uint8_t observed[OpInfo::kKinds] = {};
 
   // Set once per run by the first failure (seq_cst: the abort half of the `reading` handshake,
   // and every waiter polls it); cleared only between runs.
@@ -209,13 +219,19 @@ struct WorldShared {
   std::string first_failure();
 };
 
+inline bool observed(const RankState& self, const OpInfo& op, ObserverHook hook) {
+  return (self.world->observed[static_cast<int>(op.kind)] & hook) != 0;
+}
 inline void notify_begin(RankState& self, OpInfo& op) {
+  if (!observed(self, op, kHookBegin)) return;
   for (Observer* o : self.world->on_begin) o->on_begin(self, op);
 }
 inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
+  if (!observed(self, op, kHookMeet)) return;
   for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
 }
 inline void notify_end(RankState& self, OpInfo& op, bool ok) {
+  if (!observed(self, op, kHookEnd)) return;
   for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
 }
 

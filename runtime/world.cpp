@@ -56,12 +56,19 @@ void WorldShared::select_observers() {
   on_meet.clear();
   on_end.clear();
   on_wait.clear();
+  std::fill(std::begin(observed), std::end(observed), std::uint8_t{0});
   for (const auto& o : observers) {
     const unsigned h = o->hooks(opts);
     if (h & kHookBegin) on_begin.push_back(o.get());
     if (h & kHookMeet) on_meet.push_back(o.get());
     if (h & kHookEnd) on_end.push_back(o.get());
     if (h & kHookWait) on_wait.push_back(o.get());
+    for (const ObserverHook hook : {kHookBegin, kHookMeet, kHookEnd}) {
+      if ((h & hook) == 0) continue;
+      const unsigned kinds = o->kinds(hook);
+      for (int k = 0; k < OpInfo::kKinds; ++k)
+        if (kinds & (1u << k)) observed[k] = static_cast<std::uint8_t>(observed[k] | hook);
+    }
   }
 }
 
@@ -93,7 +100,7 @@ Group::~Group() {
     delete channels[i].load(std::memory_order_relaxed);
 }
 
-Channel& Group::channel(int src, int dst) {
+Channel& Group::make_channel(int src, int dst) {
   auto& cell =
       channels[static_cast<std::size_t>(src) * world_ranks.size() + static_cast<std::size_t>(dst)];
   Channel* c = cell.load(std::memory_order_acquire);
