@@ -118,6 +118,8 @@ void Group::reset() {
     slots[i].unmet_first = 0;
     slots[i].unmet_last = 0;
     slots[i].unawaited = 0;
+    slots[i].seen_member = -1;
+    slots[i].seen_progress = 0;
   }
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     delete channels[i].exchange(nullptr, std::memory_order_relaxed);

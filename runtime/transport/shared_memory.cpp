@@ -153,8 +153,22 @@ bool message_consumed(const Channel& ch, std::uint64_t index) {
 void settle_unmet(RankState& self, Group& g, int me, std::uint64_t upto) {
   Slot& own = g.slots[static_cast<std::size_t>(me)];
   const std::uint64_t first = own.unmet_first;
-  const std::uint64_t last = std::min(own.unmet_last, upto);
+  std::uint64_t last = std::min(own.unmet_last, upto);
   if (first == 0 || last < first) return;
+  const int n = g.size();
+  // Settle also every later unmet call that all members have entered already: a run of eager
+  // broadcasts then settles once per ~kDescriptors calls, not once per call. Their fingerprints
+  // are as stable as #upto's (entry u is rewritten only after this rank opens
+  // #u + kDescriptors + 1, and u < this rank's current call).
+  std::uint64_t all_entered = own.unmet_last;
+  for (int i = 1; i < n && all_entered > last; ++i) {
+    // seq_cst: as in the wait below (pairs with member r's seq_cst store in publish).
+    const std::uint64_t p =
+        g.slots[static_cast<std::size_t>((me + i) % n)].progress.load(std::memory_order_seq_cst);
+    all_entered =
+        std::min(all_entered, p < step_stage(0) ? 0 : (p - step_stage(0)) / kStagesPerCall);
+  }
+  last = std::max(last, all_entered);
   // Moved on first: if a wait below throws, the run is failing and nothing is left to settle.
   if (last == own.unmet_last) {
     own.unmet_first = own.unmet_last = 0;
@@ -162,7 +176,6 @@ void settle_unmet(RankState& self, Group& g, int me, std::uint64_t upto) {
   } else {
     own.unmet_first = last + 1;
   }
-  const int n = g.size();
   const Fingerprint& newest = own.fps[last % (2 * kDescriptors)];
   const OpRef op{collective_name(newest.kind),           last, &g, -1, "every member to enter",
                  newest.count * dtype_size(newest.dtype)};
@@ -407,9 +420,18 @@ void SharedMemoryTransport::abandon(CallState& c) noexcept {
 
 void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t stage) {
   const std::uint64_t target = stage_value(c.seq, stage);
+  Slot& own = slot(c, c.rank);
+  // A member seen ahead of this call before needs no load (nor its line): that earlier seq_cst
+  // load already acquired everything it published up to the value seen. Ready: no wait, so the
+  // reading flag may stay up.
+  if (own.seen_member == member && own.seen_progress >= target) return;
   auto& progress = slot(c, member).progress;
-  // seq_cst: as in the wait below. Ready: no wait, so the reading flag may stay up.
-  if (progress.load(std::memory_order_seq_cst) >= target) return;
+  // seq_cst: as in the wait below.
+  if (const std::uint64_t p = progress.load(std::memory_order_seq_cst); p >= target) {
+    own.seen_member = member;
+    own.seen_progress = p;
+    return;
+  }
   // Never wait with the flag up: the member may be aborting and waiting for it to drop.
   end_reading(c.comm->self());
   c.op.stage = stage == step_stage(0) ? "every member to enter"

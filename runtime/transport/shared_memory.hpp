@@ -33,6 +33,9 @@
 // member's fingerprint of #u (as a meet does), raising CollectiveMismatch: a disagreement that a
 // receiver's check against the root cannot see (e.g. two ranks that each call themselves the root)
 // fails on every rank at its next meeting call on the group, or at the end of its run (settle).
+// A settle that the ring forces also settles every later unmet call all members have entered
+// (read from their progress without waiting), so a run of eager broadcasts settles about once per
+// kDescriptors calls.
 // Nobody exposes a buffer in an eager broadcast, so no done stage is published (Slot::unawaited).
 // Point-to-point messages use one Channel per ordered pair with kChannelDepth messages in flight.
 #pragma once
@@ -107,6 +110,11 @@ struct alignas(64) Slot {
   // Owner only: call #unawaited exposed no member's buffer (an eager broadcast), so nobody waits
   // for its done stage and finish() does not publish it.
   std::uint64_t unawaited = 0;
+  // Owner only (and Group::reset): the progress last loaded of member seen_member (-1: none),
+  // which wait_stage trusts without loading again (a root running ahead of a run of eager
+  // broadcasts is waited for with no access to its progress line).
+  int seen_member = -1;
+  std::uint64_t seen_progress = 0;
   // Each call's fingerprint again, kept twice as long as its descriptor: settling an eager
   // broadcast #u reads every member's fingerprint of #u while the members may already reuse
   // descriptor u % kDescriptors (they need every member to have opened #u + 1, not settled #u).

@@ -277,6 +277,23 @@ TEST(Failure, EagerBroadcastWhoseEveryRankIsARootIsAMismatchAtTheEndOfTheRun) {
   expect_usable(world);
 }
 
+// Eager broadcasts are settled in batches (every call all members have entered, once the ring
+// needs a descriptor back): a disagreement deep inside a run longer than the ring is still
+// reported with its own call number, whichever batch it falls in.
+TEST(Failure, MismatchInsideALongRunOfEagerBroadcastsNamesItsCall) {
+  for (const int n : {2, 4}) {
+    World& world = shared_world(n);
+    RankFailure e = expect_failure(world, [](Rank& r) {
+      std::vector<float> a(2, 1.0f);
+      for (int i = 1; i <= 200; ++i) broadcast<float>(r.comm(), a, i == 70 ? r.id() : 0);
+    });
+    EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
+    EXPECT_TRUE(contains(e.what(), "collective #70 on group world: ")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 1 called broadcast(count=2, float, root=1)")) << e.what();
+    expect_usable(world);
+  }
+}
+
 TEST(Failure, MismatchedElementTypeIsReportedWithBothCalls) {
   expect_mismatch(
       [](Rank& r) {
