@@ -212,12 +212,13 @@ void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const Cal
                                   std::span<const std::byte> step0, bool rooted) {
   // Descriptor c.seq % kDescriptors is free once every member entered #seq - kDescriptors + 1: a
   // call that meets settles every unmet call before it, an eager broadcast only what that needs.
-  if (slot(c, c.rank).unmet_first != 0)
-    settle_unmet(c.comm->self(), c.comm->group(), c.rank,
-                 !rooted                ? c.seq - 1
-                 : c.seq < kDescriptors ? 0
-                                        : c.seq + 1 - kDescriptors);
-  slot(c, c.rank).fps[c.seq % (2 * kDescriptors)] = fp;
+  Slot& own = slot(c, c.rank);
+  const std::uint64_t upto = !rooted                ? c.seq - 1
+                             : c.seq < kDescriptors ? 0
+                                                    : c.seq + 1 - kDescriptors;
+  if (own.unmet_first != 0 && own.unmet_first <= upto)
+    settle_unmet(c.comm->self(), c.comm->group(), c.rank, upto);
+  own.fps[c.seq % (2 * kDescriptors)] = fp;
   Descriptor& d = desc(c, c.rank);
   d.fp = fp;
   d.header = header;
@@ -258,7 +259,19 @@ bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
   // No member exposes a buffer (receivers post nothing, the root's payload is in its mailbox), so
   // nobody waits for a done stage.
   own.unawaited = c.seq;
-  if (c.rank == fp.root) return false;
+  // A run of eager broadcasts from one root is the common case: start moving the next call's
+  // descriptor lines now (line 0: fingerprint and step 0; line 1: the payload), so their transfer
+  // between cores overlaps this call's remaining work instead of stalling the next one. The root
+  // asks for ownership of its own (write), the others for a copy of the root's (read). Only a
+  // hint: no access, so no ordering is implied.
+  const Descriptor& next = slot(c, fp.root).desc[(c.seq + 1) % kDescriptors];
+  if (c.rank == fp.root) {
+    __builtin_prefetch(&next, 1, 3);
+    __builtin_prefetch(next.data, 1, 3);
+    return false;
+  }
+  __builtin_prefetch(&next, 0, 3);
+  __builtin_prefetch(next.data, 0, 3);
   wait_stage(c, fp.root, step_stage(0));
   const Fingerprint& theirs = desc(c, fp.root).fp;
   if (!(theirs == fp)) {
@@ -330,6 +343,11 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
   if (step > 0) wait_stage(c, from, step_stage(step));  // step 0: every member met in open
   if (dst.empty()) return;
   const Descriptor& d = desc(c, from);
+  if (in_mailbox(d, step) && !skip_dry_ && offset + dst.size() <= d.step0.bytes) {
+    // The eager copy (every small broadcast's payload): one small copy, nothing to hold.
+    std::memcpy(dst.data(), d.data + offset, dst.size());
+    return;
+  }
   if (!in_mailbox(d, step)) begin_reading(c.comm->self(), c.op);
   copy_range(c, from, step, d.step(step), offset, dst, skip_dry_);
 }
@@ -543,17 +561,14 @@ void SharedMemoryTransport::take(Comm& comm, int src, std::uint64_t index, std::
     if (!(skip_dry_ && touches_dry(dst.data(), msg.data_ptr)))
       std::memcpy(dst.data(), msg.data_ptr, dst.size());
   }
-  // Mark this message, then advance the count over the leading consumed messages: receives from
+  // Mark this message, then advance the count over the leading taken messages: receives from
   // one peer may complete out of order, and the count must never move backwards (the sender of a
-  // later message would then wait forever). Only this thread writes `consumed` and kConsumed, so
-  // relaxed loads see our own earlier stores of them.
-  msg.state.store(kConsumed, std::memory_order_seq_cst);
+  // later message would then wait forever). Only this thread writes `consumed` and `taken`, so a
+  // relaxed load sees our own earlier store.
+  if (!msg.eager) msg.state.store(kConsumed, std::memory_order_seq_cst);
+  ch.taken[index % kChannelDepth] = index + 1;
   std::uint64_t leading = ch.consumed.load(std::memory_order_relaxed);
-  // seq_cst load of `posted`: pairs with the sender's store; a slot beyond it still holds an old,
-  // consumed message, so its state says nothing yet.
-  while (leading < ch.posted.load(std::memory_order_seq_cst) &&
-         ch.ring[leading % kChannelDepth].state.load(std::memory_order_relaxed) == kConsumed)
-    ++leading;
+  while (ch.taken[leading % kChannelDepth] == leading + 1) ++leading;
   ch.consumed.store(leading, std::memory_order_seq_cst);
   state_of(comm, src).parker.unpark();
 }

@@ -132,10 +132,11 @@ struct P2PMessage {
   // kPosted -> kTaken by the receiver (CAS) before it reads a single-copy payload, or
   // kPosted -> kWithdrawn by a sender unwinding past an unfinished isend. The CAS decides who
   // owns the buffer: acq_rel on both sides, so the winner sees the loser's earlier writes.
-  // Then -> kConsumed by the receiver once its copy is done (seq_cst store; pairs with the
-  // sender's seq_cst load in message_consumed, and is the store half of the Parker handshake):
-  // receives from one peer may complete out of order, so this, not the channel's prefix count,
-  // says that this message's buffer is free.
+  // Then, for a single-copy message, -> kConsumed by the receiver once its copy is done (seq_cst
+  // store; pairs with the sender's seq_cst load in message_consumed, and is the store half of the
+  // Parker handshake): receives from one peer may complete out of order, so this, not the
+  // channel's prefix count, says that this message's buffer is free. An eager message stays
+  // kPosted: its sender neither waits for it nor withdraws it (send() completes it).
   std::atomic<std::uint32_t> state{0};
   alignas(64) std::byte data[kEagerBytes];
 };
@@ -145,10 +146,15 @@ struct Channel {
   // Sender's count of messages posted; seq_cst store publishes ring[m % depth]; pairs with the
   // receiver's seq_cst load (also the Dekker store of Parker).
   alignas(64) std::atomic<std::uint64_t> posted{0};
-  // Receiver's count of the leading messages consumed (every message below it is kConsumed; it
+  // Receiver's count of the leading messages consumed (every message below it is taken; it
   // never moves backwards, also when receives complete out of order); seq_cst store tells the
   // sender those buffers and slots are free; pairs with the sender's seq_cst loads.
   alignas(64) std::atomic<std::uint64_t> consumed{0};
+  // Receiver only: taken[m % depth] == m + 1 once message m is copied out. The receiver advances
+  // `consumed` over these rather than over the messages' states, so taking an eager message
+  // writes nothing into the sender's message line (whose next write by the sender would then
+  // have to fetch it back; the single-copy path still marks kConsumed for the sender's wait).
+  std::uint64_t taken[kChannelDepth] = {};
   P2PMessage ring[kChannelDepth];
 };
 
