@@ -251,11 +251,15 @@ bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
   }
   enter(c, fp, header, step0, /*rooted=*/true);
   Slot& own = slot(c, c.rank);
-  if (own.unmet_first == 0) {
-    own.unmet_first = c.seq;
-    ++c.comm->self().unmet_calls;
+  // The receiver of a two-member group compares the only other fingerprint itself (below), and
+  // never runs ahead of the root it waits for: nothing of this call is left for it to settle.
+  if (c.rank == fp.root || c.size > 2) {
+    if (own.unmet_first == 0) {
+      own.unmet_first = c.seq;
+      ++c.comm->self().unmet_calls;
+    }
+    own.unmet_last = c.seq;
   }
-  own.unmet_last = c.seq;
   // No member exposes a buffer (receivers post nothing, the root's payload is in its mailbox), so
   // nobody waits for a done stage.
   own.unawaited = c.seq;

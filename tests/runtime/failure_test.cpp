@@ -291,6 +291,18 @@ TEST(Failure, MismatchInsideALongRunOfEagerBroadcastsNamesItsCall) {
     EXPECT_TRUE(contains(e.what(), "collective #70 on group world: ")) << e.what();
     EXPECT_TRUE(contains(e.what(), "rank 1 called broadcast(count=2, float, root=1)")) << e.what();
     expect_usable(world);
+    // A receiver that disagrees with its root (a count) is caught at the call by the receiver
+    // and when the root settles.
+    e = expect_failure(world, [](Rank& r) {
+      for (int i = 1; i <= 200; ++i) {
+        std::vector<float> a(i == 70 && r.id() == 1 ? 3 : 2, 1.0f);
+        broadcast<float>(r.comm(), a, 0);
+      }
+    });
+    EXPECT_TRUE(cause_is<CollectiveMismatch>(e)) << e.what();
+    EXPECT_TRUE(contains(e.what(), "collective #70 on group world: ")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 1 called broadcast(count=3, float, root=0)")) << e.what();
+    expect_usable(world);
   }
 }
 
