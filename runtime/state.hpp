@@ -18,6 +18,7 @@
 
 #include "observer.hpp"
 #include "parker.hpp"
+#include "transport/early_exposure.hpp"
 #include "transport/shared_memory.hpp"
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/arena.hpp"
@@ -80,6 +81,8 @@ struct Group {
   // Made on first use by either end. acq_rel CAS installs a fully built Channel; acquire loads
   // pair with it, so the loser of a race and every later user see the constructed object.
   std::unique_ptr<std::atomic<Channel*>[]> channels;
+  // Each member's exposed non-blocking all_gathers (transport/early_exposure.hpp).
+  std::unique_ptr<MemberExposures[]> exposures;
   ~Group();
 };
 
@@ -111,6 +114,10 @@ struct RankState {
   // Set (release) when this rank's run function has returned or thrown; acquire loads by waiters
   // turn a wait on a departed rank into HangError instead of a hang.
   alignas(64) std::atomic<bool> exited{false};
+  // This rank's compute counter (core/compute_span.hpp: raised with release at every kernel's
+  // begin on its thread); members acquire-load it before copying into this rank's exposed buffers
+  // (transport/early_exposure.hpp). Never reset: exposures compare it with its value at issue.
+  alignas(64) std::atomic<std::uint64_t> computes_begun{0};
   Arena arena;
   TrafficCounters counters;
   // The wait this rank is blocked in, for the other ranks' watchdog scans (watchdog.hpp).

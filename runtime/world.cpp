@@ -85,7 +85,8 @@ Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std
       name(std::move(group_name)),
       world_ranks(std::move(ranks)),
       slots(new Slot[world_ranks.size()]),
-      channels(new std::atomic<Channel*>[world_ranks.size() * world_ranks.size()]) {
+      channels(new std::atomic<Channel*>[world_ranks.size() * world_ranks.size()]),
+      exposures(new MemberExposures[world_ranks.size()]) {
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     channels[i].store(nullptr, std::memory_order_relaxed);
   for (int r : world_ranks)
@@ -120,6 +121,7 @@ void Group::reset() {
     slots[i].unawaited = 0;
     slots[i].seen_member = -1;
     slots[i].seen_progress = 0;
+    exposures[i].reset();
   }
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     delete channels[i].exchange(nullptr, std::memory_order_relaxed);
@@ -315,6 +317,7 @@ void run_rank(WorldShared& w, int id) {
     // Kernels' ComputeSpans (core/compute_span.hpp) reach this rank's trace and simulated clock.
     const bool observed = st.trace != nullptr || w.opts.sim_clock.has_value();
     ScopedComputeObserver observer(observed ? &st.compute : nullptr);
+    ScopedComputeCounter counter(&st.computes_begun);
     ScopedDryRun dry(w.opts.dry_run);
     (*w.fn)(rank);
     // A handle destroyed unwaited whose rank made no collective since (nonblocking.hpp).

@@ -1,11 +1,13 @@
 #include "tspemu/runtime/nonblocking.hpp"
 
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "../transport/deferred_calls.hpp"
+#include "../transport/early_exposure.hpp"
 #include "arguments.hpp"
 #include "tspemu/runtime/all_gather.hpp"
 #include "tspemu/runtime/all_reduce.hpp"
@@ -49,17 +51,37 @@ CollectiveHandle issue_collective(Comm& comm, CollectiveKind kind, Dtype dtype, 
   const std::size_t count =
       kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce_scatter ? recv_count
                                                                                   : send_count;
+  DeferredCalls& deferred = comm.make_deferred();
+  // Every pending call runs, and takes its number, before any later call on the Comm.
+  const std::uint64_t seq = comm.seq() + deferred.pending_count() + 1;
   DeferredCall call;
   call.what = what;
+  call.seq = seq;
   call.buffers[0] = {send, send_count * es};
   call.buffers[1] = {recv, recv_count * es};
+  // all_gather with valid arguments (else the blocking algorithm reports them when it runs):
+  // published to the members at issue (early_exposure.hpp), its receive blocks checked there.
+  const std::size_t block_bytes = send_count * es;
+  if (kind == CollectiveKind::all_gather &&
+      recv_count == static_cast<std::size_t>(comm.size()) * send_count &&
+      (send == recv + static_cast<std::size_t>(comm.rank()) * block_bytes ||
+       !overlaps(send, block_bytes, recv, recv_count * es)) &&
+      exposable(comm, send, recv, block_bytes)) {
+    call.exposure = std::make_shared<EarlyExposure>(
+        comm, seq, Fingerprint(kind, dtype, -1, send_count, /*nb=*/true), send, recv, block_bytes);
+    call.buffers[1] = {};
+  }
+  std::shared_ptr<EarlyExposure> exposure = call.exposure;
   call.run = [=](Comm& c) {
     // The blocking algorithm; its Call is marked non-blocking (DeferredCalls::running).
     switch (kind) {
       case CollectiveKind::broadcast:
         return broadcast(c, recv, recv_count, dtype, root);
       case CollectiveKind::all_gather:
-        return all_gather(c, send, send_count, recv, recv_count, dtype, false);
+        // The blocks this rank's members filled before it ran, and those it copies from members
+        // still computing, are skipped by the algorithm.
+        return all_gather(c, send, send_count, recv, recv_count, dtype, false,
+                          exposure ? exposure->fill_from_peers() : 0);
       case CollectiveKind::reduce_scatter:
         return reduce_scatter(c, send, send_count, recv, recv_count, dtype);
       case CollectiveKind::all_reduce:
@@ -70,9 +92,6 @@ CollectiveHandle issue_collective(Comm& comm, CollectiveKind kind, Dtype dtype, 
         return;
     }
   };
-  DeferredCalls& deferred = comm.make_deferred();
-  // Every pending call runs, and takes its number, before any later call on the Comm.
-  call.seq = comm.seq() + deferred.pending_count() + 1;
   CollectiveHandle h;
   h.seq_ = call.seq;
   h.kind_ = kind;

@@ -8,6 +8,7 @@
 
 #include "../dry_reservation.hpp"
 #include "call.hpp"
+#include "early_exposure.hpp"
 
 namespace tspemu::detail {
 
@@ -73,6 +74,7 @@ std::uint64_t DeferredCalls::add(Comm& /*comm*/, DeferredCall call) {
 void DeferredCalls::drop(std::uint64_t id) {
   for (Entry& e : pending_)
     if (e.id == id && !e.dropped) {
+      if (e.call.exposure) e.call.exposure->close();
       e.dropped = true;
       ++dropped_;
     }
@@ -88,7 +90,10 @@ void DeferredCalls::run_through(Comm& comm, std::uint64_t id) {
       continue;
     }
     try {
-      if (call_digest(e.call) != e.call.digest)
+      // Closed first: no member copies into the buffers while they are checked or after.
+      if (e.call.exposure) e.call.exposure->close();
+      if (call_digest(e.call) != e.call.digest ||
+          (e.call.exposure && !e.call.exposure->blocks_unchanged()))
         raise(comm,
               std::logic_error(
                   "rank " + std::to_string(comm.world_rank(comm.rank())) + ": " + e.call.what +

@@ -12,7 +12,8 @@
 // buffers up to 16 KiB, 256 lines spread over larger ones) is not run: the rank raises
 // std::logic_error naming it. Once one fails, the failure is rethrown by every later run_through
 // that needs an operation after it, and the operations behind it never run. A dropped operation
-// (its handle destroyed unwaited) never runs: its buffers may be gone. Cost: the digest at issue
+// (its handle destroyed unwaited) never runs: its buffers may be gone, so its early exposure
+// (DeferredCall::exposure) is closed before drop() returns. Cost: the digest at issue
 // and at run (at most 16 KiB read per buffer, whatever its size); no copies.
 #pragma once
 
@@ -21,11 +22,14 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "tspemu/runtime/comm.hpp"
 
 namespace tspemu::detail {
+
+class EarlyExposure;
 
 struct DeferredCall {
   const char* what = "";  // the non-blocking operation's name, e.g. "iall_gather"
@@ -33,6 +37,11 @@ struct DeferredCall {
   std::function<void(Comm&)> run;
   std::span<const std::byte> buffers[2];  // what it reads and writes (may alias)
   std::uint64_t digest = 0;
+  // The buffers published at issue to the members (early_exposure.hpp), or null. Closed before
+  // the digest check, which then also asks it whether the receive blocks it still owns changed
+  // (buffers[1] is left empty), and closed at once when the call is dropped; its destruction,
+  // with the call's, closes it on every other way out (a failure discarding the queue).
+  std::shared_ptr<EarlyExposure> exposure;
 };
 
 class DeferredCalls {

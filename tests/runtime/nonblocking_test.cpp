@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective_checks.hpp"
@@ -247,6 +251,141 @@ TEST(NonBlocking, OnSplitGroupsBesideTheWorld) {
     same<float>(sa, sum_values<float>(4, 0, 50, 0), "world");
     same<float>(sb, sum_values<float>(2, 0, 50, 1), "half");
   });
+}
+
+// Early exposure (runtime/transport/early_exposure.hpp): a rank that computes after issuing lets
+// the members that wait first copy blocks of its all_gather; "compute" here is a ComputeSpan
+// around a sleep, the kernel boundary the exposure keys on.
+void compute_for(std::chrono::microseconds t) {
+  ComputeSpan span("skew");
+  std::this_thread::sleep_for(t);
+}
+
+// Skew both ways (each rank in turn computes while the others wait), in-place and separate
+// receive buffers, two operations outstanding and waited in reverse order: every result is the
+// exact gather, and the counters are the blocking form's.
+TEST(NonBlocking, IallGatherFilledEarlyByWaitingMembersIsExactWithSkewEitherWay) {
+  for (int n : {2, 3}) {
+    World& w = shared_world(n);
+    w.run([n](Rank& r) {
+      const auto nc = static_cast<std::size_t>(n);
+      const std::size_t count = 1031;  // 4124 bytes: above the mailbox size, a prime
+      const int iterations = kUnderTsan ? 12 : 40;
+      CounterProbe p(r, CollectiveKind::all_gather);
+      for (int it = 0; it < iterations; ++it) {
+        const std::vector<float> mine = values<float>(r.id(), count, it);
+        std::vector<float> want(nc * count);
+        for (int q = 0; q < n; ++q) {
+          const std::vector<float> theirs = values<float>(q, count, it);
+          std::copy(theirs.begin(), theirs.end(), want.begin() + static_cast<long>(q * count));
+        }
+        std::vector<float> recv(nc * count, -100.0f), in_place(nc * count, -100.0f);
+        std::copy(mine.begin(), mine.end(), in_place.begin() + static_cast<long>(r.id() * count));
+        const std::span<const float> own(in_place.data() + r.id() * count, count);
+        CollectiveHandle a = iall_gather<float>(r.comm(), mine, recv);
+        CollectiveHandle b = iall_gather<float>(r.comm(), own, in_place);
+        if (r.id() == it % n) compute_for(std::chrono::microseconds(300 + 100 * (it % 3)));
+        b.wait();
+        a.wait();
+        const std::string where = "n=" + std::to_string(n) + " it=" + std::to_string(it);
+        same<float>(recv, want, ctx("iall_gather skewed", r.comm(), count, "float", where.c_str()));
+        same<float>(in_place, want,
+                    ctx("iall_gather skewed", r.comm(), count, "float", "in place"));
+      }
+      const auto calls = 2 * static_cast<std::uint64_t>(iterations);
+      const Traffic one =
+          expected_traffic(CollectiveKind::all_gather, nc, static_cast<std::size_t>(r.id()), -1,
+                           count * sizeof(float), sizeof(float));
+      p.expect({one.sent * calls, one.received * calls}, "iall_gather counters, skewed", calls);
+    });
+  }
+}
+
+// A rank that throws while a member copies into its (stack) buffers: the member's copy ends
+// before the rank unwinds past them (AddressSanitizer reports a stack-use-after-scope otherwise),
+// the member fails with PeerFailure instead of hanging, and the world stays usable.
+TEST(NonBlocking, ARankThatThrowsWhileAMemberFillsItsBuffersIsNotWrittenAfterItUnwinds) {
+  World& w = shared_world(2);
+  constexpr std::size_t kCount = std::size_t{1} << 16;  // 256 KiB blocks: copies take a while
+  for (int delay_us : {0, 50, 200, 1000}) {
+    SCOPED_TRACE(delay_us);
+    std::atomic<bool> waiting{false};
+    const RankFailure f = expect_failure(w, [&](Rank& r) {
+      if (r.id() == 1) {
+        std::array<float, kCount> send;
+        std::array<float, 2 * kCount> recv;
+        send.fill(1.0f);
+        recv.fill(0.0f);
+        CollectiveHandle h = iall_gather<float>(r.comm(), send, recv);
+        ComputeSpan span("compute");
+        // acquire: pairs with rank 0's release store just before its wait.
+        while (!waiting.load(std::memory_order_acquire)) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+        throw std::runtime_error("rank 1 failed while computing");
+      }
+      std::vector<float> send(kCount, 2.0f), recv(2 * kCount);
+      CollectiveHandle h = iall_gather<float>(r.comm(), send, recv);
+      waiting.store(true, std::memory_order_release);
+      h.wait();
+    });
+    EXPECT_EQ(f.rank(), 1);
+    EXPECT_TRUE(contains(f.what(), "rank 1 failed while computing"));
+  }
+  w.run([](Rank& r) { check_all_reduce<float>(r, r.comm(), 100, "float"); });  // still usable
+}
+
+// Members copy nothing into a member whose operation differs: the mismatch is the meet's, named as
+// without early exposure, and the computing member's receive buffer is untouched.
+TEST(NonBlocking, AMismatchedIallGatherIsReportedByTheMeetAndNothingIsWrittenIntoThePeer) {
+  World& w = shared_world(2);
+  bool untouched = false;
+  std::atomic<bool> computing{false};
+  const RankFailure f = expect_failure(w, [&](Rank& r) {
+    const std::size_t count = r.id() == 0 ? 1000 : 2000;
+    std::vector<float> send(count, 1.0f), recv(2 * count, -1.0f);
+    CollectiveHandle h = iall_gather<float>(r.comm(), send, recv);
+    if (r.id() == 1) {
+      ComputeSpan span("compute");
+      computing.store(true, std::memory_order_release);  // pairs with rank 0's acquire load
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      while (!computing.load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+    try {
+      h.wait();
+    } catch (const std::exception&) {
+      if (r.id() == 1)
+        untouched = std::all_of(recv.begin(), recv.end(), [](float v) { return v == -1.0f; });
+      throw;
+    }
+  });
+  EXPECT_TRUE(contains(f.what(), "iall_gather(count=1000"));
+  EXPECT_TRUE(contains(f.what(), "iall_gather(count=2000"));
+  EXPECT_TRUE(untouched);
+}
+
+// A receive block written after the issue but before the issuer's compute is left by the member
+// that would fill it early, so the issuer's digest check still reports it.
+TEST(NonBlocking, AReceiveBlockWrittenBeforeTheIssuersComputeIsReportedThoughAMemberWaits) {
+  World& w = shared_world(2);
+  const std::size_t count = std::size_t{1} << 16;
+  std::atomic<bool> computing{false};
+  const RankFailure f = expect_failure(w, [&](Rank& r) {
+    std::vector<float> send(count, 1.0f), recv(2 * count, 0.0f);
+    CollectiveHandle h = iall_gather<float>(r.comm(), send, recv);
+    if (r.id() == 1) {
+      recv.front() = 5.0f;  // rank 0's block, which rank 0 would push while rank 1 computes
+      ComputeSpan span("compute");
+      computing.store(true, std::memory_order_release);  // pairs with rank 0's acquire load
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      while (!computing.load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+    h.wait();
+  });
+  EXPECT_EQ(f.rank(), 1);
+  EXPECT_TRUE(contains(f.what(), "iall_gather #1 on group world"));
+  EXPECT_TRUE(contains(f.what(), "buffers changed between the issue and the wait"));
 }
 
 // The simulated clock: a transfer issued before compute and waited after it is hidden by it.

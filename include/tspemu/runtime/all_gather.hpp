@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <type_traits>
 
@@ -17,9 +18,12 @@
 
 namespace tspemu {
 namespace detail {
+// blocks_present: blocks of recv already in place (bit r: rank r's, equal counts only), which the
+// call does not copy (the non-blocking form's early copies, runtime/transport/early_exposure.hpp).
 void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte* recv,
-                std::size_t recv_count, Dtype dtype, bool variable);
-}
+                std::size_t recv_count, Dtype dtype, bool variable,
+                std::uint32_t blocks_present = 0);
+}  // namespace detail
 
 template <class T>
 void all_gather(Comm& comm, std::span<const std::type_identity_t<T>> send,
