@@ -9,18 +9,21 @@
 //                      every rendezvous — the only idle core time there is to hide a copy in
 // Counters (milliseconds per pair, means over the iteration's pairs): sequence, overlapped,
 // gemm (the GEMMs alone), gather (the all_gather alone), rank0_in_gather (rank 0's time inside
-// all_gather or wait, sequence form: its copy plus its wait for rank 1), and ratio =
+// all_gather, sequence form: its copies plus its wait for rank 1), rank0_in_wait and
+// rank1_in_wait (each rank's time inside wait(), overlapped form), and ratio =
 // overlapped / sequence of the same iteration. Run with --benchmark_repetitions=N and read the
 // medians.
-// What to expect, and why: progress happens on wait (nonblocking.hpp), so the iall_gather's
-// copies run in wait(), after the GEMM, on the rank's own thread — the same work in the same
-// order as the sequence form: ratio ~1. On 2 cores with 2 busy rank threads (no SMT), a copy can
-// only hide in idle core time, and the skewed case has some: rank 0 waits a GEMM for rank 1. A
-// progress agent that let rank 0 copy rank 1's block (published at issue) during that wait, or
-// push its own into rank 1's receive buffer, would shorten the pair by up to rank 1's copy; none
-// exists, so both cases measure the cost of the non-blocking form itself: its digest of the
-// buffers (256 sampled lines per buffer, at issue and when it runs, whatever their size) — a
-// ratio of ~1 in both cases (medians of 5, load ~3.5: 0.999 balanced, 1.005 skewed).
+// What to expect, and why: on 2 cores with 2 busy rank threads (no SMT), a copy can only hide in
+// idle core time. Balanced ranks have none (both compute, then both copy): ratio ~1. Skewed, rank 0
+// idles a GEMM at every rendezvous. Sequence form: T + d + c (rank 0 waits d for rank 1 to enter
+// all_gather, then both copy, c). Overlapped form: iall_gather publishes its buffers at issue
+// (runtime/transport/early_exposure.hpp), so rank 0, in its wait while rank 1 still computes,
+// pushes its block into rank 1's receive buffer, copies rank 1's block into its own and copies
+// rank 1's own block into rank 1's receive buffer; rank 1's wait then finds every block in place
+// and only meets rank 0. The pair takes ~max(T + 4c', T + d) with c' one 4 MiB copy: rank 1's
+// copies (c, about a quarter of the sequence form's pair time beyond the GEMMs) leave the
+// critical path. The digest of the buffers (256 sampled lines per buffer or receive block, at
+// issue and when it runs) costs a few microseconds.
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -55,10 +58,12 @@ void BM_overlap(benchmark::State& state, bool skewed) {
   tspemu::World world({.ranks = 2});
   std::array<double, 4> total{};  // seconds per form, summed over iterations
   double ratio_sum = 0, rank0_in_gather = 0;
+  std::array<double, 2> in_wait_total{};  // per rank, overlapped form
   int iteration = 0;
   for (auto _ : state) {
     std::array<double, 4> seconds{};
     double in_gather = 0;
+    std::array<double, 2> in_wait{};
     world.run([&](tspemu::Rank& r) {
       std::vector<float> send(kBlockFloats, 1.0f), recv(2 * kBlockFloats);
       std::vector<float> a(kGemmFloats, 0.5f), b(kGemmFloats, 0.25f), c(kGemmFloats);
@@ -86,7 +91,9 @@ void BM_overlap(benchmark::State& state, bool skewed) {
             case Form::overlapped: {
               tspemu::CollectiveHandle h = tspemu::iall_gather<float>(r.comm(), send, recv);
               gemm();
+              const auto w0 = Clock::now();
               h.wait();
+              in_wait[static_cast<std::size_t>(r.id())] += seconds_since(w0);
               break;
             }
             case Form::gemm_only:
@@ -106,6 +113,7 @@ void BM_overlap(benchmark::State& state, bool skewed) {
     ratio_sum += seconds[static_cast<std::size_t>(Form::overlapped)] /
                  seconds[static_cast<std::size_t>(Form::sequence)];
     rank0_in_gather += in_gather / kCalls;
+    for (std::size_t k = 0; k < 2; ++k) in_wait_total[k] += in_wait[k] / kCalls;
     ++iteration;
   }
   const double n = iteration > 0 ? iteration : 1;
@@ -115,6 +123,8 @@ void BM_overlap(benchmark::State& state, bool skewed) {
   state.counters["gemm_ms"] = ms(total[static_cast<std::size_t>(Form::gemm_only)]);
   state.counters["gather_ms"] = ms(total[static_cast<std::size_t>(Form::gather_only)]);
   state.counters["rank0_in_gather_ms"] = ms(rank0_in_gather);
+  state.counters["rank0_in_wait_ms"] = ms(in_wait_total[0]);
+  state.counters["rank1_in_wait_ms"] = ms(in_wait_total[1]);
   state.counters["ratio"] = benchmark::Counter(ratio_sum / n);
 }
 

@@ -133,6 +133,7 @@ std::uint32_t EarlyExposure::fill_from_peers() {
   std::uint32_t present = filled_by_peers_;
   const Group& g = comm_.group();
   const int n = comm_.size(), me = comm_.rank();
+  bool waited_for = false;  // some member was still computing
   for (int i = 1; i < n; ++i) {
     const int p = (me + i) % n;
     Op& e = g.exposures[static_cast<std::size_t>(p)].ring[seq_ % kExposureRing];
@@ -149,16 +150,24 @@ std::uint32_t EarlyExposure::fill_from_peers() {
     if (ready) fill_block(e, me, send_);  // push
     leave(e);
     if (!ready) continue;
-    // One block per entry into the gate: the owner's close() waits for one memcpy at most.
-    if (!enter(e, seq_)) continue;
-    if ((present >> p & 1) == 0) {  // pull
+    waited_for = true;
+    // The member's own work first (it is what shortens its run), then ours. One block per entry
+    // into the gate: the owner's close() waits for one memcpy at most.
+    if (!in_place && enter(e, seq_)) {
+      fill_block(e, p, peer_send);  // local
+      leave(e);
+    }
+    if ((present >> p & 1) == 0 && enter(e, seq_)) {  // pull
       std::memcpy(recv_ + static_cast<std::size_t>(p) * block_bytes_, peer_send, block_bytes_);
       present |= std::uint32_t{1} << p;
+      leave(e);
     }
-    leave(e);
-    if (in_place || !enter(e, seq_)) continue;
-    fill_block(e, p, peer_send);  // local
-    leave(e);
+  }
+  // Our own block too while a member computes: the meet then finds nothing left to copy here.
+  std::byte* own = recv_ + static_cast<std::size_t>(me) * block_bytes_;
+  if (waited_for && (present >> me & 1) == 0 && send_ != own) {
+    std::memcpy(own, send_, block_bytes_);
+    present |= std::uint32_t{1} << me;
   }
   return present;
 }

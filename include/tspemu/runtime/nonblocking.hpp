@@ -7,8 +7,18 @@
 // Design (progress on wait): issuing records the operation on its Comm; it runs — as the blocking
 // algorithm, one collective call marked non-blocking — when this rank waits for it or for a later
 // one, or enters any other collective on the Comm (which first runs every pending one, in issue
-// order). The emulator has no agent that moves bytes while a rank computes, so nothing overlaps
-// in wall time: the overlap is the simulated clock's. At issue the operation occupies the rank's
+// order). There is no agent that moves bytes while a rank computes; what overlaps in wall time
+// is one rank's copies with another's compute. In a shared-memory world iall_gather (blocks above
+// 256 bytes, groups of at most 16) also publishes its buffers at issue
+// (runtime/transport/early_exposure.hpp): a member that reaches its own run of the operation while
+// this rank is still computing (a kernel, core/compute_span.hpp, begun after the issue) pushes its
+// block into this rank's recv, copies this rank's block into its own, and copies this rank's own
+// block into this rank's recv, each block claimed once; this rank's run then skips those blocks.
+// So a rank that waits for a slower peer does the peer's copies in the time it would have idled:
+// on 2 cores with both ranks busy, the only idle core time there is (bench/overlap_bench.cpp:
+// GEMM + 4 MiB all_gather, rank 1 running twice the GEMMs, pair time ~0.9 of the sequence form;
+// balanced ranks ~1). Every other operation, and every one in an MPI world, moves no byte before
+// the wait; their overlap is the simulated clock's. At issue the operation occupies the rank's
 // communication stream for its cost-model time (sim_streams.hpp: SimStreams::issue); wait()
 // exposes only what has not finished under the compute charged meanwhile (SimStreams::wait).
 // Requirements: every member issues the group's collectives, blocking and non-blocking, in the
@@ -28,7 +38,11 @@
 //    and compared when it runs, covers all of a buffer up to 16 KiB and, of a larger one, 256
 //    64-byte lines spread evenly over it, its first and last 64 bytes among them. So any change
 //    to a buffer's first or last 64 bytes, and any rewrite of a whole buffer with other values,
-//    is caught; a write that changes only unsampled bytes of a large buffer goes unnoticed;
+//    is caught; a write that changes only unsampled bytes of a large buffer goes unnoticed. An
+//    exposed iall_gather's receive buffer is checked block by block: a member about to fill a
+//    block early compares it with its digest first and leaves a changed one to this rank, so a
+//    write made before this rank's first kernel after the issue is still reported; a write made
+//    after it races with the members' copies (the buffers are the operation's);
 //  - a handle destroyed without wait() (not while unwinding an exception) drops its operation
 //    (its buffers may be gone) and the rank fails with std::logic_error naming the operation and
 //    its sequence number at its next collective on any group, or when its run function returns;
@@ -36,7 +50,8 @@
 // test() drives the operation like wait() (progress on wait) and returns true; done() asks
 // without driving anything.
 // Cost: the blocking form's, plus the digest of the operation's buffers at issue and when it runs
-// (at most 16 KiB read per buffer, whatever its size).
+// (at most 16 KiB read per buffer, whatever its size; an exposed iall_gather's receive buffer per
+// block). The copies are the blocking form's, whoever makes them: traffic counters are the same.
 #pragma once
 
 #include <cstddef>
