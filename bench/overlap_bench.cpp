@@ -18,14 +18,14 @@
 // idles a GEMM at every rendezvous. Sequence form: 2T + 2c (rank 0 waits a GEMM for rank 1 to
 // enter all_gather, then each copies two blocks). Overlapped form: iall_gather publishes its
 // buffers at issue (runtime/transport/early_exposure.hpp), so rank 0, in its wait while rank 1
-// still computes, pushes its block into rank 1's receive buffer, copies rank 1's own block there,
-// pulls rank 1's block into its own receive buffer and copies its own; rank 1's wait then finds
-// every block in place and only meets rank 0. The pair takes ~max(T + 4c, 2T) instead of
+// still computes, pulls rank 1's block into its own receive buffer and copies its own, then pushes
+// its block into rank 1's receive buffer and copies rank 1's own block there; rank 1's wait then
+// finds every block in place and only meets rank 0. The pair takes ~max(T + 4c, 2T) instead of
 // 2T + 2c (T one GEMM, c one 4 MiB copy): rank 1's copies leave the critical path while rank 0's
-// idle time absorbs them, as long as 4c < T. Measured under a load average of 4-10 (medians of 5-7,
-// six runs): overlapped / sequence 0.92-0.99 skewed, 0.99-1.03 balanced; under load c grows (~0.45
-// ms against T ~1.7 ms) and waking a parked peer costs ~1-2 ms in both forms, which shrinks the
-// gain. rank1_in_wait shows what is left of rank 1's wait.
+// idle time absorbs them, as long as 4c < T. Balanced, a rank arriving just after the other's own
+// copies waits for the block copy in flight into its buffers: ratio a little above 1. Measured
+// quiet (load < 2, medians of 5, OpenBLAS Cooperlake): 0.813 skewed (2.32 vs 2.83 ms), 1.063
+// balanced (1.91 vs 1.76 ms). rank1_in_wait shows what is left of rank 1's wait.
 #include <benchmark/benchmark.h>
 
 #include <array>

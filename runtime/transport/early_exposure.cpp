@@ -1,5 +1,6 @@
 #include "early_exposure.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <thread>
@@ -13,6 +14,10 @@ namespace tspemu::detail {
 namespace {
 
 using Op = ExposedOperation;
+
+// How much of a peer's block a pull copies per entry into its gate (a close() waits this long at
+// most for a pull: ~10 us at memcpy speed).
+constexpr std::size_t kPullChunkBytes = std::size_t{256} << 10;
 
 std::span<const std::byte> block_of(const std::byte* buf, std::size_t bytes, int b) {
   return {buf + static_cast<std::size_t>(b) * bytes, bytes};
@@ -133,7 +138,14 @@ std::uint32_t EarlyExposure::fill_from_peers() {
   std::uint32_t present = filled_by_peers_;
   const Group& g = comm_.group();
   const int n = comm_.size(), me = comm_.rank();
-  bool waited_for = false;  // some member was still computing
+  // This member's own work first (the pulls and its own block: work it does at the meet anyway,
+  // so doing it now costs nothing), then the computing members' (push, and their own blocks), each
+  // only while that member's gate is open, i.e. while it has not reached its own call. So when
+  // the members arrive together each copies its own blocks in parallel as in the blocking form,
+  // and a member that computes longer than this one's own copies finds its blocks filled.
+  std::uint32_t ready_mask = 0;     // members still computing, fingerprint equal
+  std::uint32_t in_place_mask = 0;  // ... whose send is their own block of recv
+  const std::byte* peer_send[kMaxExposedBlocks] = {};
   for (int i = 1; i < n; ++i) {
     const int p = (me + i) % n;
     Op& e = g.exposures[static_cast<std::size_t>(p)].ring[seq_ % kExposureRing];
@@ -144,30 +156,50 @@ std::uint32_t EarlyExposure::fill_from_peers() {
     // its writes before that kernel happen before our reads of its buffers.
     const bool ready =
         e.fp == fp_ && peer.computes_begun.load(std::memory_order_acquire) > e.compute_epoch;
-    // The fields stay those of #seq for as long as the entry holds #seq (enter() checks it).
-    const std::byte* const peer_send = e.send;
-    const bool in_place = peer_send == e.recv + static_cast<std::size_t>(p) * block_bytes_;
-    if (ready) fill_block(e, me, send_);  // push
+    if (ready) {
+      // The fields stay those of #seq for as long as the entry holds #seq (enter() checks it).
+      peer_send[p] = e.send;
+      ready_mask |= std::uint32_t{1} << p;
+      if (e.send == e.recv + static_cast<std::size_t>(p) * block_bytes_)
+        in_place_mask |= std::uint32_t{1} << p;
+    }
     leave(e);
-    if (!ready) continue;
-    waited_for = true;
-    // The member's own work first (it is what shortens its run), then ours. One block per entry
-    // into the gate: the owner's close() waits for one memcpy at most.
-    if (!in_place && enter(e, seq_)) {
-      fill_block(e, p, peer_send);  // local
+    if (!ready || (present >> p & 1) != 0) continue;
+    // Pull, a chunk per entry into the gate: a member reaching its own call (close()) waits for
+    // one chunk, not a whole block. A pull cut short is redone at the meet.
+    bool whole = true;
+    for (std::size_t off = 0; off < block_bytes_ && whole; off += kPullChunkBytes) {
+      if (!enter(e, seq_)) {
+        whole = false;
+        break;
+      }
+      std::memcpy(recv_ + static_cast<std::size_t>(p) * block_bytes_ + off, peer_send[p] + off,
+                  std::min(kPullChunkBytes, block_bytes_ - off));
       leave(e);
     }
-    if ((present >> p & 1) == 0 && enter(e, seq_)) {  // pull
-      std::memcpy(recv_ + static_cast<std::size_t>(p) * block_bytes_, peer_send, block_bytes_);
-      present |= std::uint32_t{1} << p;
-      leave(e);
-    }
+    if (whole) present |= std::uint32_t{1} << p;
   }
-  // Our own block too while a member computes: the meet then finds nothing left to copy here.
+  if (ready_mask == 0) return present;
   std::byte* own = recv_ + static_cast<std::size_t>(me) * block_bytes_;
-  if (waited_for && (present >> me & 1) == 0 && send_ != own) {
+  if ((present >> me & 1) == 0 && send_ != own) {
     std::memcpy(own, send_, block_bytes_);
     present |= std::uint32_t{1} << me;
+  }
+  for (int i = 1; i < n; ++i) {
+    const int p = (me + i) % n;
+    if ((ready_mask >> p & 1) == 0) continue;
+    Op& e = g.exposures[static_cast<std::size_t>(p)].ring[seq_ % kExposureRing];
+    // One block per entry into the gate: the owner's close() waits for one memcpy at most.
+    if (enter(e, seq_)) {  // push
+      fill_block(e, me, send_);
+      leave(e);
+    }
+    // The entry may hold a later operation by now: enter() refuses it, so peer_send[p] is only
+    // used while the entry still holds #seq.
+    if ((in_place_mask >> p & 1) == 0 && enter(e, seq_)) {  // the member's own block
+      fill_block(e, p, peer_send[p]);
+      leave(e);
+    }
   }
   return present;
 }

@@ -21,9 +21,14 @@
 //    own call writes its recv.
 //  - Who reads the issuer's send: members pulling or copying the local block, inside the gate,
 //    before close() returns.
-//  - The gate (ExposedOperation::gate) counts the members inside, each for one block copy, and
-//    close() sets its closed bit, then waits until nobody is inside (a bounded wait: one memcpy
-//    per member, never a wait on anything else). So close() returns only after every copy that
+//  - The gate (ExposedOperation::gate) counts the members inside, each for one block copy (push,
+//    local) or one 256 KiB chunk of a pull, and close() sets its closed bit, then waits until
+//    nobody is inside (a bounded wait: one memcpy per member, never a wait on anything else).
+//  - Order: a member first pulls (chunk by chunk) and copies its own block — work its own call
+//    does anyway — and only then pushes and copies the issuer's own block, each only if the
+//    issuer has not closed meanwhile. So members that arrive together each copy their own blocks
+//    in parallel, as in the blocking form, and an issuer that computes longer than the member's
+//    own copies finds its blocks filled. So close() returns only after every copy that
 //    touches the issuer's buffers has ended, and refuses all later ones; the issuer's buffers are
 //    therefore untouched by peers after its call starts running, and a fortiori after wait()
 //    returns (the call's own reads of them end, as before, at the transport's done stage).
