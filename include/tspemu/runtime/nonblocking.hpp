@@ -11,14 +11,16 @@
 // is one rank's copies with another's compute. In a shared-memory world iall_gather (blocks above
 // 256 bytes, groups of at most 16) also publishes its buffers at issue
 // (runtime/transport/early_exposure.hpp): a member that reaches its own run of the operation while
-// this rank is still computing (a kernel, core/compute_span.hpp, begun after the issue) pushes its
-// block into this rank's recv, copies this rank's block into its own, and copies this rank's own
-// block into this rank's recv, each block claimed once; this rank's run then skips those blocks.
-// So a rank that waits for a slower peer does the peer's copies in the time it would have idled:
-// on 2 cores with both ranks busy, the only idle core time there is (bench/overlap_bench.cpp:
-// GEMM + 4 MiB all_gather, rank 1 running twice the GEMMs, pair time ~0.9 of the sequence form;
-// balanced ranks ~1). Every other operation, and every one in an MPI world, moves no byte before
-// the wait; their overlap is the simulated clock's. At issue the operation occupies the rank's
+// this rank is still computing (a kernel, core/compute_span.hpp, begun after the issue) copies
+// this rank's block into its own recv and its own block there, then — while this rank still has
+// not reached its run — pushes its block into this rank's recv and copies this rank's own block
+// there, each block claimed once; this rank's run then skips those blocks. So a rank that waits
+// for a slower peer does the peer's copies in the time it would have idled: on 2 cores with both
+// ranks busy, the only idle core time there is (bench/overlap_bench.cpp: GEMM + 4 MiB all_gather,
+// rank 1 running twice the GEMMs: pair time 0.81 of the sequence form; balanced ranks 1.06, as a
+// rank arriving just after its peer's own copies waits for the push in flight into its buffer).
+// Every other operation, and every one in an MPI world, moves no byte before the wait; their
+// overlap is the simulated clock's. At issue the operation occupies the rank's
 // communication stream for its cost-model time (sim_streams.hpp: SimStreams::issue); wait()
 // exposes only what has not finished under the compute charged meanwhile (SimStreams::wait).
 // Requirements: every member issues the group's collectives, blocking and non-blocking, in the
