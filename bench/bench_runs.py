@@ -35,12 +35,14 @@ def run_google_benchmark(binary, bench_filter, repetitions, extra=()):
         if b.get("run_type", "iteration") != "iteration":
             continue
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "ns")]
-        # Google Benchmark appends options (/iterations:1/manual_time) to the registered name.
-        name = "/".join(p for p in b["run_name"].split("/")
-                        if not p.startswith(("iterations:", "min_time:", "manual_time",
-                                             "real_time")))
-        samples.setdefault(name, []).append(b["real_time"] * scale)
+        samples.setdefault(base_name(b["run_name"]), []).append(b["real_time"] * scale)
     return samples
+
+
+def base_name(run_name):
+    """The registered name: Google Benchmark appends options (/iterations:1/manual_time)."""
+    return "/".join(p for p in run_name.split("/")
+                    if not p.startswith(("iterations:", "min_time:", "manual_time", "real_time")))
 
 
 def merge(into, samples):
