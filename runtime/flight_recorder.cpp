@@ -3,16 +3,30 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "state.hpp"
 #include "tspemu/runtime/arena.hpp"
 
 namespace tspemu {
+
+OpRecord FlightRecorder::record(const Entry& e) const {
+  OpRecord r;
+  r.what = e.what;
+  r.seq = e.seq;
+  r.group = e.group;
+  r.peer = e.peer;
+  r.root = e.root;
+  r.bytes = e.bytes;
+  r.begin_ns = clock_->ns_of(e.begin_ticks);
+  r.outcome = e.outcome;
+  r.end_ns = e.outcome == OpRecord::Outcome::running ? 0 : clock_->ns_of(e.end_ticks);
+  return r;
+}
 
 std::vector<OpRecord> FlightRecorder::last(std::size_t limit) const {
   const std::uint64_t n = std::min<std::uint64_t>({limit, ring_.size(), next_});
   std::vector<OpRecord> out;
   out.reserve(n);
-  for (std::uint64_t id = next_ - n; id < next_; ++id) out.push_back(ring_[id % ring_.size()]);
+  for (std::uint64_t id = next_ - n; id < next_; ++id)
+    out.push_back(record(ring_[id % ring_.size()]));
   return out;
 }
 
@@ -31,7 +45,7 @@ std::string FlightRecorder::format(std::size_t limit, std::int64_t now_ns) const
   std::string s;
   const std::uint64_t n = std::min<std::uint64_t>({limit, ring_.size(), next_});
   for (std::uint64_t id = next_ - n; id < next_; ++id) {
-    const OpRecord& r = ring_[id % ring_.size()];
+    const OpRecord r = record(ring_[id % ring_.size()]);
     const bool running = r.outcome == OpRecord::Outcome::running;
     char when[96];
     std::snprintf(when, sizeof when, " at %.3f ms, %s %.3f ms",
@@ -46,51 +60,3 @@ std::string FlightRecorder::format(std::size_t limit, std::int64_t now_ns) const
 }
 
 }  // namespace tspemu
-
-namespace tspemu::detail {
-
-namespace {
-
-// One record per operation: a collective from entry to exit, a send from isend to its completion
-// (at isend when copied eagerly), a receive from irecv to its completion.
-class FlightObserver final : public Observer {
- public:
-  unsigned hooks(const WorldOptions& opts) const override {
-    return opts.flight_recorder_depth > 0 ? kHookBegin | kHookEnd : 0u;
-  }
-  unsigned kinds(ObserverHook hook) const override {
-    using K = OpInfo::Kind;
-    // A record opens at a collective, an isend or an irecv and closes at the operation that
-    // completes it (anything but an irecv's post).
-    return hook == kHookBegin
-               ? OpInfo::bit(K::collective) | OpInfo::bit(K::send) | OpInfo::bit(K::recv_post)
-               : ~OpInfo::bit(K::recv_post);
-  }
-  void on_begin(RankState& self, OpInfo& op) override {
-    if (self.flight.depth() == 0) return;
-    switch (op.kind) {
-      case OpInfo::Kind::collective:
-      case OpInfo::Kind::send:
-      case OpInfo::Kind::recv_post:
-        op.record = self.flight.begin(op.what, op.seq, &op.group->name, op.peer, op.root, op.bytes,
-                                      self.world->now_ns());
-        return;
-      default:
-        return;
-    }
-  }
-  void on_end(RankState& self, OpInfo& op, bool ok) override {
-    if (self.flight.depth() == 0) return;
-    if (op.kind == OpInfo::Kind::send && !op.completes_record) return;  // ends at its wait
-    if (op.kind == OpInfo::Kind::recv_post) return;                     // ends at its wait
-    self.flight.end(op.record, self.world->now_ns(), ok);
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Observer> make_flight_observer() {
-  return std::make_unique<FlightObserver>();
-}
-
-}  // namespace tspemu::detail

@@ -1,8 +1,10 @@
 // Observers: what the runtime does beside moving bytes — fault injection (delays at the start of
-// an operation), the flight recorder, the trace, the simulated clock and the hang watchdog's
-// registry of pending waits — attached to every operation through one interface, so neither the
-// collective algorithms nor the transport name any of them. Adding an observer touches only
-// WorldShared's constructor (world.cpp) and the observer's own file.
+// an operation), the trace, the simulated clock and the hang watchdog's registry of pending waits
+// — attached to every operation through one interface, so neither the collective algorithms nor
+// the transport name any of them. Adding an observer touches only WorldShared's constructor
+// (world.cpp) and the observer's own file. The flight recorder, always on, is the one built-in
+// exception: notify_begin/notify_end (state.hpp) call it directly, after the begin hooks and
+// before the end hooks of the listed observers.
 //
 // Cost: World::run lists, per hook, only the observers the run's options enable (hooks()), so a
 // run with nothing on pays one empty-list branch per hook and no virtual call. The options are
@@ -14,8 +16,8 @@
 // Requirements: hooks run on the rank's own thread and must not throw, except on_begin's
 // injection delay (which does not throw either); begin and end of one OpInfo are paired by the
 // runtime, observers keep per-operation state in the OpInfo.
-// Order: observers run in the order WorldShared's constructor adds them: injection, flight
-// recorder, simulated clock, trace (the trace records the simulated times the clock computed).
+// Order: observers run in the order WorldShared's constructor adds them: injection, simulated
+// clock, trace (the trace records the simulated times the clock computed).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +52,7 @@ struct OpInfo {
   // Set by the operation before end:
   bool completes_record = true;  // send: the message was copied at isend (eager)
   // Observers' state, carried from begin to end (and by a handle from isend/irecv to its wait):
-  std::uint64_t record = 0;  // flight recorder id
+  std::uint64_t record = 0;  // flight recorder id (notify_begin, state.hpp)
   std::int64_t trace_begin_ns = 0;
   std::int64_t sim_begin_ns = -1;
   std::int64_t sim_end_ns = -1;
@@ -81,8 +83,7 @@ class Observer {
   virtual unsigned hooks(const WorldOptions& opts) const = 0;
   // The operations whose `hook` it acts on, as a set of bits 1 << OpInfo::Kind (every kind by
   // default). A hook no selected observer acts on for an operation's kind is not run at all
-  // (WorldShared::observed), so e.g. a receive's begin costs nothing with the flight recorder
-  // alone.
+  // (WorldShared::observed), so a run with no listed observer on pays one test per hook.
   virtual unsigned kinds(ObserverHook /*hook*/) const { return ~0u; }
   virtual void on_begin(RankState&, OpInfo&) {}
   virtual void on_meet(RankState&, OpInfo&, const MemberHeaders&) {}
@@ -103,7 +104,6 @@ inline void notify_end(RankState& self, OpInfo& op, bool ok);
 
 // Each observer lives beside what it observes.
 std::unique_ptr<Observer> make_injection_observer();     // injection.cpp
-std::unique_ptr<Observer> make_flight_observer();        // flight_recorder.cpp
 std::unique_ptr<Observer> make_sim_clock_observer();     // sim_clock.cpp
 std::unique_ptr<Observer> make_trace_observer();         // trace.cpp
 std::unique_ptr<Observer> make_pending_wait_observer();  // watchdog.cpp

@@ -96,12 +96,12 @@ struct RankComputeObserver final : ComputeObserver {
 };
 
 struct RankState {
-  RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth, int ranks,
-            bool dry)
+  RankState(WorldShared* w, int id, std::size_t capacity, std::size_t flight_depth,
+            const ElapsedClock& clock, int ranks, bool dry)
       : world(w),
         rank(id),
         arena(id, capacity, dry),
-        flight(flight_depth),
+        flight(flight_depth, clock),
         last_scan(static_cast<std::size_t>(ranks), 0) {}
   WorldShared* world;
   int rank;
@@ -161,7 +161,8 @@ struct WorldShared {
   }
   int process_of(int world_rank) const { return world_rank / local_ranks; }
   // Every timestamp of the world (flight recorder, pending waits, traces), since the world was
-  // made: read twice per operation by the flight recorder, so the cheap clock.
+  // made: read twice per operation by the flight recorder, so the cheap clock. Constructed before
+  // any RankState (World's constructor adds them), whose recorders keep a pointer to it.
   ElapsedClock clock;
   std::int64_t now_ns() const { return clock.now_ns(); }
   std::shared_ptr<Group> world_group;
@@ -229,15 +230,26 @@ struct WorldShared {
 inline bool observed(const RankState& self, const OpInfo& op, ObserverHook hook) {
   return (self.world->observed[static_cast<int>(op.kind)] & hook) != 0;
 }
+// The flight recorder (flight_recorder.hpp) is built in: always on, so it is called directly
+// rather than through the observer lists (an indirect call per hook and a list walk cost more
+// than the record). A record opens at a collective, an isend or an irecv and closes at the
+// operation that completes it: anything but an irecv's post, and a send's isend only when it was
+// copied eagerly (else its wait or withdrawal closes it). It opens after the listed observers'
+// begin, so an injected delay is not part of the recorded operation.
 inline void notify_begin(RankState& self, OpInfo& op) {
-  if (!observed(self, op, kHookBegin)) return;
-  for (Observer* o : self.world->on_begin) o->on_begin(self, op);
+  if (observed(self, op, kHookBegin))
+    for (Observer* o : self.world->on_begin) o->on_begin(self, op);
+  if (op.kind == OpInfo::Kind::collective || op.kind == OpInfo::Kind::send ||
+      op.kind == OpInfo::Kind::recv_post)
+    op.record = self.flight.begin(op.what, op.seq, &op.group->name, op.peer, op.root, op.bytes);
 }
 inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
   if (!observed(self, op, kHookMeet)) return;
   for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
 }
 inline void notify_end(RankState& self, OpInfo& op, bool ok) {
+  if (op.kind != OpInfo::Kind::recv_post && (op.kind != OpInfo::Kind::send || op.completes_record))
+    self.flight.end(op.record, ok);
   if (!observed(self, op, kHookEnd)) return;
   for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
 }

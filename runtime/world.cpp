@@ -176,7 +176,6 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
 WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) {
   transport = make_transport(*this);
   observers.push_back(make_injection_observer());
-  observers.push_back(make_flight_observer());
   observers.push_back(make_sim_clock_observer());
   observers.push_back(make_trace_observer());
   observers.push_back(make_pending_wait_observer());
@@ -376,7 +375,7 @@ World::World(WorldOptions opts) {
   for (int i = 0; i < opts.ranks; ++i) {
     all[static_cast<std::size_t>(i)] = i;
     w.ranks.push_back(std::make_unique<detail::RankState>(
-        &w, i, opts.arena_capacity, opts.flight_recorder_depth, opts.ranks, opts.dry_run));
+        &w, i, opts.arena_capacity, opts.flight_recorder_depth, w.clock, opts.ranks, opts.dry_run));
   }
   w.world_group = std::make_shared<detail::Group>(&w, 0, "world", all);
   if (w.link != nullptr) w.link->add_group(*w.world_group);

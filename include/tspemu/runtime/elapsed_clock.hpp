@@ -12,8 +12,8 @@
 // TSC scale is off by at most ~1e-4 (a 2 ms calibration window, each end bracketed by
 // steady_clock reads), so ages of seconds are right to well under a millisecond; durations
 // measured against steady_clock (the hang timeout) do not use this clock.
-// Cost: TSC: one rdtsc, a subtraction and a multiply. The first TSC clock of a process calibrates
-// (about 2 ms, once).
+// Cost: TSC: one rdtsc, a subtraction and a multiply (ticks(): the rdtsc alone). The first TSC
+// clock of a process calibrates (about 2 ms, once).
 #pragma once
 
 #include <chrono>
@@ -33,16 +33,24 @@ class ElapsedClock {
   };
   explicit ElapsedClock(Source source = Source::best);
 
-  std::int64_t now_ns() const {
+  std::int64_t now_ns() const { return ns_of(ticks()); }
+  // The raw reading now_ns() scales: TSC ticks, or steady_clock nanoseconds since the origin. For
+  // stamps taken on every operation and read rarely (the flight recorder): ns_of() converts later.
+  std::uint64_t ticks() const {
 #if defined(__x86_64__)
+    if (ns_per_tick_ > 0) return __rdtsc();
+#endif
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - origin_)
+                                          .count());
+  }
+  // Nanoseconds since the origin of a ticks() reading of this clock (or a copy of it).
+  std::int64_t ns_of(std::uint64_t ticks) const {
     // Signed difference: another CPU's TSC may be a few cycles behind the origin's.
     if (ns_per_tick_ > 0)
       return static_cast<std::int64_t>(
-          static_cast<double>(static_cast<std::int64_t>(__rdtsc() - origin_ticks_)) * ns_per_tick_);
-#endif
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                origin_)
-        .count();
+          static_cast<double>(static_cast<std::int64_t>(ticks - origin_ticks_)) * ns_per_tick_);
+    return static_cast<std::int64_t>(ticks);
   }
   // Whether now_ns() reads the TSC.
   bool reads_tsc() const {

@@ -7,7 +7,8 @@
 // Requirements: written only by the thread of the rank that owns it; read only while that rank is
 // not running (World::run reads it after every rank has stopped, which the run's completion
 // counter publishes), so it needs no atomics and no locks.
-// Guarantees: no allocation after construction; begin/end cost a clock read and a few stores.
+// Guarantees: no allocation after construction; begin/end cost a clock read (raw ticks, scaled
+// only when read) and a few stores.
 // The ring is cleared at the start of each run: records name groups that live for one run.
 // Cost: O(1) per operation; memory N x sizeof(OpRecord) (64 records: about 5 KiB) per rank.
 #pragma once
@@ -16,6 +17,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "tspemu/runtime/elapsed_clock.hpp"
 
 namespace tspemu {
 
@@ -34,32 +37,33 @@ struct OpRecord {
 
 class FlightRecorder {
  public:
-  explicit FlightRecorder(std::size_t depth) : ring_(depth) {}
+  // `clock` (the world's) stamps the records; it must outlive the recorder.
+  FlightRecorder(std::size_t depth, const ElapsedClock& clock) : ring_(depth), clock_(&clock) {}
 
-  // Records the start of an operation; returns its id for end().
+  // Records the start of an operation now; returns its id for end().
   std::uint64_t begin(const char* what, std::uint64_t seq, const std::string* group, int peer,
-                      int root, std::uint64_t bytes, std::int64_t begin_ns) {
+                      int root, std::uint64_t bytes) {
     if (ring_.empty()) return 0;
-    OpRecord& slot = ring_[next_slot_];
+    Entry& slot = ring_[next_slot_];
     slot.what = what;
     slot.seq = seq;
     slot.group = group;
     slot.peer = peer;
     slot.root = root;
     slot.bytes = bytes;
-    slot.begin_ns = begin_ns;
-    slot.end_ns = 0;
+    // Raw clock ticks, scaled only when a record is read (last(), format()): this runs on every
+    // operation, the reads happen after a failure. end_ticks is valid once outcome is not running.
+    slot.begin_ticks = clock_->ticks();
     slot.outcome = OpRecord::Outcome::running;
     next_slot_ = next_slot_ + 1 == ring_.size() ? 0 : next_slot_ + 1;
     return next_++;
   }
-  // Records the end of operation `id`, unless it has already left the ring.
-  void end(std::uint64_t id, std::int64_t end_ns, bool ok) {
-    const std::uint64_t back = next_ - id;  // 1 for the newest record
-    if (ring_.empty() || id >= next_ || back > ring_.size()) return;
-    OpRecord& slot =
-        ring_[next_slot_ >= back ? next_slot_ - back : next_slot_ + ring_.size() - back];
-    slot.end_ns = end_ns;
+  // Records the end of operation `id` now, unless it has already left the ring.
+  void end(std::uint64_t id, bool ok) {
+    const std::uint64_t back = next_ - id;           // 1 for the newest record
+    if (id >= next_ || back > ring_.size()) return;  // also an empty ring: next_ stays 0
+    Entry& slot = ring_[next_slot_ >= back ? next_slot_ - back : next_slot_ + ring_.size() - back];
+    slot.end_ticks = clock_->ticks();
     slot.outcome = ok ? OpRecord::Outcome::done : OpRecord::Outcome::failed;
   }
   void clear() { next_ = next_slot_ = 0; }
@@ -69,11 +73,26 @@ class FlightRecorder {
   // The last min(limit, depth) records, oldest first.
   std::vector<OpRecord> last(std::size_t limit) const;
   // One line per record, oldest first, indented: "  #12 all_gather #3 on group world, 4.00 KiB,
-  // 0.153 ms at 12.345 ms: done". `now_ns` dates the running ones.
+  // 0.153 ms at 12.345 ms: done". `now_ns` (the clock's now_ns()) dates the running ones.
   std::string format(std::size_t limit, std::int64_t now_ns) const;
 
  private:
-  std::vector<OpRecord> ring_;
+  // An OpRecord with its times as clock ticks (ElapsedClock::ticks).
+  struct Entry {
+    const char* what;
+    std::uint64_t seq;
+    const std::string* group;
+    int peer;
+    int root;
+    std::uint64_t bytes;
+    std::uint64_t begin_ticks;
+    std::uint64_t end_ticks;
+    OpRecord::Outcome outcome;
+  };
+  OpRecord record(const Entry& e) const;
+
+  std::vector<Entry> ring_;
+  const ElapsedClock* clock_;
   std::uint64_t next_ = 0;
   // next_ % depth, kept beside it: begin and end run on every operation, and a 64-bit division
   // costs more than the rest of them.
