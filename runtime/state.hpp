@@ -74,6 +74,9 @@ struct Group {
   std::uint64_t wire_id = 0;
   std::string name;
   std::vector<int> world_ranks;
+  // Each member's parker (of its RankState), woken after every publish to the mailbox: one load
+  // per member instead of two (world rank, then rank state).
+  std::vector<Parker*> parkers;
   // The processes other than this one hosting members (ascending); empty in a one-process world.
   std::vector<int> other_processes;
   // The shared-memory transport's mailbox of this group (transport/shared_memory.hpp).

@@ -89,8 +89,10 @@ Group::Group(WorldShared* w, std::uint64_t group_id, std::string group_name, std
       exposures(new MemberExposures[world_ranks.size()]) {
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)
     channels[i].store(nullptr, std::memory_order_relaxed);
-  for (int r : world_ranks)
+  for (int r : world_ranks) {
+    parkers.push_back(&w->ranks[static_cast<std::size_t>(r)]->parker);
     if (!w->hosts(r)) other_processes.push_back(w->process_of(r));
+  }
   std::sort(other_processes.begin(), other_processes.end());
   other_processes.erase(std::unique(other_processes.begin(), other_processes.end()),
                         other_processes.end());

@@ -11,22 +11,34 @@
 
 namespace tspemu::detail {
 
-[[noreturn]] inline void bad_argument(const Comm& c, const char* op, const std::string& what) {
+// The error paths are cold and out of line: every collective and message runs these checks, and
+// the message formatting inlined beside them cost their fast paths registers and instructions.
+[[noreturn, gnu::cold, gnu::noinline]] inline void bad_argument(const Comm& c, const char* op,
+                                                                const std::string& what) {
   throw std::invalid_argument("rank " + std::to_string(c.valid() ? c.world_rank(c.rank()) : -1) +
                               ": " + op + " on group " + c.name() + ": " + what);
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] inline void invalid_comm(const char* op) {
+  throw std::invalid_argument(std::string(op) +
+                              " on an invalid Comm (this rank is not in the group)");
+}
+
 inline void check_comm(const Comm& c, const char* op) {
-  if (!c.valid())
-    throw std::invalid_argument(std::string(op) +
-                                " on an invalid Comm (this rank is not in the group)");
+  if (!c.valid()) [[unlikely]]
+    invalid_comm(op);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void bad_rank(const Comm& c, const char* op,
+                                                            const char* role, int rank) {
+  bad_argument(c, op,
+               std::string(role) + " " + std::to_string(rank) + " is outside the group of " +
+                   std::to_string(c.size()) + " ranks");
 }
 
 inline void check_root(const Comm& c, const char* op, int root) {
-  if (root < 0 || root >= c.size())
-    bad_argument(c, op,
-                 "root " + std::to_string(root) + " is outside the group of " +
-                     std::to_string(c.size()) + " ranks");
+  if (root < 0 || root >= c.size()) [[unlikely]]
+    bad_rank(c, op, "root", root);
 }
 
 inline void check_count(const Comm& c, const char* op, const char* buffer, std::size_t have,

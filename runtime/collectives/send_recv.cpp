@@ -15,12 +15,10 @@ using detail::OpRef;
 
 namespace {
 
-void check_peer(const Comm& c, const char* op, int peer) {
+inline void check_peer(const Comm& c, const char* op, int peer) {
   detail::check_comm(c, op);
-  if (peer < 0 || peer >= c.size())
-    detail::bad_argument(c, op,
-                         "peer " + std::to_string(peer) + " is outside the group of " +
-                             std::to_string(c.size()) + " ranks");
+  if (peer < 0 || peer >= c.size()) [[unlikely]]
+    detail::bad_rank(c, op, "peer", peer);
 }
 
 }  // namespace
@@ -29,18 +27,19 @@ namespace {
 
 detail::OpInfo message_op(detail::OpInfo::Kind kind, Comm& comm, std::uint64_t seq, int peer,
                           std::uint64_t bytes, std::uint64_t record) {
-  detail::OpInfo op;
-  op.kind = kind;
-  op.what = kind == detail::OpInfo::Kind::recv_post || kind == detail::OpInfo::Kind::recv ||
-                    kind == detail::OpInfo::Kind::recv_abandon
-                ? "recv"
-                : "send";
-  op.seq = seq;
-  op.group = &comm.group();
-  op.peer = comm.world_rank(peer);
-  op.bytes = bytes;
-  op.record = record;
-  return op;
+  // Designated: each field is stored once (a default-constructed OpInfo then assigned stores the
+  // named ones twice; this runs three times per sendrecv).
+  return detail::OpInfo{.kind = kind,
+                        .what = kind == detail::OpInfo::Kind::recv_post ||
+                                        kind == detail::OpInfo::Kind::recv ||
+                                        kind == detail::OpInfo::Kind::recv_abandon
+                                    ? "recv"
+                                    : "send",
+                        .seq = seq,
+                        .group = &comm.group(),
+                        .peer = comm.world_rank(peer),
+                        .bytes = bytes,
+                        .record = record};
 }
 
 }  // namespace

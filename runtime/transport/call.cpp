@@ -121,15 +121,16 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   st_.step0_only = form == CallForm::step0_only && shm_ != nullptr;
   const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
   st_.op = OpRef{collective_name(fp.kind), st_.seq, &comm.group(), -1, "", call_bytes};
-  op_.kind = OpInfo::Kind::collective;
-  op_.what = st_.op.what;
-  op_.seq = st_.seq;
-  op_.group = &comm.group();
-  op_.root = fp.root;
-  op_.bytes = call_bytes;
-  op_.collective = fp.kind;
-  op_.nonblocking = nonblocking;
-  op_.members = st_.size;
+  // Designated: each field stored once, not its default and then its value.
+  op_ = OpInfo{.kind = OpInfo::Kind::collective,
+               .what = st_.op.what,
+               .seq = st_.seq,
+               .group = &comm.group(),
+               .root = fp.root,
+               .bytes = call_bytes,
+               .collective = fp.kind,
+               .members = st_.size,
+               .nonblocking = nonblocking};
   notify_begin(self, op_);
   try {
     // The eager broadcast root meets nobody (open_rooted); observers of the meet need every

@@ -25,10 +25,9 @@ Descriptor& desc(const CallState& c, int member) {
 void unpark_members(const Group& g, int me) {
   // Locals: the seq_cst loads in unpark() keep the compiler from caching these across the loop.
   const int n = g.size();
-  const int* world_ranks = g.world_ranks.data();
-  const std::unique_ptr<RankState>* ranks = g.world->ranks.data();
+  Parker* const* parkers = g.parkers.data();
   for (int r = 0; r < n; ++r)
-    if (r != me) ranks[world_ranks[r]]->parker.unpark();
+    if (r != me) parkers[r]->unpark();
 }
 
 // World rank of a group member the caller already validated (Comm::world_rank checks the range

@@ -33,7 +33,34 @@ enum class CollectiveKind : std::uint8_t {
   recv,
 };
 inline constexpr std::size_t kCollectiveKindCount = 11;
-const char* collective_name(CollectiveKind k);
+// Inline: every collective call names itself for its wait diagnoses and flight record.
+constexpr const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::all_gatherv:
+      return "all_gatherv";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::reduce:
+      return "reduce";
+    case CollectiveKind::all_to_all:
+      return "all_to_all";
+    case CollectiveKind::barrier:
+      return "barrier";
+    case CollectiveKind::split:
+      return "split";
+    case CollectiveKind::send:
+      return "send";
+    case CollectiveKind::recv:
+      return "recv";
+  }
+  return "?";
+}
 
 struct TrafficCounters {
   struct Entry {
