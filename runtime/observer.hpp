@@ -52,7 +52,8 @@ struct OpInfo {
   // Set by the operation before end:
   bool completes_record = true;  // send: the message was copied at isend (eager)
   // Observers' state, carried from begin to end (and by a handle from isend/irecv to its wait):
-  std::uint64_t record = 0;  // flight recorder id (notify_begin, state.hpp)
+  std::uint64_t record = 0;          // flight recorder id (notify_begin, state.hpp)
+  std::uint64_t waits_at_begin = 0;  // RankState::waits at begin (notify_begin)
   std::int64_t trace_begin_ns = 0;
   std::int64_t sim_begin_ns = -1;
   std::int64_t sim_end_ns = -1;

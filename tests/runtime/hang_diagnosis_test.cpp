@@ -305,5 +305,29 @@ TEST(HangDiagnosis, FlightRecorderKeepsTheLastOperationsOfEachRankOnly) {
   EXPECT_NE(fr.find(", failed"), std::string::npos) << fr;  // rank 0's barrier, aborted
 }
 
+// The duration a flight record prints for `what` in `rank`'s part of a flight record.
+double recorded_ms(const std::string& record, int rank, const std::string& what) {
+  const std::size_t part = record.find("rank " + std::to_string(rank) + ", ");
+  const std::size_t op = record.find(what, part);
+  const std::size_t took = record.find("took ", op);
+  if (part == std::string::npos || op == std::string::npos || took == std::string::npos) return -1;
+  return std::stod(record.substr(took + 5));
+}
+
+TEST(HangDiagnosis, FlightRecordTimesAWaitingOperationAndNotesAPromptSmallOneAsTakingNoTime) {
+  World world({.ranks = 2, .flight_recorder_depth = 8});
+  RankFailure f = run_failing(world, [](Rank& r) {
+    std::vector<float> x(2, 1.0f);
+    // Root 1 arrives 30 ms late: rank 0 waits for it; the eager root itself never waits.
+    if (r.id() == 1) std::this_thread::sleep_for(30ms);
+    broadcast<float>(r.comm(), std::span<float>(x), 1);
+    if (r.id() == 1) throw std::runtime_error("stop here");
+    barrier(r.comm());
+  });
+  const std::string fr = f.flight_record();
+  EXPECT_GE(recorded_ms(fr, 0, "broadcast #1 root 1"), 25.0) << fr;
+  EXPECT_EQ(recorded_ms(fr, 1, "broadcast #1 root 1"), 0.0) << fr;
+}
+
 }  // namespace
 }  // namespace tspemu::test

@@ -58,12 +58,13 @@ class FlightRecorder {
     next_slot_ = next_slot_ + 1 == ring_.size() ? 0 : next_slot_ + 1;
     return next_++;
   }
-  // Records the end of operation `id` now, unless it has already left the ring.
-  void end(std::uint64_t id, bool ok) {
+  // Records the end of operation `id` now, or at its begin time when the caller knows it
+  // took no measurable time (`took_no_time`: no clock read), unless it has already left the ring.
+  void end(std::uint64_t id, bool ok, bool took_no_time = false) {
     const std::uint64_t back = next_ - id;           // 1 for the newest record
     if (id >= next_ || back > ring_.size()) return;  // also an empty ring: next_ stays 0
     Entry& slot = ring_[next_slot_ >= back ? next_slot_ - back : next_slot_ + ring_.size() - back];
-    slot.end_ticks = clock_->ticks();
+    slot.end_ticks = took_no_time ? slot.begin_ticks : clock_->ticks();
     slot.outcome = ok ? OpRecord::Outcome::done : OpRecord::Outcome::failed;
   }
   void clear() { next_ = next_slot_ = 0; }
