@@ -47,6 +47,13 @@ std::string describe(const OpRef& op) {
   return s.str();
 }
 
+void run_begin_hooks(RankState& self, OpInfo& op) {
+  for (Observer* o : self.world->on_begin) o->on_begin(self, op);
+}
+void run_end_hooks(RankState& self, OpInfo& op, bool ok) {
+  for (Observer* o : self.world->on_end) o->on_end(self, op, ok);
+}
+
 CallHeader call_header(const RankState& self) {
   return CallHeader{self.sim.now_ns()};
 }

@@ -102,7 +102,25 @@ std::string disagreement(const std::string& group, std::uint64_t seq, int size,
 
 Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte> step0,
            bool counts_must_match, CallForm form)
-    : t_(transport_of(comm)), shm_(comm.self().world->shared_memory) {
+    : t_(transport_of(comm)),
+      shm_(comm.self().world->shared_memory),
+      // Built here rather than assigned in the body: each field is stored once (an assignment
+      // stores the defaults first; this runs on every call). The sequence number and the
+      // blocking form are known only after the deferred calls below have run.
+      st_{.comm = &comm,
+          .rank = comm.rank(),
+          .size = comm.size(),
+          .op = {.what = collective_name(blocking_fp.kind),
+                 .group = &comm.group(),
+                 .bytes = blocking_fp.count * dtype_size(blocking_fp.dtype)},
+          .step0_only = form == CallForm::step0_only && shm_ != nullptr},
+      op_{.kind = OpInfo::Kind::collective,
+          .what = st_.op.what,
+          .group = &comm.group(),
+          .root = blocking_fp.root,
+          .bytes = st_.op.bytes,
+          .collective = blocking_fp.kind,
+          .members = st_.size} {
   RankState& self = comm.self();
   // Before this call takes its number: a handle destroyed unwaited is reported here, and the
   // rank's pending non-blocking calls on the Comm run first, in issue order, so every member's
@@ -114,23 +132,10 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   if (deferred != nullptr && !nonblocking && deferred->pending()) deferred->run_all(comm);
   Fingerprint fp = blocking_fp;
   fp.nonblocking = nonblocking;
-  st_.comm = &comm;
-  st_.rank = comm.rank();
-  st_.size = comm.size();
   st_.seq = comm.next_seq();
-  st_.step0_only = form == CallForm::step0_only && shm_ != nullptr;
-  const std::uint64_t call_bytes = fp.count * dtype_size(fp.dtype);
-  st_.op = OpRef{collective_name(fp.kind), st_.seq, &comm.group(), -1, "", call_bytes};
-  // Designated: each field stored once, not its default and then its value.
-  op_ = OpInfo{.kind = OpInfo::Kind::collective,
-               .what = st_.op.what,
-               .seq = st_.seq,
-               .group = &comm.group(),
-               .root = fp.root,
-               .bytes = call_bytes,
-               .collective = fp.kind,
-               .members = st_.size,
-               .nonblocking = nonblocking};
+  st_.op.seq = st_.seq;
+  op_.seq = st_.seq;
+  op_.nonblocking = nonblocking;
   notify_begin(self, op_);
   try {
     // The eager broadcast root meets nobody (open_rooted); observers of the meet need every
