@@ -153,8 +153,9 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
     // Every member compares every fingerprint with member 0's, so all of them reach the same
     // verdict and the same message (formatted only then).
     bool agree = true;
+    const Fingerprint& first = fingerprint(0);
     for (int r = 1; r < st_.size; ++r)
-      agree = agree && compatible(fingerprint(0), fingerprint(r), counts_must_match);
+      agree = agree && compatible(first, fingerprint(r), counts_must_match);
     if (!agree) {
       const Fingerprint* fps[kMaxRanks];
       for (int r = 0; r < st_.size; ++r) fps[r] = &fingerprint(r);

@@ -373,13 +373,16 @@ void SharedMemoryTransport::recv(CallState& c, int from, int step, std::size_t o
 
 bool SharedMemoryTransport::recv_all_step0(CallState& c, std::byte* dst, const std::size_t* offsets,
                                            std::size_t elem_size) {
+  // Each member's descriptor of this call, looked up once for both passes.
+  const Slot* slots = c.comm->group().slots.get();
+  const std::uint64_t entry = c.seq % kDescriptors;
   for (int r = 0; r < c.size; ++r) {
-    const Descriptor& d = desc(c, r);
+    const Descriptor& d = slots[r].desc[entry];
     if (!d.eager || d.step0.bytes != (offsets[r + 1] - offsets[r]) * elem_size) return false;
   }
   // Mailbox copies only: no reading flag, and they outlive the call.
   for (int r = 0; r < c.size; ++r) {
-    const Descriptor& d = desc(c, r);
+    const Descriptor& d = slots[r].desc[entry];
     std::byte* to = dst + offsets[r] * elem_size;
     if (d.step0.bytes != 0 && !(skip_dry_ && touches_dry(to, d.data)))
       copy_small(to, d.data, d.step0.bytes);
