@@ -15,6 +15,7 @@
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/exp_poly.hpp"
 #include "tspemu/reference/matmul.hpp"
+#include "wide_clones.hpp"
 
 namespace tspemu::ref {
 
@@ -117,30 +118,6 @@ float lane_sum(f32x4 v) {
   return (v[0] + v[1]) + (v[2] + v[3]);
 }
 
-// Sixteen float lanes: four SSE vectors on baseline x86-64, one AVX-512 vector in exp_row's
-// avx512f clone. The clones run the same lane arithmetic and the same summation order, and this
-// file is compiled with -ffp-contract=off (reference/CMakeLists.txt) so no clone fuses a*b+c into
-// an FMA: every machine gets the same bits, whichever clone it runs.
-using f32x16 = float __attribute__((vector_size(64)));
-
-// target_clones dispatches through an IFUNC resolver, which the dynamic loader runs before the
-// sanitizer runtimes start: an instrumented resolver crashes the program at load (ThreadSanitizer,
-// AddressSanitizer). Sanitized builds therefore run the baseline loop only; the clones compute
-// the same bits, so nothing the sanitizers check changes.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define TSPEMU_SANITIZED_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define TSPEMU_SANITIZED_BUILD 1
-#endif
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(TSPEMU_SANITIZED_BUILD)
-#define TSPEMU_WIDE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TSPEMU_WIDE_CLONES
-#endif
-
 // row[0, n) = exp(row * a - b), returning their sum: sixteen lane partial sums, each in index
 // order, then a fixed pairwise tree. The softmax rows' hot loop (one exp per visible score).
 TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
@@ -170,7 +147,29 @@ TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
   return lanes[0];
 }
 
-#undef TSPEMU_WIDE_CLONES
+// max(row[0, n) * scale), -inf for n = 0. The max is order-independent, so the lanes give exactly
+// the per-element loop's value; a NaN is never selected (as std::max(m, NaN) keeps m).
+TSPEMU_WIDE_CLONES float scaled_max(const float* row, int n, float scale) {
+  using i32x16 = std::int32_t __attribute__((vector_size(64)));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  f32x16 mx = f32x16{} + neg_inf;
+  for (int j = 0; j < n; j += 16) {
+    // The tail through the same code, padded with -inf (never above the running max).
+    f32x16 x = f32x16{} + neg_inf;
+    if (j + 16 <= n)
+      std::memcpy(&x, row + j, sizeof x);  // fixed size: one vector load
+    else
+      std::memcpy(&x, row + j, std::size_t(n - j) * sizeof(float));
+    x = x * scale;
+    const i32x16 above = x > mx;
+    mx = (f32x16)(((i32x16)x & above) | ((i32x16)mx & ~above));
+  }
+  float lanes[16];
+  std::memcpy(lanes, &mx, sizeof lanes);
+  float m = neg_inf;
+  for (const float l : lanes) m = std::max(m, l);
+  return m;
+}
 
 // Forward: row[0, nvis) = exp(row * scale - max), row[nvis, kend) = 0, the softmax's numerators;
 // *inv = 1 / their sum, applied by the caller to the row's output (bq x hs) instead of to the
@@ -178,15 +177,7 @@ TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
 // when no key is visible).
 float softmax_prefix_row(float* row, int nvis, int kend, float scale, float* inv) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  // The max is order-independent, so the lanes give exactly the per-element loop's value.
-  f32x4 mx = f32x4{} + neg_inf;
-  int j = 0;
-  for (; j + 4 <= nvis; j += 4) {
-    const f32x4 x = load_f32x4(row + j) * scale;
-    mx = (f32x4)(((i32x4)x & (x > mx)) | ((i32x4)mx & ~(x > mx)));
-  }
-  float m = std::max(std::max(mx[0], mx[1]), std::max(mx[2], mx[3]));
-  for (; j < nvis; ++j) m = std::max(m, row[j] * scale);
+  const float m = scaled_max(row, nvis, scale);
   if (m == neg_inf) {  // no visible key
     std::fill_n(row, kend, 0.0f);
     *inv = 0.0f;

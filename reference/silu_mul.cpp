@@ -1,34 +1,68 @@
 #include "tspemu/reference/silu_mul.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/exp_poly.hpp"
+#include "wide_clones.hpp"
 
 namespace tspemu::ref {
 
 namespace {
 
-// Calls f(i, lanes) on the four-lane groups of [0, n), the last one padded with zeros: the float
-// kernels' elementwise body runs on vectors (exp_poly), its results stored for the valid lanes.
-template <class F>
-void for_each_f32x4(std::size_t n, F f) {
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) f(i, 4);
-  if (i < n) f(i, static_cast<int>(n - i));
+// The float kernels run on sixteen-lane groups of [0, n), the last one padded with zeros, and
+// store the valid lanes. Elementwise, so every lane width gives the same bits. Plain loops, no
+// lambdas: a lambda's body is not cloned with its caller (wide_clones.hpp).
+// By reference, never returned: see exp_poly_in_place.
+[[gnu::always_inline]] inline void load_lanes(f32x16& v, const float* p, int lanes) {
+  v = f32x16{};
+  if (lanes == 16)
+    std::memcpy(&v, p, sizeof v);  // fixed size: a vector load
+  else
+    std::memcpy(&v, p, static_cast<std::size_t>(lanes) * sizeof(float));
 }
 
-f32x4 load_lanes(const float* p, int lanes) {
-  if (lanes == 4) return load_f32x4(p);
-  f32x4 v{};
-  for (int l = 0; l < lanes; ++l) v[l] = p[l];
-  return v;
+[[gnu::always_inline]] inline void store_lanes(float* p, const f32x16& v, int lanes) {
+  if (lanes == 16)
+    std::memcpy(p, &v, sizeof v);
+  else
+    std::memcpy(p, &v, static_cast<std::size_t>(lanes) * sizeof(float));
 }
 
-void store_lanes(float* p, f32x4 v, int lanes) {
-  if (lanes == 4) return store_f32x4(p, v);
-  for (int l = 0; l < lanes; ++l) p[l] = v[l];
+// silu(g) = g / (1 + exp(-g)) as g · s with s = 1 / (1 + exp(-g)).
+[[gnu::always_inline]] inline void sigmoid(f32x16& s, const f32x16& g) {
+  s = -g;
+  exp_poly_in_place(s);
+  s = 1.0f / (1.0f + s);
+}
+
+TSPEMU_WIDE_CLONES void silu_mul_forward_f32(float* h, const float* g, const float* u,
+                                             std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const int lanes = static_cast<int>(std::min<std::size_t>(16, n - i));
+    f32x16 gv, uv, s;
+    load_lanes(gv, g + i, lanes);
+    load_lanes(uv, u + i, lanes);
+    sigmoid(s, gv);
+    store_lanes(h + i, gv * s * uv, lanes);
+  }
+}
+
+TSPEMU_WIDE_CLONES void silu_mul_backward_f32(float* dgate, float* dup, const float* dh,
+                                              const float* g, const float* u, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const int lanes = static_cast<int>(std::min<std::size_t>(16, n - i));
+    f32x16 gv, dhv, uv, s;
+    load_lanes(gv, g + i, lanes);
+    load_lanes(dhv, dh + i, lanes);
+    load_lanes(uv, u + i, lanes);
+    sigmoid(s, gv);
+    store_lanes(dgate + i, dhv * uv * s * (1.0f + gv * (1.0f - s)), lanes);
+    store_lanes(dup + i, dhv * gv * s, lanes);
+  }
 }
 
 }  // namespace
@@ -37,11 +71,7 @@ template <class T>
 void silu_mul_forward(T* h, const T* g, const T* u, std::size_t n) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   if constexpr (std::is_same_v<T, float>) {
-    for_each_f32x4(n, [&](std::size_t i, int lanes) {
-      const f32x4 gv = load_lanes(g + i, lanes);
-      const f32x4 s = 1.0f / (1.0f + exp_poly(-gv));
-      store_lanes(h + i, gv * s * load_lanes(u + i, lanes), lanes);
-    });
+    silu_mul_forward_f32(h, g, u, n);
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -54,12 +84,7 @@ template <class T>
 void silu_mul_backward(T* dgate, T* dup, const T* dh, const T* g, const T* u, std::size_t n) {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)
   if constexpr (std::is_same_v<T, float>) {
-    for_each_f32x4(n, [&](std::size_t i, int lanes) {
-      const f32x4 gv = load_lanes(g + i, lanes), dhv = load_lanes(dh + i, lanes);
-      const f32x4 s = 1.0f / (1.0f + exp_poly(-gv));
-      store_lanes(dgate + i, dhv * load_lanes(u + i, lanes) * s * (1.0f + gv * (1.0f - s)), lanes);
-      store_lanes(dup + i, dhv * gv * s, lanes);
-    });
+    silu_mul_backward_f32(dgate, dup, dh, g, u, n);
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {
