@@ -105,19 +105,6 @@ int visible_prefix(const std::int64_t* k_pos, int kend, std::int64_t qp) {
   return static_cast<int>(std::upper_bound(k_pos, k_pos + kend, qp) - k_pos);
 }
 
-// Lanes i of v where i < n (the rest padded with `pad`), so a row's tail goes through the same
-// vector code as its body.
-f32x4 load_tail(const float* p, int n, float pad) {
-  f32x4 v = f32x4{} + pad;
-  for (int i = 0; i < n; ++i) v[i] = p[i];
-  return v;
-}
-
-// Sum of the four lanes in a fixed order (the row sums' last step).
-float lane_sum(f32x4 v) {
-  return (v[0] + v[1]) + (v[2] + v[3]);
-}
-
 // row[0, n) = exp(row * a - b), returning their sum: sixteen lane partial sums, each in index
 // order, then a fixed pairwise tree. The softmax rows' hot loop (one exp per visible score).
 TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
@@ -140,11 +127,7 @@ TSPEMU_WIDE_CLONES float exp_row(float* row, int n, float a, float b) {
     std::memcpy(row + j, &e, std::size_t(n - j) * sizeof(float));
     acc += e;
   }
-  float lanes[16];
-  std::memcpy(lanes, &acc, sizeof lanes);
-  for (int width = 8; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  return lanes[0];
+  return tree_sum(acc);
 }
 
 // max(row[0, n) * scale), -inf for n = 0. The max is order-independent, so the lanes give exactly
@@ -198,22 +181,36 @@ void probabilities_prefix_row(float* p, int nvis, int kend, float scale, float l
 }
 
 // Backward, after dv: p = dS = p ∘ (dp - delta) · scale, delta the caller's or (nullptr)
-// rowsum(p ∘ dp) over this call's keys (p is 0 past nvis).
-void softmax_grad_prefix_row(float* p, const float* dp, int nvis, int kend, float scale,
-                             const float* delta) {
+// rowsum(p ∘ dp) over this call's keys (p is 0 past nvis): sixteen lane partial sums, each in
+// index order, then a fixed pairwise tree (as exp_row).
+TSPEMU_WIDE_CLONES void softmax_grad_prefix_row(float* p, const float* dp, int nvis, int kend,
+                                                float scale, const float* delta) {
   float dot = 0;
   if (delta) {
     dot = *delta;
   } else {
-    f32x4 acc{};
-    int j = 0;
-    for (; j + 4 <= nvis; j += 4) acc += load_f32x4(p + j) * load_f32x4(dp + j);
-    if (j < nvis) acc += load_tail(p + j, nvis - j, 0.0f) * load_tail(dp + j, nvis - j, 0.0f);
-    dot = lane_sum(acc);
+    f32x16 acc{};
+    for (int j = 0; j < nvis; j += 16) {
+      f32x16 x{}, y{};  // the tail padded with zeros: adds +0 to no lane that was not +0
+      if (j + 16 <= nvis) {
+        std::memcpy(&x, p + j, sizeof x);  // fixed size: one vector load
+        std::memcpy(&y, dp + j, sizeof y);
+      } else {
+        std::memcpy(&x, p + j, std::size_t(nvis - j) * sizeof(float));
+        std::memcpy(&y, dp + j, std::size_t(nvis - j) * sizeof(float));
+      }
+      acc += x * y;
+    }
+    dot = tree_sum(acc);
   }
   int j = 0;
-  for (; j + 4 <= kend; j += 4)
-    store_f32x4(p + j, load_f32x4(p + j) * (load_f32x4(dp + j) - dot) * scale);
+  for (; j + 16 <= kend; j += 16) {
+    f32x16 x, y;
+    std::memcpy(&x, p + j, sizeof x);
+    std::memcpy(&y, dp + j, sizeof y);
+    x = x * (y - dot) * scale;
+    std::memcpy(p + j, &x, sizeof x);
+  }
   for (; j < kend; ++j) p[j] = p[j] * (dp[j] - dot) * scale;
 }
 

@@ -17,6 +17,16 @@ namespace tspemu::ref {
 
 using f32x16 = float __attribute__((vector_size(64)));
 
+// The sum of sixteen lane partial sums by a fixed pairwise tree: lanes l and l + width for width
+// 8, 4, 2, 1. By reference and always inlined: an f32x16 must not cross a call.
+[[gnu::always_inline]] inline float tree_sum(const f32x16& acc) {
+  float lanes[16];
+  __builtin_memcpy(lanes, &acc, sizeof lanes);
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
 }  // namespace tspemu::ref
 
 // target_clones dispatches through an IFUNC resolver, which the dynamic loader runs before the
