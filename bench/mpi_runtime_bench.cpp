@@ -5,13 +5,20 @@
 //       [bytes... | collective...]
 //
 // iterations: calls per repetition at 4 MiB (20 times as many at 8 B); then the sizes to time
-// (default 8 and 4194304) and the collectives (default all four), in any order.
+// (default 8 and 4194304) and the collectives (default all four), in any order; `tspemu` or
+// `openmpi` times that side alone (for counting instructions or messages of one side, e.g. under
+// `perf stat`; the ratio column is then absent).
 //
 // Not a Google Benchmark program: a collective's time is the slowest process's, so each
 // repetition is timed in every process between barriers and reduced (max) over processes, which
 // Google Benchmark's per-process loop cannot express. Reported: the median over repetitions of the
 // time per call (slowest process), for tspemu and for MPI, and their ratio (tspemu / MPI). The
 // tspemu side includes what makes it worth using: the fingerprint meet of every call.
+// Also reported, per call: the span, from the first process's start to the last one's end
+// (steady_clock is one clock for the processes of one node). With more processes than cores the
+// two differ: a process that leaves the barrier late and finds its messages waiting times a short
+// loop, so when a collective lets the processes run apart (OpenMPI's broadcast: the root sends
+// eagerly without limit) the slowest process's own time is below the wall time the calls took.
 #include <mpi.h>
 
 #include <algorithm>
@@ -40,6 +47,21 @@ double slowest(double seconds) {
   return max;
 }
 
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One repetition of one side: its slowest process's time and its span (see the top).
+struct Timing {
+  double slowest, span;
+};
+Timing timing(double start, double end) {
+  double first = 0, last = 0;
+  MPI_Allreduce(&start, &first, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&end, &last, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return {slowest(end - start), last - first};
+}
+
 struct Case {
   const char* name;
   // One call of the runtime's collective on the rank's buffers, and of MPI's.
@@ -59,11 +81,17 @@ int main(int argc, char** argv) {
   const int iterations_4m = argc > 1 ? std::atoi(argv[1]) : 20;
   std::vector<std::size_t> sizes;
   std::vector<std::string> only;
+  bool time_tspemu = true, time_openmpi = true;
   for (int i = 2; i < argc; ++i) {
-    if (argv[i][0] >= '0' && argv[i][0] <= '9')
+    const std::string arg = argv[i];
+    if (arg[0] >= '0' && arg[0] <= '9')
       sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+    else if (arg == "tspemu")
+      time_openmpi = false;
+    else if (arg == "openmpi")
+      time_tspemu = false;
     else
-      only.emplace_back(argv[i]);
+      only.push_back(arg);
   }
   if (sizes.empty()) sizes = {8, std::size_t{4} << 20};
   const std::size_t n = static_cast<std::size_t>(P);
@@ -112,31 +140,45 @@ int main(int argc, char** argv) {
     if (me == 0)
       std::printf(
           "P=%d processes, one rank each; median of %d repetitions, slowest process\n"
-          "%-15s %9s %12s %12s %8s\n",
-          P, kRepetitions, "collective", "bytes", "tspemu us", "OpenMPI us", "ratio");
+          "%-15s %9s %12s %12s %8s %12s %12s %8s\n",
+          P, kRepetitions, "collective", "bytes", "tspemu us", "OpenMPI us", "ratio", "span tspemu",
+          "span MPI", "ratio");
     for (const std::size_t bytes : sizes) {
       const std::size_t count = bytes / sizeof(float);
       const int iterations = bytes <= 8 ? 20 * iterations_4m : iterations_4m;
       for (const Case& c : cases) {
         if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
         std::vector<float> in(count * c.in_factor, 1.0f), out(count * c.out_factor);
-        std::vector<double> ours, theirs;
+        std::vector<double> ours, theirs, ours_span, theirs_span;
         for (int rep = 0; rep < kRepetitions; ++rep) {
-          double t = 0;
-          world.run([&](tspemu::Rank& r) {
-            tspemu::barrier(r.comm());
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < iterations; ++i) c.runtime(r.comm(), in, out);
-            t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          });
-          ours.push_back(slowest(t) / iterations);
-          MPI_Barrier(MPI_COMM_WORLD);
-          const double t0 = MPI_Wtime();
-          for (int i = 0; i < iterations; ++i) c.mpi(in, out);
-          theirs.push_back(slowest(MPI_Wtime() - t0) / iterations);
+          if (time_tspemu) {
+            double t0 = 0, t1 = 0;
+            world.run([&](tspemu::Rank& r) {
+              tspemu::barrier(r.comm());
+              t0 = now_seconds();
+              for (int i = 0; i < iterations; ++i) c.runtime(r.comm(), in, out);
+              t1 = now_seconds();
+            });
+            const Timing t = timing(t0, t1);
+            ours.push_back(t.slowest / iterations);
+            ours_span.push_back(t.span / iterations);
+          }
+          if (time_openmpi) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = now_seconds();
+            for (int i = 0; i < iterations; ++i) c.mpi(in, out);
+            const Timing t = timing(t0, now_seconds());
+            theirs.push_back(t.slowest / iterations);
+            theirs_span.push_back(t.span / iterations);
+          }
         }
-        const double a = median(ours) * 1e6, b = median(theirs) * 1e6;
-        if (me == 0) std::printf("%-15s %9zu %12.2f %12.2f %8.2f\n", c.name, bytes, a, b, a / b);
+        const double a = time_tspemu ? median(ours) * 1e6 : 0;
+        const double b = time_openmpi ? median(theirs) * 1e6 : 0;
+        const double sa = time_tspemu ? median(ours_span) * 1e6 : 0;
+        const double sb = time_openmpi ? median(theirs_span) * 1e6 : 0;
+        if (me == 0)
+          std::printf("%-15s %9zu %12.2f %12.2f %8.2f %12.2f %12.2f %8.2f\n", c.name, bytes, a, b,
+                      a > 0 && b > 0 ? a / b : 0.0, sa, sb, sa > 0 && sb > 0 ? sa / sb : 0.0);
       }
     }
   }  // the world (and its progress thread) ends before MPI does
