@@ -15,10 +15,10 @@
 // time per call (slowest process), for tspemu and for MPI, and their ratio (tspemu / MPI). The
 // tspemu side includes what makes it worth using: the fingerprint meet of every call.
 // Also reported, per call: the span, from the first process's start to the last one's end
-// (steady_clock is one clock for the processes of one node). With more processes than cores the
-// two differ: a process that leaves the barrier late and finds its messages waiting times a short
-// loop, so when a collective lets the processes run apart (OpenMPI's broadcast: the root sends
-// eagerly without limit) the slowest process's own time is below the wall time the calls took.
+// (steady_clock is one clock for the processes of one node). With more processes than cores a
+// process that leaves the barrier late may time a short loop over messages already waiting, so
+// the slowest process's own time could be below the wall time the calls took; the span shows
+// whether it is (8 B broadcast, P = 8 on 2 cores: the two agree within 5% on both sides).
 #include <mpi.h>
 
 #include <algorithm>
