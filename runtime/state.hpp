@@ -167,8 +167,8 @@ struct WorldShared {
   }
   int process_of(int world_rank) const { return world_rank / local_ranks; }
   // Every timestamp of the world (flight recorder, pending waits, traces), since the world was
-  // made: read twice per operation by the flight recorder, so the cheap clock. Constructed before
-  // any RankState (World's constructor adds them), whose recorders keep a pointer to it.
+  // made: read once or twice per operation by the flight recorder, so the cheap clock. Constructed
+  // before any RankState (World's constructor adds them), whose recorders keep a pointer to it.
   ElapsedClock clock;
   std::int64_t now_ns() const { return clock.now_ns(); }
   std::shared_ptr<Group> world_group;
