@@ -10,6 +10,7 @@ Also printed: every point's median ms, tokens/s, GEMM GFLOP/s and share, peak Mi
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -32,8 +33,7 @@ def main():
     for b in data["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
-        name = b["run_name"].replace("/iterations:2", "").replace("/iterations:3", "")
-        name = name.replace("/manual_time", "")
+        name = re.sub(r"/iterations:\d+", "", b["run_name"]).replace("/manual_time", "")
         med[name] = b
     print(f"{'benchmark':40s} {'ms':>9s} {'tokens/s':>10s} {'GEMM GF/s':>10s} {'in GEMM':>10s} {'peak MiB':>9s}")
     for name, b in med.items():
@@ -71,8 +71,10 @@ def main():
         verdict = ("PASS" if share >= 0.85 else "FAIL") if target else ""
         print(f"{what:48s} {share:6.3f} {'>= 0.85' if target else '':8s} {verdict:4s}  "
               f"(in_gemm {b['in_gemm']:.2f} x gemm_efficiency {b['gemm_efficiency']:.2f} x useful "
-              f"{b['useful']:.2f}; sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
-              f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone)")
+              f"{b['useful']:.2f}; iterations {b['gemm_share_min']:.3f}-{b['gemm_share_max']:.3f}; "
+              f"sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
+              f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone; page faults per rank "
+              f"{b['page_faults_per_rank']:.0f})")
     return 0 if ok else 1
 
 
