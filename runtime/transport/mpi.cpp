@@ -24,10 +24,18 @@ namespace tspemu::detail {
 
 namespace {
 
-// Control messages (to a process's progress thread) use one tag; replies to reads use tags that
-// name the reader, the member read and the run (so a reply to a read cancelled by a failed run
-// never matches a read of a later run).
+// Control messages (to a process's progress thread) of at most kPostedBytes use one tag and land
+// in receives posted in advance (Progress::posted); longer ones (a point-to-point message's
+// payload, an abort's text) use another and are probed for. Replies to reads use tags that name
+// the reader, the member read and the run (so a reply to a read cancelled by a failed run never
+// matches a read of a later run).
 constexpr int kControlTag = 1;
+constexpr int kLargeControlTag = 2;
+// A control message taken by MPI_Improbe + MPI_Mrecv is matched as an unexpected message and
+// copied twice; one that finds its receive posted is matched on arrival and copied once.
+constexpr std::size_t kPostedBytes = 2048;
+constexpr int kPostedReceives = 16;
+constexpr unsigned kLargeProbeEvery = 8;
 // How many eager broadcasts a receiver enters before it sends the open of the last one, carrying
 // the fingerprints of the others (MpiTransport::hold). Below kDescriptors / 2: a root waits for
 // the receivers' progress kDescriptors - 1 calls back, and it must see it without them waiting.
@@ -75,6 +83,15 @@ struct AbortBody {
   std::int32_t kind = 0;  // FailureKind
 };
 enum FailureKind : std::int32_t { kOther, kMismatch, kPeer, kHang, kOom };
+// A group's control messages (open, post, done) and read requests keep their order only on one
+// tag: every open, with the most fingerprints a held open carries and an eager step 0, fits.
+static_assert(sizeof(WireHead) + sizeof(OpenBody) + kHeldOpens * sizeof(Fingerprint) +
+                      kEagerBytes <=
+                  kPostedBytes &&
+              sizeof(WireHead) + sizeof(ReadBody) <= kPostedBytes);
+int control_tag(std::size_t bytes) {
+  return bytes <= kPostedBytes ? kControlTag : kLargeControlTag;
+}
 
 template <class Body>
 std::vector<std::byte> encode(const WireHead& h, const Body& b, std::span<const std::byte> extra) {
@@ -120,12 +137,16 @@ struct MpiProcess {
   static MpiProcess& get();
 };
 void stop_progress(MpiTransport::Progress& p);
+void cancel_posted(MpiTransport::Progress& p);
 
 void finalize_at_exit() {
   MpiProcess& m = MpiProcess::get();
   {
     std::lock_guard lock(m.mu);
-    for (auto* p : m.live) stop_progress(*p);
+    for (auto* p : m.live) {
+      stop_progress(*p);
+      cancel_posted(*p);  // a world still alive at exit: no receive outlives MPI
+    }
   }
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -277,6 +298,23 @@ struct MpiTransport::Progress {
   std::vector<MPI_Status> statuses;
   std::vector<std::pair<int, MPI_Status>> finished;
   std::vector<std::byte> inbox;  // receive's
+  // Receives of kControlTag posted in advance, each into its own kPostedBytes buffer, taken in
+  // the order they were posted (so in the order each sender sent: MPI matches an arriving message
+  // to the first posted receive that fits, and all of these fit every message of the tag).
+  MPI_Request posted[kPostedReceives] = {};
+  std::unique_ptr<std::byte[]> posted_buffers;
+  int posted_next = 0;  // the oldest posted receive
+  unsigned polls = 0;   // poll_once's, counting to the next probe of kLargeControlTag
+  void post_receive(int i) {
+    MPI_Irecv(posted_buffers.get() + static_cast<std::size_t>(i) * kPostedBytes,
+              static_cast<int>(kPostedBytes), MPI_BYTE, MPI_ANY_SOURCE, kControlTag, comm,
+              &posted[i]);
+  }
+  // Takes in (apply: and applies) up to `limit` control messages that arrived into posted
+  // receives, reposting each; how many.
+  int take_posted(bool apply, int limit);
+  // Cancels the posted receives (the world's end); one that got a message counts it.
+  void cancel_posted();
   std::vector<Outstanding> pending;
   // Messages (control, read requests, replies) sent to and received from each process over the
   // world's life: at the world's end every message sent to this process is taken in (drain), so
@@ -374,7 +412,8 @@ struct MpiTransport::Progress {
   void isend_kept(int dest, Outstanding&& o) {
     const std::vector<std::byte>& bytes = o.shared ? *o.shared : o.buffer;
     MPI_Request r;
-    MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kControlTag, comm, &r);
+    MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest,
+              control_tag(bytes.size()), comm, &r);
     ++wire_sent[static_cast<std::size_t>(dest)];
     requests.push_back(r);
     pending.push_back(std::move(o));
@@ -388,7 +427,8 @@ struct MpiTransport::Progress {
   // One MPI_Testsome over `requests`, completing what finished; false when nothing did.
   bool test_some();
   void execute(Command& c);
-  void receive(const MPI_Status& status, MPI_Message message);
+  // The control message in `inbox`, from process `source`.
+  void receive(int source);
   void complete(std::size_t i, const MPI_Status& status);
   bool drain();
   void apply(Group& g, const std::vector<std::byte>& m);
@@ -410,6 +450,10 @@ void stop_progress(MpiTransport::Progress& p) {
   p.stopping.store(true, std::memory_order_release);
   p.parker.unpark();
   if (p.thread.joinable()) p.thread.join();
+}
+
+void cancel_posted(MpiTransport::Progress& p) {
+  p.cancel_posted();
 }
 
 }  // namespace
@@ -503,13 +547,22 @@ bool MpiTransport::Progress::run_commands() {
 
 bool MpiTransport::Progress::poll_once() {
   bool busy = run_commands();
-  for (int i = 0; i < 64; ++i) {
+  if (take_posted(/*apply=*/true, 64) > 0) busy = true;
+  // The other tag on one poll in kLargeProbeEvery: a probe that finds nothing costs as much as the
+  // posted receives' test (~650 instructions, callgrind), and only a long point-to-point message
+  // or an abort takes that tag; a few polls later is microseconds.
+  const bool probe = ++polls % kLargeProbeEvery == 0;
+  for (int i = 0; probe && i < 64; ++i) {
     int flag = 0;
     MPI_Message message;
     MPI_Status status;
-    MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm, &flag, &message, &status);
+    MPI_Improbe(MPI_ANY_SOURCE, kLargeControlTag, comm, &flag, &message, &status);
     if (!flag) break;
-    receive(status, message);
+    int size = 0;
+    MPI_Get_count(&status, MPI_BYTE, &size);
+    inbox.resize(static_cast<std::size_t>(size));
+    MPI_Mrecv(inbox.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    receive(status.MPI_SOURCE);
     busy = true;
   }
   if (!early_reads.empty()) {
@@ -524,6 +577,41 @@ bool MpiTransport::Progress::poll_once() {
   return busy;
 }
 
+int MpiTransport::Progress::take_posted(bool apply, int limit) {
+  int taken = 0;
+  for (; taken < limit; ++taken) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Test(&posted[posted_next], &flag, &status);
+    if (!flag) break;
+    int size = 0;
+    MPI_Get_count(&status, MPI_BYTE, &size);
+    const std::byte* at =
+        posted_buffers.get() + static_cast<std::size_t>(posted_next) * kPostedBytes;
+    // Copied out before the buffer is posted again: what receive() keeps, it keeps from inbox.
+    inbox.assign(at, at + size);
+    post_receive(posted_next);
+    posted_next = (posted_next + 1) % kPostedReceives;
+    if (apply)
+      receive(status.MPI_SOURCE);
+    else
+      ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
+  }
+  return taken;
+}
+
+void MpiTransport::Progress::cancel_posted() {
+  for (int k = 0; k < kPostedReceives; ++k) {
+    MPI_Request& r = posted[(posted_next + k) % kPostedReceives];
+    MPI_Cancel(&r);
+    MPI_Status status;
+    MPI_Wait(&r, &status);
+    int cancelled = 0;
+    MPI_Test_cancelled(&status, &cancelled);
+    if (!cancelled) ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
+  }
+}
+
 bool MpiTransport::Progress::test_some() {
   // Reused: this runs on every poll of the data path.
   completed.resize(requests.size());
@@ -532,7 +620,8 @@ bool MpiTransport::Progress::test_some() {
   MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, completed.data(),
                statuses.data());
   if (count <= 0 || count == MPI_UNDEFINED) return false;
-  // Highest index first: complete() erases its entry.
+  // Highest index first: complete() moves the last entry into its place, which is then one
+  // still in flight (every finished entry above it was removed already).
   finished.clear();
   for (int k = 0; k < count; ++k) finished.emplace_back(completed[k], statuses[k]);
   std::sort(finished.begin(), finished.end(),
@@ -559,6 +648,8 @@ bool MpiTransport::Progress::drain() {
       counted = flag != 0;
     }
     if (!requests.empty()) test_some();
+    while (take_posted(/*apply=*/false, kPostedReceives) > 0) {
+    }
     for (;;) {
       int flag = 0;
       MPI_Message message;
@@ -573,7 +664,10 @@ bool MpiTransport::Progress::drain() {
     }
     bool all_in = counted && requests.empty();
     for (std::size_t q = 0; all_in && q < P; ++q) all_in = wire_received[q] >= expected[q];
-    if (all_in) return true;
+    if (all_in) {
+      cancel_posted();  // nothing is left to match them
+      return true;
+    }
     std::this_thread::yield();
   }
   return false;
@@ -607,8 +701,8 @@ void MpiTransport::Progress::execute(Command& c) {
       q.kind = Outstanding::kOwnedSend;
       q.buffer = std::move(f.request);
       MPI_Request s;
-      MPI_Isend(q.buffer.data(), static_cast<int>(q.buffer.size()), MPI_BYTE, f.source, kControlTag,
-                comm, &s);
+      MPI_Isend(q.buffer.data(), static_cast<int>(q.buffer.size()), MPI_BYTE, f.source,
+                control_tag(q.buffer.size()), comm, &s);
       ++wire_sent[static_cast<std::size_t>(f.source)];
       requests.push_back(s);
       pending.push_back(std::move(q));
@@ -657,10 +751,17 @@ void MpiTransport::Progress::execute(Command& c) {
 }
 
 void MpiTransport::Progress::complete(std::size_t i, const MPI_Status& status) {
-  // MPI_Testsome set requests[i] to MPI_REQUEST_NULL; drop the entry.
+  // MPI_Testsome set requests[i] to MPI_REQUEST_NULL; drop the entry, moving the last one into
+  // its place (their order means nothing): erasing from the middle moves every entry after it,
+  // and a process whose receivers are descheduled has hundreds of sends in flight (complete()
+  // was 53% of a broadcast root's time at P = 4 when its roots ran ahead without bound).
   Outstanding o = std::move(pending[i]);
-  requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
-  pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  if (i + 1 != pending.size()) {
+    requests[i] = requests.back();
+    pending[i] = std::move(pending.back());
+  }
+  requests.pop_back();
+  pending.pop_back();
   switch (o.kind) {
     case Outstanding::kOwnedSend:
       break;
@@ -689,13 +790,9 @@ void MpiTransport::Progress::complete(std::size_t i, const MPI_Status& status) {
   }
 }
 
-void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message message) {
-  int size = 0;
-  MPI_Get_count(&status, MPI_BYTE, &size);
-  std::vector<std::byte>& m = inbox;  // reused: copied where kept (deferred, early_reads)
-  m.resize(static_cast<std::size_t>(size));
-  MPI_Mrecv(m.data(), size, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-  ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
+void MpiTransport::Progress::receive(int source) {
+  const std::vector<std::byte>& m = inbox;  // reused: copied where kept (deferred, early_reads)
+  ++wire_received[static_cast<std::size_t>(source)];
   if (m.size() < sizeof(WireHead)) return;
   WireHead h;
   std::memcpy(&h, m.data(), sizeof h);
@@ -731,8 +828,7 @@ void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message messa
         if (h.generation != run()) return;
         incoming[{h.group, h.member, b.dst, b.index}] = std::move(in);
         // release: pairs with end_run's acquire load; the message is in `incoming` before.
-        messages_from[static_cast<std::size_t>(status.MPI_SOURCE)].fetch_add(
-            1, std::memory_order_release);
+        messages_from[static_cast<std::size_t>(source)].fetch_add(1, std::memory_order_release);
       }
       // The receiver polls `incoming` under its mutex, so the unpark below is ordered after the
       // insertion; a receiver of a group not registered yet is woken by its next park timeout.
@@ -744,7 +840,7 @@ void MpiTransport::Progress::receive(const MPI_Status& status, MPI_Message messa
       break;
     }
     case kRead:
-      if (h.generation == run()) serve_read(m, status.MPI_SOURCE);
+      if (h.generation == run()) serve_read(m, source);
       break;
     case kAbort:
       if (h.generation == run()) take_abort(m);
@@ -967,6 +1063,8 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
     p_->serving[static_cast<std::size_t>(i)].store(0, std::memory_order_relaxed);
   // Collective over MPI_COMM_WORLD: every process makes its worlds in the same order.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p_->comm), "MPI_Comm_dup");
+  p_->posted_buffers = std::make_unique<std::byte[]>(kPostedBytes * kPostedReceives);
+  for (int i = 0; i < kPostedReceives; ++i) p_->post_receive(i);
   {
     MPI_Comm node = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split_type(p_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
@@ -1000,11 +1098,14 @@ MpiTransport::~MpiTransport() {
   MPI_Finalized(&finalized);
   if (!finalized && p_->drain())
     MPI_Comm_free(&p_->comm);
-  else if (!p_->pending.empty())
-    // Left to MPI, see above. A bad_alloc here ends the process, as any exception leaving this
-    // destructor does (see the NOLINT on it).
-    new std::vector<Progress::Outstanding>(  // NOLINT(bugprone-unhandled-exception-at-new)
-        std::move(p_->pending));
+  else {
+    // Left to MPI, see above, with the posted receives' buffers. A bad_alloc here ends the
+    // process, as any exception leaving this destructor does (see the NOLINT on it).
+    if (!p_->pending.empty())
+      new std::vector<Progress::Outstanding>(  // NOLINT(bugprone-unhandled-exception-at-new)
+          std::move(p_->pending));
+    if (!finalized) static_cast<void>(p_->posted_buffers.release());
+  }
 }
 
 bool MpiTransport::remote(const Comm& comm, int member) const {

@@ -378,6 +378,40 @@ TEST_P(MpiWorld, LongRunsOfSmallBroadcastsWithMessagesBetweenStayExact) {
     }
 }
 
+// Control messages travel on two tags (mpi.cpp): those of at most kPostedBytes (2 KiB) into
+// receives posted in advance, longer ones probed for. A point-to-point message above that size,
+// sent between small collectives whose opens take the other tag, still arrives whole and in its
+// pair's order, and the collectives' results stay exact.
+TEST_P(MpiWorld, MessagesAboveThePostedReceiveSizeBetweenSmallCollectivesStayExact) {
+  const int n = GetParam();
+  World w(across(n));
+  std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+  w.run([&](Rank& r) {
+    const int to = (r.id() + 1) % n, from = (r.id() + n - 1) % n;
+    for (int call = 0; call < 20; ++call) {
+      // 600 floats (2400 B, the large tag) on even calls, 3 floats (the posted one) on odd ones.
+      const std::size_t count = call % 2 == 0 ? 600 : 3;
+      std::vector<float> out(count), in(count);
+      for (std::size_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(r.id() * 1000 + call * 7 + static_cast<int>(i % 5));
+      SendHandle sent = isend<float>(r.comm(), out, to);
+      std::vector<float> x(2, static_cast<float>(r.id() + call));
+      all_reduce<float>(r.comm(), x);
+      recv<float>(r.comm(), in, from);
+      sent.wait();
+      const float sum = static_cast<float>(n * (n - 1) / 2 + n * call);
+      if (x[0] != sum || x[1] != sum) ++wrong[static_cast<std::size_t>(r.id())];
+      for (std::size_t i = 0; i < count; ++i)
+        if (in[i] != static_cast<float>(from * 1000 + call * 7 + static_cast<int>(i % 5)))
+          ++wrong[static_cast<std::size_t>(r.id())];
+    }
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0) << "rank " << r;
+    }
+}
+
 TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
   const int n = GetParam();
   World w(across(n));
