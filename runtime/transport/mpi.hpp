@@ -23,17 +23,17 @@
 //     returns; a receiver waits for the root's open alone, compares the root's fingerprint with
 //     its own where it runs (CollectiveMismatch naming both calls), and sends nothing: it holds
 //     its open back (hold) and sends the open of the last call it held, carrying the fingerprints
-//     of the others, every kHeldOpens (16) calls, before its next open, before it parks in a wait
+//     of the others, every kHeldOpens (31) calls, before its next open, before it parks in a wait
 //     and at settle(). The mirrors thus learn every member's fingerprint of every call, late:
 //     they are compared, as within one process, when a later call meets or at settle(). Held
-//     back, a receiver's progress shows at most 15 calls late; a root waits for the progress of
+//     back, a receiver's progress shows at most 30 calls late; a root waits for the progress of
 //     the members kDescriptors - 1 calls back (below), so it does not wait for the hold. Measured
 //     (mpi_runtime_bench, same run alternating with the every-member open, loaded machine): 8 B
 //     broadcast 0.43 -> 0.31 us at P = 2, 6.0 -> 2.7 us at P = 4, 18 -> 7-9 us at P = 8; messages
-//     per call in all P (P - 1) -> (P - 1)(1 + (P - 1) / 16) (counted: 56 -> 10.2 at P = 8). An
-//     open leaves only once the descriptor its mirrors rewrite is free (every member entered #seq +
-//     1 - kDescriptors), the rule enter() keeps locally; a held open satisfies it when it leaves,
-//     since its call entered after that wait;
+//     per call in all P (P - 1) -> (P - 1)(1 + (P - 1) / kHeldOpens) (counted with 16: 56 -> 10.2
+//     at P = 8; 31 makes it 8.6, computed). An open leaves only once the descriptor its mirrors
+//     rewrite is free (every member entered #seq + 1 - kDescriptors), the rule enter() keeps
+//     locally; a held open satisfies it when it leaves, since its call entered after that wait;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
 //   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
@@ -83,7 +83,7 @@
 // collective is P - 1 messages per rank, and the fingerprint check adds no message to the
 // all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that carries the data.
 // A small broadcast is P - 1 messages from the root, as OpenMPI's, plus each receiver's held open
-// every 16 calls (P - 1 messages) with 24 bytes per held call. Per
+// every 31 calls (P - 1 messages) with 24 bytes per held call. Per
 // run: a barrier, an all-gather of every rank's counters, an all-reduce of the verdict, and with
 // tracing an all-gather of every process's whole trace (all of it each run: a receiver replaces
 // its copy).
