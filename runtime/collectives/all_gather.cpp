@@ -53,6 +53,8 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
                                       ": send overlaps recv but is not this rank's block of it"));
   // Small blocks (all in the mailboxes) in one pass; else block by block.
   if (!call.recv_all_step0(recv, offsets, es)) {
+    BlockRead reads[kMaxRanks];
+    std::size_t count_reads = 0;
     for (std::size_t i = 0; i < n; ++i) {
       // This rank's own block first (a local copy through the transport, which also knows dry-run
       // memory; none when sending in place), then the next rank's: the ranks spread their first
@@ -60,8 +62,9 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
       const std::size_t r = (me + i) % n;
       const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
       if (len == 0 || (r < 32 && (blocks_present >> r & 1) != 0)) continue;
-      call.recv(static_cast<int>(r), 0, 0, {recv + offsets[r] * es, len});
+      reads[count_reads++] = {static_cast<int>(r), 0, {recv + offsets[r] * es, len}};
     }
+    call.recv_each(0, std::span<const BlockRead>(reads, count_reads));
   }
   const std::size_t received = (total - (offsets[me + 1] - my_offset)) * es;
   call.finish();

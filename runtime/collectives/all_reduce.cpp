@@ -49,13 +49,15 @@ void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::
   // has finished step 0.
   call.post(1, std::span<const std::byte>(recv, bytes));
   std::size_t received = 0;
+  BlockRead reads[kMaxRanks];
   for (std::size_t i = 1; i < n; ++i) {
     const std::size_t c = (me + i) % n;
     const std::size_t cb = chunk_begin(send_count, n, c);
     const std::size_t len = (chunk_begin(send_count, n, c + 1) - cb) * es;
-    call.recv(static_cast<int>(c), 1, cb * es, {recv + cb * es, len});
+    reads[i - 1] = {static_cast<int>(c), cb * es, {recv + cb * es, len}};
     received += len;
   }
+  call.recv_each(1, std::span<const BlockRead>(reads, n - 1));
   call.finish();
   // Sent: the other ranks read their chunks of our input, then our reduced chunk.
   count_traffic(comm, CollectiveKind::all_reduce, traffic, (n - 1) * mine * es + received);

@@ -1427,13 +1427,58 @@ void MpiTransport::wait_fetch(CallState& c, int from, Fetch& f) {
     wait_until(c.comm->self(), c.comm->world_rank(from), c.op,
                [&] { return f.state.load(std::memory_order_seq_cst) != Fetch::kPending; });
   } catch (...) {
-    // Unwinding: the receive into dst must end before dst may be freed.
-    Progress::Command cmd;
-    cmd.kind = Progress::Command::kCancel;
-    cmd.fetch = &f;
-    p_->push(std::move(cmd));
-    // seq_cst: as above. A cancelled receive completes promptly (MPI_Cancel is local).
-    while (f.state.load(std::memory_order_seq_cst) == Fetch::kPending) std::this_thread::yield();
+    cancel_fetch(f);  // unwinding: the receive into dst must end before dst may be freed
+    throw;
+  }
+}
+
+void MpiTransport::cancel_fetch(Fetch& f) {
+  // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
+  if (f.state.load(std::memory_order_seq_cst) != Fetch::kPending) return;
+  Progress::Command cmd;
+  cmd.kind = Progress::Command::kCancel;
+  cmd.fetch = &f;
+  p_->push(std::move(cmd));
+  // seq_cst: as above. A cancelled receive completes promptly (MPI_Cancel is local).
+  while (f.state.load(std::memory_order_seq_cst) == Fetch::kPending) std::this_thread::yield();
+}
+
+void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> reads) {
+  if (c.comm->group().other_processes.empty()) return Transport::recv_each(c, step, reads);
+  if (reads.size() > static_cast<std::size_t>(kMaxRanks))
+    throw std::logic_error("recv_each of " + std::to_string(reads.size()) + " reads, more than " +
+                           std::to_string(kMaxRanks));
+  // Every owner's post first (step 0 was posted at the meet), then every read of another
+  // process's message in flight together, the local copies while they travel, and the waits.
+  if (step > 0) {
+    pump_until([&] {
+      for (const BlockRead& r : reads)
+        if (remote(*c.comm, r.from) && !mirror_reached(c, r.from, step_stage(step))) return false;
+      return true;
+    });
+    for (const BlockRead& r : reads)
+      if (r.from != c.rank) wait_stage(c, r.from, step_stage(step));
+  }
+  thread_local std::unique_ptr<Fetch[]> fetches(new Fetch[kMaxRanks]);
+  bool started[kMaxRanks];
+  std::fill_n(started, reads.size(), false);
+  try {
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      const BlockRead& r = reads[i];
+      if (remote(*c.comm, r.from) && !r.dst.empty())
+        started[i] = start_fetch(c, r.from, step, r.offset, r.dst.size(), r.dst.size(), 1,
+                                 r.dst.data(), r.dst.size(), fetches[i]);
+    }
+    for (const BlockRead& r : reads)
+      if (!remote(*c.comm, r.from)) SharedMemoryTransport::recv(c, r.from, step, r.offset, r.dst);
+    for (std::size_t i = 0; i < reads.size(); ++i)
+      if (started[i]) {
+        started[i] = false;
+        wait_fetch(c, reads[i].from, fetches[i]);
+      }
+  } catch (...) {
+    for (std::size_t i = 0; i < reads.size(); ++i)
+      if (started[i]) cancel_fetch(fetches[i]);
     throw;
   }
 }
@@ -1471,48 +1516,39 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   }
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes == 0) return;
-  // Every member's range is copied first (remote ones by reads issued together, local ones from
-  // the shared-memory path), then summed in group-rank order: the same sum_ranks_into as one
-  // process, so the result is bitwise the same.
+  // The ranges of members in other processes are copied to scratch first, by reads in flight
+  // together; then the shared-memory sum reads the local members' ranges in place (no copy) and
+  // the copies, in group-rank order: the same sum_ranks_into as one process, so the result is
+  // bitwise the same.
   thread_local std::vector<std::byte> scratch;
   thread_local std::unique_ptr<Fetch[]> fetches(new Fetch[kMaxRanks]);
-  if (scratch.size() < bytes * static_cast<std::size_t>(n))
-    scratch.resize(bytes * static_cast<std::size_t>(n));
+  std::size_t remotes = 0;
+  for (int r = 0; r < n; ++r) remotes += remote(*c.comm, r) ? 1 : 0;
+  if (scratch.size() < bytes * remotes) scratch.resize(bytes * remotes);
   bool started[kMaxRanks] = {};
-  const std::byte* srcs[kMaxRanks];
+  const std::byte* copied[kMaxRanks];
   try {
-    // Remote reads first, all in flight together; local copies last, so that no wait happens
-    // while the reading flag of the local copies is up.
+    std::byte* to = scratch.data();
     for (int r = 0; r < n; ++r) {
-      srcs[r] = scratch.data() + static_cast<std::size_t>(r) * bytes;
-      if (remote(*c.comm, r))
-        started[r] =
-            start_fetch(c, r, step, offset, bytes, bytes, 1,
-                        scratch.data() + static_cast<std::size_t>(r) * bytes, bytes, fetches[r]);
+      copied[r] = nullptr;
+      if (!remote(*c.comm, r)) continue;
+      started[r] = start_fetch(c, r, step, offset, bytes, bytes, 1, to, bytes, fetches[r]);
+      copied[r] = to;
+      to += bytes;
     }
     for (int r = 0; r < n; ++r)
       if (started[r]) {
         started[r] = false;
         wait_fetch(c, r, fetches[r]);
       }
-    for (int r = 0; r < n; ++r)
-      if (!remote(*c.comm, r))
-        SharedMemoryTransport::recv(c, r, step, offset,
-                                    {scratch.data() + static_cast<std::size_t>(r) * bytes, bytes});
   } catch (...) {
     for (int r = 0; r < n; ++r)
-      if (started[r]) {
-        Progress::Command cmd;
-        cmd.kind = Progress::Command::kCancel;
-        cmd.fetch = &fetches[r];
-        p_->push(std::move(cmd));
-        // seq_cst: pairs with the progress thread's store of `state`.
-        while (fetches[r].state.load(std::memory_order_seq_cst) == Fetch::kPending)
-          std::this_thread::yield();
-      }
+      if (started[r]) cancel_fetch(fetches[r]);
     throw;
   }
-  sum_ranks_into(dtype, acc, srcs, n, count);
+  // Every wait is behind us: the reading flag sum_members raises for the in-place reads is never
+  // up during one.
+  sum_members(c, step, offset, count, dtype, acc, copied);
 }
 
 void MpiTransport::finish(CallState& c) {

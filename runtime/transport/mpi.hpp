@@ -36,8 +36,12 @@
 //     locally; a held open satisfies it when it leaves, since its call entered after that wait;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
-//   - recv_reduce copies every member's range to scratch, then sums in group-rank order with
-//     sum_ranks_into, so results are bitwise those of a one-process world.
+//   - recv_reduce copies the ranges of members in other processes to scratch (their reads in
+//     flight together), then sums them with the local members' ranges read in place (no copy:
+//     SharedMemoryTransport::sum_members) in group-rank order with sum_ranks_into, so results are
+//     bitwise those of a one-process world; recv_each (all_reduce's all-gather step, all_gather)
+//     has every read of another process's message in flight together, not one round trip after
+//     another.
 // Threads: MPI is driven by whichever thread holds Progress::poll_mu. With one rank per process
 // the rank thread itself executes its sends and, while it waits (meet, read, done, message),
 // polls MPI: it takes in the control messages, serves peers' reads of its own buffers and
@@ -113,6 +117,7 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
   void post(CallState& call, int step, std::span<const std::byte> data) override;
   void recv(CallState& call, int from, int step, std::size_t offset,
             std::span<std::byte> dst) override;
+  void recv_each(CallState& call, int step, std::span<const BlockRead> reads) override;
   void recv_rows(CallState& call, int from, int step, std::size_t offset, std::size_t stride,
                  std::size_t row_bytes, std::size_t rows, std::byte* dst,
                  std::size_t dst_stride) override;
@@ -169,6 +174,8 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
                    std::size_t row_bytes, std::size_t rows, std::byte* dst, std::size_t dst_stride,
                    Fetch& fetch);
   void wait_fetch(CallState& c, int from, Fetch& fetch);
+  // Ends a receive still in flight (an unwinding reader) before its destination may be freed.
+  void cancel_fetch(Fetch& fetch);
   // After a run (end_run): every process's trace events, into every process's copy of the
   // ranks it does not host (Trace shows every rank everywhere).
   void share_traces();

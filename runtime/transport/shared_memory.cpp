@@ -429,9 +429,19 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
       return;
     }
   }
+  sum_members(c, step, offset, count, dtype, acc, nullptr);
+}
+
+void SharedMemoryTransport::sum_members(CallState& c, int step, std::size_t offset,
+                                        std::size_t count, Dtype dtype, std::byte* acc,
+                                        const std::byte* const* copied) {
+  const int n = c.size;
+  const std::size_t bytes = count * dtype_size(dtype);
+  const std::byte* srcs[kMaxRanks];
   const StepMessage* msgs[kMaxRanks];
   bool in_place = false;  // some member's message is read from its own buffer
   for (int r = 0; r < n; ++r) {
+    if (copied != nullptr && copied[r] != nullptr) continue;
     const Descriptor& d = desc(c, r);
     msgs[r] = &d.step(step);
     in_place = in_place || (r != c.rank && !in_mailbox(d, step));
@@ -442,6 +452,10 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
   for (std::size_t done = 0; done < bytes;) {
     std::size_t run = bytes - done;
     for (int r = 0; r < n; ++r) {
+      if (copied != nullptr && copied[r] != nullptr) {
+        srcs[r] = copied[r] + done;
+        continue;
+      }
       const auto [p, avail] = locate(*msgs[r], offset + done);
       if (p == nullptr) out_of_range(c, r, step, offset, bytes, msgs[r]->bytes);
       srcs[r] = p;

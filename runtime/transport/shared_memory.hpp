@@ -214,6 +214,13 @@ class SharedMemoryTransport : public Transport {
   void wait_all_done_after_abort(CallState& call) noexcept;
 
  protected:
+  // recv_reduce's sum once the step is posted everywhere: acc[0, count) = sum over members in
+  // group-rank order of their elements at byte `offset`, member r's read from copied[r] when
+  // `copied` and copied[r] are not null (the MPI transport's copy of a member in another process,
+  // its element 0 at copied[r]), else from its step message in place (under the reading flag; no
+  // wait).
+  void sum_members(CallState& call, int step, std::size_t offset, std::size_t count, Dtype dtype,
+                   std::byte* acc, const std::byte* const* copied);
   // Waits until `member`'s progress reaches `stage` of this call (the MPI transport's mirrors of
   // members in other processes are waited for the same way: mpi.hpp).
   void wait_stage(CallState& call, int member, std::uint64_t stage);

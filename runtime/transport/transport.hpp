@@ -86,6 +86,13 @@ struct CallState {
   bool step0_only = false;
 };
 
+// One read of recv_each: bytes [offset, offset + dst.size()) of member `from`'s step message.
+struct BlockRead {
+  int from = 0;
+  std::size_t offset = 0;
+  std::span<std::byte> dst;
+};
+
 // The data of a point-to-point message beside its bytes.
 struct MessageHeader {
   Fingerprint fp;
@@ -121,6 +128,12 @@ class Transport {
   // empty dst only waits for the post.
   virtual void recv(CallState& call, int from, int step, std::size_t offset,
                     std::span<std::byte> dst) = 0;
+  // recv() of every read, in no particular order: a transport whose reads are requests (mpi.hpp)
+  // has them all in flight together rather than one round trip after another. The default reads
+  // one after the other.
+  virtual void recv_each(CallState& call, int step, std::span<const BlockRead> reads) {
+    for (const BlockRead& r : reads) recv(call, r.from, step, r.offset, r.dst);
+  }
   // Copies `rows` rows of row_bytes each: row i from bytes [offset + i·stride, + row_bytes) of
   // member `from`'s step message to dst + i·dst_stride (one wait and one read for all of them).
   virtual void recv_rows(CallState& call, int from, int step, std::size_t offset,

@@ -197,6 +197,57 @@ TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
   }
 }
 
+// Large reductions across processes (mpi.hpp: recv_reduce): the ranges of members in other
+// processes are copied, those of members in this process are summed in place, in group-rank
+// order. Per-rank ranges of 64 Ki floats and around it, counts not divisible by N, in place and
+// out of place, with several ranks per process (N = 8 at P = 2, 4; N = 4 at P = 2) and one (N = 4
+// at P = 4): bitwise the threads-only result.
+std::vector<Outputs> large_reductions(World& w) {
+  constexpr std::size_t k64Ki = 65536;
+  return run_outputs(w, [](Rank& r, Outputs& out) {
+    Comm& c = r.comm();
+    const auto n = static_cast<std::size_t>(c.size());
+    auto vec = [&](std::size_t count, int salt) {
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = inexact(c.rank(), i * 7919 % 100003, salt);
+      return v;
+    };
+    auto keep = [&](const std::vector<float>& v) {
+      out.values.insert(out.values.end(), v.begin(), v.end());
+    };
+    for (const std::size_t per_rank : {k64Ki - 1, k64Ki, k64Ki + 1, 3 * k64Ki + 5}) {
+      auto x = vec(per_rank * n + n - 1, 1);  // not divisible by N
+      all_reduce<float>(c, x);
+      keep(x);
+      const auto in = vec(per_rank * n, 2);
+      std::vector<float> sum(in.size());
+      all_reduce<float>(c, in, sum);
+      keep(sum);
+      std::vector<float> part(per_rank);
+      reduce_scatter<float>(c, in, part);
+      keep(part);
+    }
+  });
+}
+
+TEST_P(MpiWorld, LargeReductionsSumLocalRangesInPlaceBitwiseAsOneProcess) {
+  const int n = GetParam();
+  World spanning(across(n));
+  World local(WorldOptions{.ranks = n});
+  const auto got = large_reductions(spanning);
+  const auto want = large_reductions(local);
+  for (int r = 0; r < n; ++r) {
+    if (!spanning.hosts(r)) continue;
+    const auto& g = got[static_cast<std::size_t>(r)].values;
+    const auto& e = want[static_cast<std::size_t>(r)].values;
+    ASSERT_EQ(g.size(), e.size()) << "rank " << r;
+    std::size_t first = 0;
+    while (first < g.size() && std::memcmp(&g[first], &e[first], sizeof(float)) == 0) ++first;
+    EXPECT_EQ(first, g.size()) << "rank " << r << ": first difference from the one-process run at "
+                               << first << " of " << g.size();
+  }
+}
+
 // The data path's two waiting modes (mpi.hpp: a rank thread polls MPI itself for a while, then
 // parks and the progress thread serves): back-to-back calls of mixed sizes, once with every rank
 // prompt and once with a different rank late by longer than the polling lasts at every call.
