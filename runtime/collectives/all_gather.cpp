@@ -62,7 +62,7 @@ void all_gather(Comm& comm, const std::byte* send, std::size_t count, std::byte*
       const std::size_t r = (me + i) % n;
       const std::size_t len = (offsets[r + 1] - offsets[r]) * es;
       if (len == 0 || (r < 32 && (blocks_present >> r & 1) != 0)) continue;
-      reads[count_reads++] = {static_cast<int>(r), 0, {recv + offsets[r] * es, len}};
+      reads[count_reads++] = {static_cast<int>(r), 0, recv + offsets[r] * es, len};
     }
     call.recv_each(0, std::span<const BlockRead>(reads, count_reads));
   }

@@ -54,7 +54,7 @@ void all_reduce(Comm& comm, const std::byte* send, std::size_t send_count, std::
     const std::size_t c = (me + i) % n;
     const std::size_t cb = chunk_begin(send_count, n, c);
     const std::size_t len = (chunk_begin(send_count, n, c + 1) - cb) * es;
-    reads[i - 1] = {static_cast<int>(c), cb * es, {recv + cb * es, len}};
+    reads[i - 1] = {static_cast<int>(c), cb * es, recv + cb * es, len};
     received += len;
   }
   call.recv_each(1, std::span<const BlockRead>(reads, n - 1));

@@ -67,7 +67,7 @@ class Call {
   void recv_each(int step, std::span<const BlockRead> reads) {
     if (shm_ == nullptr) return t_.recv_each(st_, step, reads);
     for (const BlockRead& r : reads)
-      shm_->SharedMemoryTransport::recv(st_, r.from, step, r.offset, r.dst);
+      shm_->SharedMemoryTransport::recv(st_, r.from, step, r.offset, {r.dst, r.bytes});
   }
   void recv_rows(int from, int step, std::size_t offset, std::size_t stride, std::size_t row_bytes,
                  std::size_t rows, std::byte* dst, std::size_t dst_stride) {

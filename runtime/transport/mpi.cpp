@@ -1465,12 +1465,13 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
   try {
     for (std::size_t i = 0; i < reads.size(); ++i) {
       const BlockRead& r = reads[i];
-      if (remote(*c.comm, r.from) && !r.dst.empty())
-        started[i] = start_fetch(c, r.from, step, r.offset, r.dst.size(), r.dst.size(), 1,
-                                 r.dst.data(), r.dst.size(), fetches[i]);
+      if (remote(*c.comm, r.from) && r.bytes > 0)
+        started[i] =
+            start_fetch(c, r.from, step, r.offset, r.bytes, r.bytes, 1, r.dst, r.bytes, fetches[i]);
     }
     for (const BlockRead& r : reads)
-      if (!remote(*c.comm, r.from)) SharedMemoryTransport::recv(c, r.from, step, r.offset, r.dst);
+      if (!remote(*c.comm, r.from))
+        SharedMemoryTransport::recv(c, r.from, step, r.offset, {r.dst, r.bytes});
     for (std::size_t i = 0; i < reads.size(); ++i)
       if (started[i]) {
         started[i] = false;
