@@ -87,8 +87,8 @@ struct CallState {
 };
 
 // One read of recv_each: `bytes` bytes at `offset` of member `from`'s step message, to dst.
-// Trivial (no initializers): the algorithms keep an array of kMaxRanks on the stack per call, and
-// zeroing 8 KiB would cost an 8 B all_gather across processes more than the rest of its reads.
+// Trivial (no initializers): the algorithms keep an array of kMaxRanks (8 KiB) on the stack per
+// call, 8 B ones included, and fill only the entries they read.
 struct BlockRead {
   int from;
   std::size_t offset;
