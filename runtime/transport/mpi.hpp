@@ -36,12 +36,16 @@
 //     locally; a held open satisfies it when it leaves, since its call entered after that wait;
 //   - point-to-point messages to another process are copied at send (complete at once) and kept
 //     by the receiving process until taken, in per-pair order;
-//   - recv_reduce copies the ranges of members in other processes to scratch (their reads in
-//     flight together), then sums them with the local members' ranges read in place (no copy:
-//     SharedMemoryTransport::sum_members) in group-rank order with sum_ranks_into, so results are
-//     bitwise those of a one-process world; recv_each (all_reduce's all-gather step, all_gather)
-//     has every read of another process's message in flight together, not one round trip after
-//     another.
+//   - recv_reduce goes through its range in chunks of 64 KiB: it copies a chunk's ranges of
+//     members in other processes to scratch (their reads in flight together, the next chunk's
+//     leaving before this one is summed), then sums them with the local members' ranges read in
+//     place (no copy: SharedMemoryTransport::sum_members) in group-rank order with
+//     sum_ranks_into, so results are bitwise those of a one-process world, and the sum reads
+//     copies still in cache; recv_each (all_reduce's all-gather step, all_gather) has every read
+//     of another process's message in flight together, not one round trip after another. A read
+//     of a step after 0 leaves without waiting for the owner's post to be mirrored: the owner's
+//     process holds it until the owner posts, then answers (an empty reply when the range is
+//     past the message; the reader checks the range against the post once it is mirrored).
 // Threads: MPI is driven by whichever thread holds Progress::poll_mu. With one rank per process
 // the rank thread itself executes its sends and, while it waits (meet, read, done, message),
 // polls MPI: it takes in the control messages, serves peers' reads of its own buffers and
@@ -144,6 +148,7 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
                      const std::exception_ptr& error) noexcept override;
 
   struct Fetch;     // one read of another process's message (mpi.cpp)
+  struct FetchSet;  // reads of one verb in flight together (mpi.cpp)
   struct Progress;  // the progress thread and what it owns (mpi.cpp)
 
  private:
@@ -174,6 +179,10 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
                    std::size_t row_bytes, std::size_t rows, std::byte* dst, std::size_t dst_stride,
                    Fetch& fetch);
   void wait_fetch(CallState& c, int from, Fetch& fetch);
+  // Throws std::logic_error when bytes [offset, end) exceed member `from`'s step message (its
+  // descriptor mirrored here: step 0 after the meet, a later step once its post arrived).
+  void check_read_range(const CallState& c, int from, int step, std::size_t offset,
+                        std::size_t end) const;
   // Ends a receive still in flight (an unwinding reader) before its destination may be freed.
   void cancel_fetch(Fetch& fetch);
   // After a run (end_run): every process's trace events, into every process's copy of the

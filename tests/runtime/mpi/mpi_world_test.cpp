@@ -199,11 +199,12 @@ TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
 
 // Large reductions across processes (mpi.hpp: recv_reduce): the ranges of members in other
 // processes are copied, those of members in this process are summed in place, in group-rank
-// order. Per-rank ranges of 64 Ki floats and around it, counts not divisible by N, in place and
-// out of place, with several ranks per process (N = 8 at P = 2, 4; N = 4 at P = 2) and one (N = 4
-// at P = 4): bitwise the threads-only result.
+// order, a chunk of 64 KiB at a time (the next chunk's reads in flight while one is summed).
+// Per-rank ranges of 64 Ki floats and around it, of one chunk and around it (16 Ki floats, 8 Ki
+// doubles), counts not divisible by N, in place and out of place, with several ranks per process
+// (N = 8 at P = 2, 4; N = 4 at P = 2) and one (N = 4 at P = 4): bitwise the threads-only result.
 std::vector<Outputs> large_reductions(World& w) {
-  constexpr std::size_t k64Ki = 65536;
+  constexpr std::size_t k64Ki = 65536, kChunkFloats = 16384;
   return run_outputs(w, [](Rank& r, Outputs& out) {
     Comm& c = r.comm();
     const auto n = static_cast<std::size_t>(c.size());
@@ -215,7 +216,9 @@ std::vector<Outputs> large_reductions(World& w) {
     auto keep = [&](const std::vector<float>& v) {
       out.values.insert(out.values.end(), v.begin(), v.end());
     };
-    for (const std::size_t per_rank : {k64Ki - 1, k64Ki, k64Ki + 1, 3 * k64Ki + 5}) {
+    for (const std::size_t per_rank :
+         {kChunkFloats - 1, kChunkFloats, kChunkFloats + 1, 2 * kChunkFloats + 1, k64Ki - 1, k64Ki,
+          k64Ki + 1, 3 * k64Ki + 5}) {
       auto x = vec(per_rank * n + n - 1, 1);  // not divisible by N
       all_reduce<float>(c, x);
       keep(x);
@@ -226,6 +229,13 @@ std::vector<Outputs> large_reductions(World& w) {
       std::vector<float> part(per_rank);
       reduce_scatter<float>(c, in, part);
       keep(part);
+      // Doubles: a chunk is half as many elements.
+      std::vector<double> d(per_rank / 2 * n + 1);
+      for (std::size_t i = 0; i < d.size(); ++i) d[i] = 1.0 / static_cast<double>(3 + c.rank() + i);
+      all_reduce<double>(c, d);
+      const std::size_t at = out.values.size();  // the doubles' bits, compared as they are
+      out.values.resize(at + d.size() * sizeof(double) / sizeof(float));
+      std::memcpy(out.values.data() + at, d.data(), d.size() * sizeof(double));
     }
   });
 }
