@@ -206,50 +206,61 @@ struct MpiTransport::Fetch {
 // The reads of other processes' messages that one verb (recv_each, recv_reduce) has in flight
 // together: started together, then waited for one by one. A read still in flight when the set
 // ends (its reader unwinding) is cancelled first, since its destination may be freed then.
-// One set at a time per thread: the fetches are the thread's own (a Fetch is shared with the
-// progress thread by address, so they stay put).
+// One set at a time per thread: the reads are the thread's own, kept between sets (a Fetch is
+// shared with the progress thread by address, so they stay put while any is in flight).
 struct MpiTransport::FetchSet {
-  static constexpr int kCapacity = 2 * kMaxRanks;  // recv_reduce: two chunks' reads
+  struct Read {
+    Fetch fetch;
+    bool started = false;
+    int from = 0, step = 0;
+    std::size_t offset = 0, end = 0;
+  };
 
-  FetchSet(MpiTransport& transport, CallState& call) : t(transport), c(call) {
-    thread_local std::unique_ptr<Fetch[]> mine(new Fetch[kCapacity]);
-    fetches = mine.get();
+  // Room for reads [0, capacity).
+  FetchSet(MpiTransport& transport, CallState& call, std::size_t capacity) : t(transport), c(call) {
+    thread_local std::unique_ptr<Read[]> mine;
+    thread_local std::size_t room = 0;
+    if (room < capacity) {  // the last set ended: none of the old reads is in flight
+      mine.reset(new Read[capacity]);
+      room = capacity;
+    }
+    reads = mine.get();
   }
   FetchSet(const FetchSet&) = delete;
   FetchSet& operator=(const FetchSet&) = delete;
   ~FetchSet() {
-    for (int i = 0; i < used; ++i)
-      if (started[i]) t.cancel_fetch(fetches[i]);
+    for (std::size_t i = 0; i < used; ++i)
+      if (reads[i].started) t.cancel_fetch(reads[i].fetch);
   }
   // Read i: bytes [offset, offset + bytes) of member `from`'s step message into dst.
-  void start(int i, int from, int step, std::size_t offset, std::size_t bytes, std::byte* dst) {
-    for (; used <= i; ++used) started[used] = false;  // not all: an 8 B call uses a few
-    started[i] = false;
-    froms[i] = from;
-    steps[i] = step;
-    offsets[i] = offset;
-    ends[i] = offset + bytes;
-    started[i] = t.start_fetch(c, from, step, offset, bytes, bytes, 1, dst, bytes, fetches[i]);
+  void start(std::size_t i, int from, int step, std::size_t offset, std::size_t bytes,
+             std::byte* dst) {
+    for (; used <= i; ++used) reads[used].started = false;  // not all: an 8 B call uses a few
+    Read& r = reads[i];
+    r.started = false;
+    r.from = from;
+    r.step = step;
+    r.offset = offset;
+    r.end = offset + bytes;
+    r.started = t.start_fetch(c, from, step, offset, bytes, bytes, 1, dst, bytes, r.fetch);
   }
   // Waits for read i (nothing when it was not started or came with the open), then for its
   // owner's post to be mirrored here, whose size bounds the range read.
-  void wait(int i) {
-    if (i >= used || !started[i]) return;
-    t.wait_fetch(c, froms[i], fetches[i]);
-    started[i] = false;
-    if (steps[i] == 0) return;  // checked at start: step 0 was mirrored at the meet
-    t.pump_until([&] { return t.mirror_reached(c, froms[i], step_stage(steps[i])); });
-    t.wait_stage(c, froms[i], step_stage(steps[i]));
-    t.check_read_range(c, froms[i], steps[i], offsets[i], ends[i]);
+  void wait(std::size_t i) {
+    if (i >= used || !reads[i].started) return;
+    Read& r = reads[i];
+    t.wait_fetch(c, r.from, r.fetch);
+    r.started = false;
+    if (r.step == 0) return;  // checked at start: step 0 was mirrored at the meet
+    t.pump_until([&] { return t.mirror_reached(c, r.from, step_stage(r.step)); });
+    t.wait_stage(c, r.from, step_stage(r.step));
+    t.check_read_range(c, r.from, r.step, r.offset, r.end);
   }
 
   MpiTransport& t;
   CallState& c;
-  Fetch* fetches;
-  int used = 0;  // reads [0, used) have their entries below set
-  bool started[kCapacity];
-  int froms[kCapacity], steps[kCapacity];
-  std::size_t offsets[kCapacity], ends[kCapacity];
+  Read* reads = nullptr;
+  std::size_t used = 0;  // reads [0, used) have `started` set
 };
 
 struct MpiTransport::Progress {
@@ -1522,16 +1533,16 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
   // mirrored here (each owner's process answers once its owner posted: the post's notice and the
   // read cross instead of following each other); then the local copies while they travel, and
   // the waits.
-  FetchSet fetches(*this, c);
+  FetchSet fetches(*this, c, reads.size());
   for (std::size_t i = 0; i < reads.size(); ++i) {
     const BlockRead& r = reads[i];
     if (remote(*c.comm, r.from) && r.bytes > 0)
-      fetches.start(static_cast<int>(i), r.from, step, r.offset, r.bytes, r.dst);
+      fetches.start(i, r.from, step, r.offset, r.bytes, r.dst);
   }
   for (const BlockRead& r : reads)
     if (!remote(*c.comm, r.from))
       SharedMemoryTransport::recv(c, r.from, step, r.offset, {r.dst, r.bytes});
-  for (std::size_t i = 0; i < reads.size(); ++i) fetches.wait(static_cast<int>(i));
+  for (std::size_t i = 0; i < reads.size(); ++i) fetches.wait(i);
   // A remote read of no bytes started nothing: its owner's post is still waited for.
   if (step > 0)
     for (const BlockRead& r : reads)
@@ -1567,9 +1578,6 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   const int n = c.size;
   const std::size_t es = dtype_size(dtype);
   const std::size_t bytes = count * es;
-  if (step > 0)
-    for (int i = 1; i < n; ++i)
-      if (!remote(*c.comm, (c.rank + i) % n)) wait_stage(c, (c.rank + i) % n, step_stage(step));
   if (bytes == 0) {
     if (step > 0) {
       pump_until([&] { return mirrors_reached(c, step_stage(step)); });
@@ -1577,49 +1585,61 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
     }
     return;
   }
-  // The range in chunks; a chunk's ranges of members in other processes are copied to scratch by
-  // reads in flight together (leaving before their owners' posts are mirrored here, as in
-  // recv_each) while the previous chunk is summed, so the sum reads copies still in cache. The
-  // shared-memory sum reads the local members' ranges in place (no copy) and the copies, in
-  // group-rank order: the same sum_ranks_into as one process, so the result is bitwise the same.
-  // Measured (all_reduce 4 MiB, mpi_runtime_bench, P = 8 on 2 cores, same binary alternating
-  // chunk sizes, 3 rounds): ratio to OpenMPI 1.29 / 1.24 / 1.40 with 64 KiB chunks, 1.56 / 1.59 /
-  // 1.35 with 128 KiB, 1.36 / 1.55 / 1.37 with 32 KiB; at P = 2 64 KiB was as fast as 128 KiB.
+  // The range in chunks, kWindow chunks' reads in flight: a chunk's ranges of members in other
+  // processes are copied to scratch by reads in flight together (leaving before their owners'
+  // posts are mirrored here, as in recv_each), and each chunk is summed once its copies are in,
+  // while the next one travels, so the sum reads them still in cache. The shared-memory sum reads
+  // the local members' ranges in place (no copy) and the copies, in group-rank order: the same
+  // sum_ranks_into as one process, so the result is bitwise the same. Measured (all_reduce 4 MiB,
+  // mpi_runtime_bench, P = 8 on 2 cores, same-run ratio to OpenMPI, builds or chunk sizes
+  // alternated, load 12-28): 64 KiB chunks 1.29 / 1.24 / 1.40, 128 KiB 1.56 / 1.59 / 1.35, 32 KiB
+  // 1.36 / 1.55 / 1.37; a window of 16 chunks 1.86 / 2.44 against 1.32 / 1.48 with 2.
   constexpr std::size_t kChunk = std::size_t{64} << 10;
+  constexpr std::size_t kWindow = 2;
   const std::size_t chunk = std::max(es, std::min(bytes, kChunk) / es * es);
   const std::size_t chunks = (bytes + chunk - 1) / chunk;
+  const std::size_t window = std::min(chunks, kWindow);
   std::size_t remotes = 0;
   for (int r = 0; r < n; ++r) remotes += remote(*c.comm, r) ? 1 : 0;
   thread_local std::vector<std::byte> scratch;
-  const std::size_t buffers = chunks > 1 ? 2 : 1;
-  if (scratch.size() < buffers * remotes * chunk) scratch.resize(buffers * remotes * chunk);
+  if (scratch.size() < window * remotes * chunk) scratch.resize(window * remotes * chunk);
   // A range past a message fails before any chunk is summed into acc (a later step's, whose post
   // may not be here yet, fails at its chunk's wait).
   for (int r = 0; step == 0 && r < n; ++r)
     if (remote(*c.comm, r)) check_read_range(c, r, 0, offset, offset + bytes);
-  const std::byte* copied[2][kMaxRanks];
-  FetchSet fetches(*this, c);
+  // Chunk k's copy of the j-th member in another process: scratch slot (k % window) * remotes + j,
+  // read (k % window) * n + r of the set.
+  const std::byte* copied[kMaxRanks];
+  FetchSet fetches(*this, c, window * static_cast<std::size_t>(n));
   const auto start = [&](std::size_t k) {
-    const std::size_t b = k % 2;
-    const std::size_t begin = k * chunk, len = std::min(chunk, bytes - begin);
-    std::byte* to = scratch.data() + b * remotes * chunk;
+    const std::size_t w = k % window, begin = k * chunk;
+    std::byte* to = scratch.data() + w * remotes * chunk;
     for (int r = 0; r < n; ++r) {
-      copied[b][r] = nullptr;
       if (!remote(*c.comm, r)) continue;
-      fetches.start(static_cast<int>(b) * n + r, r, step, offset + begin, len, to);
-      copied[b][r] = to;
+      fetches.start(w * static_cast<std::size_t>(n) + static_cast<std::size_t>(r), r, step,
+                    offset + begin, std::min(chunk, bytes - begin), to);
       to += chunk;
     }
   };
-  start(0);
+  for (std::size_t k = 0; k < window; ++k) start(k);
+  // The local members' posts, while the first chunks travel (sum_members reads their buffers).
+  for (int i = 1; step > 0 && i < n; ++i)
+    if (!remote(*c.comm, (c.rank + i) % n)) wait_stage(c, (c.rank + i) % n, step_stage(step));
   for (std::size_t k = 0; k < chunks; ++k) {
-    if (k + 1 < chunks) start(k + 1);
-    const std::size_t b = k % 2;
-    for (int r = 0; r < n; ++r) fetches.wait(static_cast<int>(b) * n + r);
-    const std::size_t begin = k * chunk, len = std::min(chunk, bytes - begin);
+    const std::size_t w = k % window, begin = k * chunk;
+    const std::byte* from = scratch.data() + w * remotes * chunk;
+    for (int r = 0; r < n; ++r) {
+      copied[r] = nullptr;
+      if (!remote(*c.comm, r)) continue;
+      fetches.wait(w * static_cast<std::size_t>(n) + static_cast<std::size_t>(r));
+      copied[r] = from;
+      from += chunk;
+    }
     // The waits lowered the reading flag sum_members raises for the in-place reads: it is never
     // up during one.
-    sum_members(c, step, offset + begin, len / es, dtype, acc + begin, copied[b]);
+    sum_members(c, step, offset + begin, std::min(chunk, bytes - begin) / es, dtype, acc + begin,
+                copied);
+    if (k + window < chunks) start(k + window);  // into the slots just summed
   }
 }
 

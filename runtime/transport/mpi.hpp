@@ -87,9 +87,10 @@
 // checks). The communicator is freed with the world once every message sent on it has been taken in
 // (drain). Cost: per call, per other process hosting members: one message at open (the fingerprint,
 // the header and step 0 when at most kEagerBytes), one per post, one done if that process exposed a
-// buffer; a read of another process's message is one request and one reply. So an 8 B
-// collective is P - 1 messages per rank, and the fingerprint check adds no message to the
-// all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that carries the data.
+// buffer; a read of another process's message is one request and one reply (a reduction's: one per
+// 64 KiB chunk). So an 8 B collective is P - 1 messages per rank, and the fingerprint check adds no
+// message to the all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that
+// carries the data.
 // A small broadcast is P - 1 messages from the root, as OpenMPI's, plus each receiver's held open
 // every 31 calls (P - 1 messages) with 24 bytes per held call. Per
 // run: a barrier, an all-gather of every rank's counters, an all-reduce of the verdict, and with
