@@ -1603,9 +1603,9 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   for (int r = 0; r < n; ++r) remotes += remote(*c.comm, r) ? 1 : 0;
   thread_local std::vector<std::byte> scratch;
   if (scratch.size() < window * remotes * chunk) scratch.resize(window * remotes * chunk);
-  // A range past a message fails before any chunk is summed into acc (a later step's, whose post
-  // may not be here yet, fails at its chunk's wait).
-  for (int r = 0; step == 0 && r < n; ++r)
+  // A range past a message fails before any chunk is summed into acc (start_fetch checks a single
+  // chunk's; a later step's, whose post may not be here yet, fails at its chunk's wait).
+  for (int r = 0; step == 0 && chunks > 1 && r < n; ++r)
     if (remote(*c.comm, r)) check_read_range(c, r, 0, offset, offset + bytes);
   // Chunk k's copy of the j-th member in another process: scratch slot (k % window) * remotes + j,
   // read (k % window) * n + r of the set.
