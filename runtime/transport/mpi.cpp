@@ -115,6 +115,13 @@ std::span<const std::byte> extra_of(const std::vector<std::byte>& m) {
   return std::span<const std::byte>(m).subspan(sizeof(WireHead) + sizeof(Body));
 }
 
+// The calling thread's buffer for the control messages it sends to every other process of a group
+// (open, post): reused, so that sending one allocates nothing (Progress::isend_all).
+std::vector<std::byte>& control_buffer() {
+  thread_local std::vector<std::byte> buffer;
+  return buffer;
+}
+
 int checked_int(std::uint64_t n, const char* what) {
   if (n > static_cast<std::uint64_t>(INT_MAX))
     throw std::length_error(std::string("MPI transport: ") + what + " of " + std::to_string(n) +
@@ -441,26 +448,49 @@ struct MpiTransport::Progress {
     push(std::move(c), drive);
   }
 
-  // The same control message to every process in `to` (drive, see send_to): one rank per process
-  // and MPI free, the caller sends it from one buffer they share, instead of a copy each.
-  void send_to_all(std::span<const int> to, std::vector<std::byte> bytes) {
-    if (to.size() > 1 && w.local_ranks == 1) {
+  // The same control message to every process in `to` (drive, see send_to). One rank per process
+  // and MPI free: the caller sends it itself (isend_all) from `bytes`; otherwise a copy per
+  // process goes through the queue. `bytes` is left empty when its storage had to be kept for a
+  // send still in flight: a caller reusing it as a buffer only resizes it again.
+  void send_to_all(std::span<const int> to, std::vector<std::byte>& bytes) {
+    if (w.local_ranks == 1) {
       std::unique_lock lock(poll_mu, std::try_to_lock);
       if (lock.owns_lock()) {
         run_commands();
-        const auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
-        for (int q : to) {
-          Outstanding o;
-          o.kind = Outstanding::kOwnedSend;
-          o.shared = shared;
-          isend_kept(q, std::move(o));
-        }
-        test_some();  // see push
+        isend_all(to, bytes);
         return;
       }
     }
-    for (std::size_t i = 0; i + 1 < to.size(); ++i) send_to(to[i], bytes, true);
-    send_to(to.back(), std::move(bytes), true);
+    for (int q : to) send_to(q, bytes, true);
+  }
+  // Sends `bytes` to every process in `to`. When every send completed at once (OpenMPI's
+  // shared-memory transport copies a small message out within MPI_Isend) nothing is kept: no
+  // allocation, no entry in `pending`, nothing for test_some to poll, and `bytes` is the caller's
+  // again. Otherwise its storage moves to `pending` (a moved vector keeps its heap block, which the
+  // sends read) until the last of them completes. Never waits: a thread holds poll_mu only while
+  // it makes progress. Caller holds poll_mu.
+  void isend_all(std::span<const int> to, std::vector<std::byte>& bytes) {
+    MPI_Request sends[kMaxRanks];
+    const int n = static_cast<int>(to.size());
+    for (int k = 0; k < n; ++k) {
+      MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to[k],
+                control_tag(bytes.size()), comm, &sends[k]);
+      ++wire_sent[static_cast<std::size_t>(to[k])];
+    }
+    int all_done = 0;
+    MPI_Testall(n, sends, &all_done, MPI_STATUSES_IGNORE);
+    if (all_done) return;
+    // A MPI_Testall that returns false modifies no request: each is completed by test_some.
+    const auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+    bytes.clear();
+    for (int k = 0; k < n; ++k) {
+      Outstanding o;
+      o.kind = Outstanding::kOwnedSend;
+      o.shared = shared;
+      requests.push_back(sends[k]);
+      pending.push_back(std::move(o));
+    }
+    test_some();  // see push
   }
   // A control message to process `dest`, its buffer kept until the send completes. Caller holds
   // poll_mu.
@@ -1196,9 +1226,10 @@ void MpiTransport::notify(const CallState& c, int type, int step, std::uint64_t 
   h.member = c.rank;
   h.step = step;
   h.bytes = bytes;
-  std::vector<std::byte> m(sizeof h);
+  std::vector<std::byte>& m = control_buffer();
+  m.resize(sizeof h);
   std::memcpy(m.data(), &h, sizeof h);
-  p_->send_to_all(g.other_processes, std::move(m));
+  p_->send_to_all(g.other_processes, m);
 }
 
 template <class Ready>
@@ -1302,14 +1333,15 @@ void MpiTransport::send_open_message(const Group& g, int member, std::uint64_t s
   b.held = static_cast<std::uint32_t>(seq - first_held);
   const Slot& own = g.slots[static_cast<std::size_t>(member)];
   const std::size_t fps_bytes = b.held * sizeof(Fingerprint);
-  std::vector<std::byte> m(sizeof h + sizeof b + fps_bytes + (b.eager ? step0.size() : 0));
+  std::vector<std::byte>& m = control_buffer();
+  m.resize(sizeof h + sizeof b + fps_bytes + (b.eager ? step0.size() : 0));
   std::memcpy(m.data(), &h, sizeof h);
   std::memcpy(m.data() + sizeof h, &b, sizeof b);
   std::byte* at = m.data() + sizeof h + sizeof b;
   for (std::uint64_t u = first_held; u < seq; ++u, at += sizeof(Fingerprint))
     std::memcpy(at, &own.fps[u % (2 * kDescriptors)], sizeof(Fingerprint));
   if (b.eager && !step0.empty()) std::memcpy(at, step0.data(), step0.size());
-  p_->send_to_all(g.other_processes, std::move(m));
+  p_->send_to_all(g.other_processes, m);
 }
 
 void MpiTransport::hold(CallState& c) {
