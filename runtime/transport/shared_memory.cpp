@@ -279,18 +279,21 @@ bool SharedMemoryTransport::open_rooted(CallState& c, const Fingerprint& fp,
   // nobody waits for a done stage.
   own.unawaited = c.seq;
   // A run of eager broadcasts from one root is the common case: start moving the next call's
-  // descriptor lines now (line 0: fingerprint and step 0; line 1: the payload), so their transfer
-  // between cores overlaps this call's remaining work instead of stalling the next one. The root
-  // asks for ownership of its own (write), the others for a copy of the root's (read). Only a
-  // hint: no access, so no ordering is implied.
+  // descriptor line now (line 0: fingerprint, step 0 and a payload of up to kPayloadInLine0 bytes;
+  // a longer payload continues in line 1), so its transfer between cores overlaps this call's
+  // remaining work instead of stalling the next one. The root asks for ownership of its own
+  // (write), the others for a copy of the root's (read). Only a hint: no access, so no ordering is
+  // implied.
   const Descriptor& next = slot(c, fp.root).desc[(c.seq + 1) % kDescriptors];
+  const auto* next_line1 = reinterpret_cast<const std::byte*>(&next) + 64;
+  const bool payload_past_line0 = fp.count * dtype_size(fp.dtype) > kPayloadInLine0;
   if (c.rank == fp.root) {
     __builtin_prefetch(&next, 1, 3);
-    __builtin_prefetch(next.data, 1, 3);
+    if (payload_past_line0) __builtin_prefetch(next_line1, 1, 3);
     return false;
   }
   __builtin_prefetch(&next, 0, 3);
-  __builtin_prefetch(next.data, 0, 3);
+  if (payload_past_line0) __builtin_prefetch(next_line1, 0, 3);
   wait_stage(c, fp.root, step_stage(0));
   const Fingerprint& theirs = desc(c, fp.root).fp;
   if (!(theirs == fp)) {

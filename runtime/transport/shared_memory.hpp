@@ -81,20 +81,24 @@ struct StepMessage {
 static_assert(sizeof(StepMessage) == 32);
 
 // Cache-line layout: a reader of a one-step call (every small collective) needs the fingerprint,
-// the header, the eager flag and step 0's location — all in line 0 — and, when eager, the payload,
-// which starts line 1. Later steps' locations follow the payload: only large calls read them.
-struct Descriptor {
+// step 0's location and length, the eager flag and, when eager, the payload. An 8 B payload (the
+// common small message: one double, two floats) sits in line 0 with all the rest, so reading a
+// member's 8 B call reads one line written by another core, not two (the payload used to start
+// line 1). Longer payloads run on into the following lines. The header (read only by observers at
+// the meet) and later steps' locations (large calls only) follow the payload.
+struct alignas(64) Descriptor {
   Fingerprint fp;
-  CallHeader header;
-  bool eager = false;  // step 0 copied into `data`
   StepMessage step0;
-  alignas(64) std::byte data[kEagerBytes];
+  bool eager = false;  // step 0 copied into `data`
+  alignas(8) std::byte data[kEagerBytes];
+  CallHeader header;
   StepMessage later[kMaxSteps - 1];  // steps 1 ..
   StepMessage& step(int s) { return s == 0 ? step0 : later[s - 1]; }
   const StepMessage& step(int s) const { return s == 0 ? step0 : later[s - 1]; }
 };
-static_assert(sizeof(Fingerprint) + sizeof(CallHeader) + 8 + sizeof(StepMessage) <= 64,
-              "line 0 of a Descriptor holds everything but the payload of a one-step call");
+inline constexpr std::size_t kPayloadInLine0 = 8;
+static_assert(offsetof(Descriptor, data) + kPayloadInLine0 <= 64,
+              "line 0 of a Descriptor holds everything a reader of an 8 B one-step call needs");
 
 struct alignas(64) Slot {
   // Written by the owner only. seq_cst store publishes desc[s % 2] (and each step's message,

@@ -75,6 +75,31 @@ TEST(Broadcast, LongRunsOfEagerBroadcastsWithRotatingRootsStayExact) {
   });
 }
 
+// One root far ahead of a receiver that lags (it sleeps now and then), over many times the mailbox
+// ring: the root settles in batches whenever the ring needs a descriptor back, and every receiver
+// still gets every payload exactly, whether it fits in the descriptor's first line (8 B), runs
+// past it (12 B) or fills the eager limit (256 B).
+TEST(Broadcast, OneRootFarAheadOfALaggingReceiverOverManyRingLapsStaysExact) {
+  for (const int n : {2, 4}) {
+    World& world = shared_world(n);
+    for (const std::size_t count : {std::size_t{2}, std::size_t{3}, std::size_t{64}}) {
+      world.run([&](Rank& r) {
+        for (int i = 0; i < 1000; ++i) {
+          std::vector<float> a(count, -1.0f);
+          if (r.id() == 0)
+            for (std::size_t k = 0; k < count; ++k) a[k] = static_cast<float>(i * 7 + k);
+          if (r.id() == n - 1 && i % 97 == 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          broadcast<float>(r.comm(), a, 0);
+          for (std::size_t k = 0; k < count; ++k)
+            ASSERT_EQ(a[k], static_cast<float>(i * 7 + k))
+                << "rank " << r.id() << " of " << n << ", count " << count << ", call " << i;
+        }
+      });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, BroadcastTest, ::testing::ValuesIn(world_sizes()),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
