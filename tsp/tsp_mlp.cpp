@@ -12,6 +12,27 @@
 
 namespace tspemu::tsp {
 
+namespace {
+
+// h[i] = silu(gate) * up of row i of gu ([M, 2·Fl], gate | up per row), h [M, Fl].
+template <class T>
+void silu_mul_rows(T* h, const T* gu, int M, int Fl) {
+  const auto F = static_cast<std::size_t>(Fl);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(M); ++i)
+    ref::silu_mul_forward(h + i * F, gu + 2 * i * F, gu + 2 * i * F + F, F);
+}
+
+// Row i of dgu ([M, 2·Fl]) = d gate | d up of row i of gu, from dh [M, Fl].
+template <class T>
+void silu_mul_backward_rows(T* dgu, const T* dh, const T* gu, int M, int Fl) {
+  const auto F = static_cast<std::size_t>(Fl);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(M); ++i)
+    ref::silu_mul_backward(dgu + 2 * i * F, dgu + 2 * i * F + F, dh + i * F, gu + 2 * i * F,
+                           gu + 2 * i * F + F, F);
+}
+
+}  // namespace
+
 template <class T>
 BasicTspMlp<T>::BasicTspMlp(Rank& rank, const TspShape& shape, const ref::LayerWeights<T>& master)
     : BasicTspMlp(rank, rank.comm(), shape, master) {}
@@ -42,12 +63,10 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
   const std::size_t shard = w_.size();
   xn_.reset();
   rstd_.reset();
-  gate_.reset();
-  up_.reset();
+  gate_up_.reset();
   xn_ = a.allocate<T>(MC, Category::activations);
   rstd_ = a.allocate<T>(static_cast<std::size_t>(M), Category::activations);
-  gate_ = a.allocate<T>(MF * D, Category::activations);
-  up_ = a.allocate<T>(MF * D, Category::activations);
+  gate_up_ = a.allocate<T>(2 * MF * D, Category::activations);
   auto h = a.allocate<T>(MF, Category::workspace);
   // Two ring buffers: the one being received into is never the one being sent (that send has
   // completed a step earlier), and the rank's own shard is never overwritten.
@@ -68,14 +87,16 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
     }
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur, s_);
-    T* g = gate_.data() + MF * o;
-    T* u = up_.data() + MF * o;
+    T* gu = gate_up_.data() + 2 * MF * o;  // [M, 2·Fl]: row i = gate (Fl) | up (Fl)
     {
       // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
       TraceSpan span(comm_, "mlp", 3 * 2.0 * M * Fl * C);
-      ref::matmul_nt(g, xn_.data(), v.gate, M, Fl, C);
-      ref::matmul_nt(u, xn_.data(), v.up, M, Fl, C);
-      ref::silu_mul_forward(h.data(), g, u, MF);
+      // [gate | up] = n @ [w_gate[o]; w_up[o]].T as one GEMM (the shard holds w_up right after
+      // w_gate): x_norm is packed once, not twice. Only N grows, and BLAS blocks the sum over K
+      // by K alone, so every element is the same sum in the same order as in the reference's
+      // two GEMMs (D = 1 stays bitwise equal to it, tests/tsp/tsp_blocks_test.cpp).
+      ref::matmul_nt(gu, xn_.data(), v.gate, M, 2 * Fl, C);
+      silu_mul_rows(h.data(), gu, M, Fl);
       ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
     }
     if (k < D - 1) {
@@ -100,8 +121,7 @@ void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
   auto dxn = a.allocate<T>(MC, Category::workspace, /*zero=*/true);
   auto h = a.allocate<T>(MF, Category::workspace);
   auto dh = a.allocate<T>(MF, Category::workspace);
-  auto dg = a.allocate<T>(MF, Category::workspace);
-  auto du = a.allocate<T>(MF, Category::workspace);
+  auto dgu = a.allocate<T>(2 * MF, Category::workspace);  // [M, 2·Fl]: d gate | d up per row
   // Weight ring as in forward, plus a gradient ring one shard behind it.
   Buffer<T> wring[2], gring[2];
   if (D > 1) wring[0] = a.allocate<T>(shard, Category::comm);
@@ -122,20 +142,21 @@ void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
     const int o = (p - k + D) % D;
     const auto v = mlp_view(cur_w, s_);
     const auto gv = mlp_view(cur_g, s_);
-    const T* g = gate_.data() + MF * o;
-    const T* u = up_.data() + MF * o;
+    const T* gu = gate_up_.data() + 2 * MF * o;  // [M, 2·Fl]: gate | up per row
     {
       TraceSpan span(comm_, "mlp backward", 6 * 2.0 * M * Fl * C);
-      ref::silu_mul_forward(h.data(), g, u, MF);
+      silu_mul_rows(h.data(), gu, M, Fl);
       // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
       ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
       ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
-      ref::silu_mul_backward(dg.data(), du.data(), dh.data(), g, u, MF);
-      // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n ; dn += dg @ w_gate[o] + du @ w_up[o]
-      ref::matmul_tn(gv.gate, dg.data(), xn_.data(), Fl, C, M, true);
-      ref::matmul_tn(gv.up, du.data(), xn_.data(), Fl, C, M, true);
-      ref::matmul_nn(dxn.data(), dg.data(), v.gate, M, C, Fl, true);
-      ref::matmul_nn(dxn.data(), du.data(), v.up, M, C, Fl, true);
+      silu_mul_backward_rows(dgu.data(), dh.data(), gu, M, Fl);
+      // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n   (one GEMM, as in forward: the
+      // gradient shard holds dw_up right after dw_gate)
+      ref::matmul_tn(gv.gate, dgu.data(), xn_.data(), 2 * Fl, C, M, true);
+      // torch: dn += dg @ w_gate[o] + du @ w_up[o]   (two GEMMs: one over K = 2·Fl would sum
+      // in another order than the reference)
+      ref::matmul_nn(dxn.data(), dgu.data(), v.gate, M, C, Fl, true, 2 * Fl);
+      ref::matmul_nn(dxn.data(), dgu.data() + Fl, v.up, M, C, Fl, true, 2 * Fl);
     }
     if (D > 1) {
       // The gradient shard moves on to the next rank, which adds its tokens' share; after D hops

@@ -11,6 +11,7 @@
 // MLP shard r (intermediate columns r·Fl..):
 //   gate [Fl, C]  rows of gate_proj;  up [Fl, C]  rows of up_proj;  down [C, Fl]  columns of
 //   down_proj [C, F].
+//   up follows gate directly, so [gate; up] is one [2·Fl, C] matrix (TspMlp's fused GEMM).
 // Gradients use the same packing.
 #pragma once
 

@@ -62,8 +62,7 @@ class BasicTspMlp {
   Buffer<T> grad_norm_;  // [C]
   Buffer<T> xn_;         // [B·Tl, C]
   Buffer<T> rstd_;       // [B·Tl]
-  Buffer<T> gate_;       // [D][B·Tl, Fl] by shard index o
-  Buffer<T> up_;         // [D][B·Tl, Fl]
+  Buffer<T> gate_up_;    // [D][B·Tl, 2·Fl] by shard index o: gate | up per row
 };
 
 using TspMlp = BasicTspMlp<float>;
