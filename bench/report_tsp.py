@@ -5,7 +5,8 @@ Targets on a 2-core machine (medians of repetitions, one run):
   D = 2 forward time <= 0.55 x the single-thread reference's forward time
   D = 8 forward time (8 ranks on 2 cores) <= 1.25 x D = 2's
   GEMM share of the D = 2 layer (forward, and forward+backward) >= 0.85 (issue 18 item 4)
-Also printed: every point's median ms, tokens/s, GEMM GFLOP/s and share, peak MiB per rank.
+Also printed: every point's median ms, tokens/s, GEMM GFLOP/s and share, peak MiB per rank, and
+the efficiency of each of the D = 2 forward's GEMM calls alone.
 """
 import argparse
 import json
@@ -75,6 +76,11 @@ def main():
               f"sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
               f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone; page faults per rank "
               f"{b['page_faults_per_rank']:.0f})")
+    # Which of the layer's GEMM calls run below the square rate on this BLAS kernel (each alone).
+    b = med["BM_TspGemmShare/D:2/backward:0/keep:0"]
+    calls = [k[len("efficiency_"):] for k in b if k.startswith("efficiency_")]
+    print("D=2 forward GEMM calls alone, of the square rate: " +
+          ", ".join(f"{c} {b['efficiency_' + c]:.2f}" for c in calls))
     return 0 if ok else 1
 
 

@@ -138,6 +138,9 @@ void BM_TspLayer(benchmark::State& state) {
 // causes apart:
 //   shapes_share     the same with the sgemm rate at the layer's own GEMM shapes, weighted by
 //                    their FLOPs (small or thin GEMMs: packing, K = head size in attention);
+//   efficiency_<call>  one of those shapes alone (sgemm_GFLOPs_<call>) over the square rate
+//                    measured right after it (layer_gemm_shapes: q, k_v, o, gate_up, down, and the
+//                    attention core's scores and pv);
 //   in_gemm          the fraction of each rank's wall time spent inside BLAS (the rest: norms,
 //                    RoPE, softmax, reordering, collectives and waiting for the other rank);
 //   gemm_efficiency  the executed GEMM FLOPs / the time inside BLAS / the square sgemm rate (the
@@ -153,55 +156,78 @@ void BM_TspLayer(benchmark::State& state) {
 //   page_faults_per_rank  minor page faults a rank took inside the timed pass (fresh memory being
 //                      touched: 0 when every buffer is reused from an earlier pass).
 
-// FLOP/s of C = A·Bᵀ (matmul_nt) at M x N x K on this thread, over at least min_seconds.
-double sgemm_rate(int M, int N, int K, double min_seconds = 0.25) {
-  std::vector<float> a(static_cast<std::size_t>(M) * K, 0.5f),
-      b(static_cast<std::size_t>(N) * K, 0.25f), c(static_cast<std::size_t>(M) * N);
-  ref::matmul_nt(c.data(), a.data(), b.data(), M, N, K);  // warm: pinning, page faults
+// One GEMM call as the layer makes it: C [M, N] (+)= A [M, K] · op(B), B [N, K] (matmul_nt) or
+// [K, N] (matmul_nn), with the layer's row strides.
+struct GemmShape {
+  const char* name;
+  bool b_transposed;
+  int M, N, K, lda, ldb, ldc;
+  bool accumulate;
+  double flops;  // its FLOPs in one forward of the layer, per rank
+};
+
+GemmShape square_shape(int n) {
+  return {"square", true, n, n, n, n, n, n, false, 0};
+}
+
+// FLOP/s of the GEMM g on this thread, over at least min_seconds.
+double sgemm_rate(const GemmShape& g, double min_seconds = 0.25) {
+  const auto rows_a = static_cast<std::size_t>(g.M),
+             rows_b = static_cast<std::size_t>(g.b_transposed ? g.N : g.K);
+  std::vector<float> a(rows_a * static_cast<std::size_t>(g.lda), 0.5f),
+      b(rows_b * static_cast<std::size_t>(g.ldb), 0.25f),
+      c(static_cast<std::size_t>(g.M) * static_cast<std::size_t>(g.ldc));
+  auto call = [&] {
+    if (g.b_transposed)
+      ref::matmul_nt(c.data(), a.data(), b.data(), g.M, g.N, g.K, g.accumulate, g.lda, g.ldb,
+                     g.ldc);
+    else
+      ref::matmul_nn(c.data(), a.data(), b.data(), g.M, g.N, g.K, g.accumulate, g.lda, g.ldb,
+                     g.ldc);
+  };
+  call();  // warm: pinning, page faults
   int calls = 0;
   const auto t0 = std::chrono::steady_clock::now();
   double seconds = 0;
   do {
-    ref::matmul_nt(c.data(), a.data(), b.data(), M, N, K);
+    call();
     ++calls;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } while (seconds < min_seconds);
   benchmark::DoNotOptimize(c.data());
-  return 2.0 * M * N * K * calls / seconds;
+  return 2.0 * g.M * g.N * g.K * calls / seconds;
 }
 
-// Summed FLOP/s of `threads` threads each running sgemm_rate at M x N x K at the same time: what
-// min(D, cores) concurrent single-thread GEMMs reach on this machine (shared caches, memory
-// bandwidth, power/frequency limits, SMT siblings behind the reported cores).
-double concurrent_sgemm_rate(int threads, int M, int N, int K) {
+// Summed FLOP/s of `threads` threads each running sgemm_rate at the square shape n at the same
+// time: what min(D, cores) concurrent single-thread GEMMs reach on this machine (shared caches,
+// memory bandwidth, power/frequency limits, SMT siblings behind the reported cores).
+double concurrent_sgemm_rate(int threads, int n) {
   std::vector<double> rates(static_cast<std::size_t>(threads));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back(
-        [&rates, t, M, N, K] { rates[static_cast<std::size_t>(t)] = sgemm_rate(M, N, K); });
+        [&rates, t, n] { rates[static_cast<std::size_t>(t)] = sgemm_rate(square_shape(n)); });
   for (std::thread& th : pool) th.join();
   return std::accumulate(rates.begin(), rates.end(), 0.0);
 }
 
-struct GemmShape {
-  const char* name;
-  int M, N, K;
-  double flops;  // its FLOPs in one forward of the layer, per rank
-};
-
-// One rank's forward GEMMs at degree D, by shape (tsp_attention.cpp, tsp_mlp.cpp): per weight
-// shard, Q, K, V, O and gate, up, down; the attention core's score products per step of two
-// query blocks (256 rows, reference/attention.cpp's kForwardRows) against the key prefix (about
-// S/2 keys on average).
+// One rank's forward GEMMs at degree D, by call (tsp_attention.cpp, tsp_mlp.cpp): per weight
+// shard, Q, K and V, O, [gate | up] and down; the attention core's products (scores Q·Kᵀ with
+// K = hs, P·V with N = hs) per step of two query blocks (256 rows, reference/attention.cpp's
+// kForwardRows) against the key prefix (about S/2 keys on average), at the strides of the
+// bucket's Q, K/V and output rows.
 std::vector<GemmShape> layer_gemm_shapes(const tsp::TspShape& s) {
   const int M = s.B * s.Tl(), C = s.model.hidden, D = s.D, hs = s.hs();
   const int qc = s.NHl() * hs, kc = s.NKVl() * hs, Fl = s.Fl(), keys = s.S / 2, rows = 256;
   auto f = [](double m, double n, double k) { return 2 * m * n * k; };
   const double core = f(M, s.S / 2.0, hs) * s.NHl() * D;  // per product, causal half
-  return {{"q_o", M, qc, C, D * (f(M, qc, C) + f(M, C, qc))},
-          {"k_v", M, kc, C, D * 2 * f(M, kc, C)},
-          {"mlp", M, Fl, C, D * 3 * f(M, Fl, C)},
-          {"attn", rows, keys, hs, 2 * core}};
+  return {{"q", true, M, qc, C, C, C, qc, false, D * f(M, qc, C)},
+          {"k_v", true, M, kc, C, C, C, kc, false, D * 2 * f(M, kc, C)},
+          {"o", true, M, C, qc, qc, qc, C, true, D * f(M, C, qc)},
+          {"gate_up", true, M, 2 * Fl, C, C, C, 2 * Fl, false, D * 2 * f(M, Fl, C)},
+          {"down", true, M, C, Fl, Fl, Fl, C, true, D * f(M, C, Fl)},
+          {"scores", true, rows, keys, hs, qc, kc, keys, false, core},
+          {"pv", false, rows, hs, keys, keys, kc, qc, false, core}};
 }
 
 // Seconds of rank 0's attention core for one weight shard outside its GEMMs, on this thread.
@@ -288,11 +314,14 @@ void BM_TspGemmShare(benchmark::State& state) {
   s.validate();
   const int cores_int = static_cast<int>(std::min<unsigned>(
       static_cast<unsigned>(D), std::max(1U, std::thread::hardware_concurrency())));
-  const double concurrent = concurrent_sgemm_rate(cores_int, 2048, 2048, 2048);
+  const double concurrent = concurrent_sgemm_rate(cores_int, 2048);
+  // Each shape's rate over the square rate measured right after it: its efficiency alone.
   double mix_flops = 0, mix_seconds = 0;
   for (const GemmShape& g : layer_gemm_shapes(s)) {
-    const double rate = sgemm_rate(g.M, g.N, g.K);
+    const double rate = sgemm_rate(g);
     state.counters[std::string("sgemm_GFLOPs_") + g.name] = rate / 1e9;
+    state.counters[std::string("efficiency_") + g.name] =
+        rate / sgemm_rate(square_shape(2048), 0.1);
     mix_flops += g.flops;
     mix_seconds += g.flops / rate;
   }
@@ -315,7 +344,7 @@ void BM_TspGemmShare(benchmark::State& state) {
   };
   std::vector<Sample> samples;
   for (auto _ : state) {
-    const double square = sgemm_rate(2048, 2048, 2048, 0.1);
+    const double square = sgemm_rate(square_shape(2048), 0.1);
     const LayerRun run = run_layer_once(w, f, s, backward);
     state.SetIterationTime(run.seconds);
     samples.push_back({.share = model_flops / run.seconds / (square * cores),
