@@ -68,8 +68,18 @@ struct OpenBody {
   CallHeader header;
   std::uint8_t eager = 0;  // step 0 follows
   // The sender's fingerprints of its calls #seq - held .. #seq - 1 on the group follow (before
-  // step 0): eager broadcasts it received without sending their open (MpiTransport::hold).
+  // step 0): eager broadcasts it received without sending their open (MpiTransport::hold), as
+  // `runs` HeldRuns in call order, each fingerprint once for the calls in a row that share it.
   std::uint32_t held = 0;
+  std::uint32_t runs = 0;
+};
+// `calls` consecutive held calls with fingerprint fp. A receiver usually holds repeats of one
+// call (a loop's broadcast): a held open is then one run, 24 bytes, and stays within OpenMPI's
+// inline send (btl_vader_max_inline_send, 256 B), which with a fingerprint per call (16 bytes
+// times 30) it exceeded: such a send takes a request, often still in flight after MPI_Testall.
+struct HeldRun {
+  Fingerprint fp;
+  std::uint64_t calls = 0;
 };
 struct MessageBody {
   std::int32_t dst = 0;
@@ -88,8 +98,7 @@ struct AbortBody {
 enum FailureKind : std::int32_t { kOther, kMismatch, kPeer, kHang, kOom };
 // A group's control messages (open, post, done) and read requests keep their order only on one
 // tag: every open, with the most fingerprints a held open carries and an eager step 0, fits.
-static_assert(sizeof(WireHead) + sizeof(OpenBody) + kHeldOpens * sizeof(Fingerprint) +
-                      kEagerBytes <=
+static_assert(sizeof(WireHead) + sizeof(OpenBody) + kHeldOpens * sizeof(HeldRun) + kEagerBytes <=
                   kPostedBytes &&
               sizeof(WireHead) + sizeof(ReadBody) <= kPostedBytes);
 int control_tag(std::size_t bytes) {
@@ -320,6 +329,14 @@ struct MpiTransport::Progress {
 
   std::mutex queue_mu;
   std::vector<Command> queue;
+  // Whether `queue` may hold commands: set (release) under queue_mu after each push, cleared under
+  // it when run_commands takes them. Lets a poll with nothing queued (most polls) skip queue_mu:
+  // poll_once looked twice per poll, and a waiting process's polls were its lock and unlock.
+  // A hint, acquire-loaded without the lock: a thread sees its own pushes (program order), the
+  // progress thread a push that unparked it (the Parker's handshake orders the store before the
+  // wake), and a poller that reads false while another thread pushes sees it on a later poll, as
+  // it would have had it taken queue_mu a moment earlier.
+  std::atomic<bool> queued{false};
 
   // Held by whichever thread drives MPI: the progress thread, or a rank thread waiting on the
   // fast path (MpiTransport::pump_until). It guards `requests`, `pending`, `wire_sent` and
@@ -371,14 +388,20 @@ struct MpiTransport::Progress {
   // Receives of kControlTag posted in advance, each into its own kPostedBytes buffer, taken in
   // the order they were posted (so in the order each sender sent: MPI matches an arriving message
   // to the first posted receive that fits, and all of these fit every message of the tag).
+  // Persistent (MPI_Recv_init once, MPI_Start to post again): a taken receive is reposted without
+  // allocating and initializing a request, and MPI_Test does not free it (callgrind, 8 B broadcast
+  // receiver at P = 8, per call: MPI_Irecv 704 -> MPI_Start 599, MPI_Test 808 -> 751).
   MPI_Request posted[kPostedReceives] = {};
   std::unique_ptr<std::byte[]> posted_buffers;
   int posted_next = 0;  // the oldest posted receive
   unsigned polls = 0;   // poll_once's, counting to the next probe of kLargeControlTag
-  void post_receive(int i) {
-    MPI_Irecv(posted_buffers.get() + static_cast<std::size_t>(i) * kPostedBytes,
-              static_cast<int>(kPostedBytes), MPI_BYTE, MPI_ANY_SOURCE, kControlTag, comm,
-              &posted[i]);
+  void init_posted() {
+    for (int i = 0; i < kPostedReceives; ++i) {
+      MPI_Recv_init(posted_buffers.get() + static_cast<std::size_t>(i) * kPostedBytes,
+                    static_cast<int>(kPostedBytes), MPI_BYTE, MPI_ANY_SOURCE, kControlTag, comm,
+                    &posted[i]);
+      MPI_Start(&posted[i]);
+    }
   }
   // Takes in (apply: and applies) up to `limit` control messages that arrived into posted
   // receives, reposting each; how many.
@@ -414,6 +437,7 @@ struct MpiTransport::Progress {
     {
       std::lock_guard lock(queue_mu);
       queue.push_back(std::move(c));
+      queued.store(true, std::memory_order_release);
     }
     if (drive) {
       std::unique_lock lock(poll_mu, std::try_to_lock);
@@ -628,8 +652,11 @@ void MpiTransport::Progress::loop() {
 
 bool MpiTransport::Progress::run_commands() {
   thread_local std::vector<Command> commands;
+  // acquire: pairs with the release stores after a push (see `queued`).
+  if (!queued.load(std::memory_order_acquire)) return false;
   {
     std::lock_guard lock(queue_mu);
+    queued.store(false, std::memory_order_relaxed);  // under queue_mu: a later push sets it again
     if (queue.empty()) return false;
     commands.swap(queue);
   }
@@ -683,7 +710,7 @@ int MpiTransport::Progress::take_posted(bool apply, int limit) {
         posted_buffers.get() + static_cast<std::size_t>(posted_next) * kPostedBytes;
     // Copied out before the buffer is posted again: what receive() keeps, it keeps from inbox.
     inbox.assign(at, at + size);
-    post_receive(posted_next);
+    MPI_Start(&posted[posted_next]);
     posted_next = (posted_next + 1) % kPostedReceives;
     if (apply)
       receive(status.MPI_SOURCE);
@@ -702,6 +729,7 @@ void MpiTransport::Progress::cancel_posted() {
     int cancelled = 0;
     MPI_Test_cancelled(&status, &cancelled);
     if (!cancelled) ++wire_received[static_cast<std::size_t>(status.MPI_SOURCE)];
+    MPI_Request_free(&r);  // persistent: complete leaves it allocated, inactive
   }
 }
 
@@ -966,18 +994,21 @@ void MpiTransport::Progress::apply(Group& g, const std::vector<std::byte>& m) {
     // descriptors (a member that entered one of them in another form meets and reads them), are
     // unread until the progress store below covers them, and free (their sender entered #seq).
     auto data = extra_of<OpenBody>(m);
-    for (std::uint32_t k = 0; k < b.held; ++k) {
-      const std::uint64_t u = h.seq - b.held + k;
-      Fingerprint& fp = s.fps[u % (2 * kDescriptors)];
-      std::memcpy(&fp, data.data() + k * sizeof(Fingerprint), sizeof(Fingerprint));
-      Descriptor& held = s.desc[u % kDescriptors];
-      held.fp = fp;
-      held.header = b.header;
-      held.eager = true;  // a receiver of an eager broadcast posts nothing
-      for (int i = 0; i < kMaxSteps; ++i) held.step(i) = StepMessage{};
-      held.step0 = StepMessage{held.data, nullptr, 0, 0};
+    std::uint64_t u = h.seq - b.held;
+    for (std::uint32_t k = 0; k < b.runs; ++k) {
+      HeldRun run;
+      std::memcpy(&run, data.data() + k * sizeof(HeldRun), sizeof run);
+      for (const std::uint64_t end = u + run.calls; u < end; ++u) {
+        s.fps[u % (2 * kDescriptors)] = run.fp;
+        Descriptor& held = s.desc[u % kDescriptors];
+        held.fp = run.fp;
+        held.header = b.header;
+        held.eager = true;  // a receiver of an eager broadcast posts nothing
+        for (int i = 0; i < kMaxSteps; ++i) held.step(i) = StepMessage{};
+        held.step0 = StepMessage{held.data, nullptr, 0, 0};
+      }
     }
-    data = data.subspan(b.held * sizeof(Fingerprint));
+    data = data.subspan(b.runs * sizeof(HeldRun));
     s.fps[h.seq % (2 * kDescriptors)] = b.fp;
     if (d.eager && !data.empty()) std::memcpy(d.data, data.data(), data.size());
     for (int i = 0; i < kMaxSteps; ++i) d.step(i) = StepMessage{};
@@ -1020,6 +1051,7 @@ void MpiTransport::Progress::owe_done(const Group& g, std::uint64_t seq, int own
     c.bytes = std::move(bytes);
     std::lock_guard lock(queue_mu);  // sent by poll_once's next run_commands
     queue.push_back(std::move(c));
+    queued.store(true, std::memory_order_release);
   }
 }
 
@@ -1167,7 +1199,7 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
   // Collective over MPI_COMM_WORLD: every process makes its worlds in the same order.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p_->comm), "MPI_Comm_dup");
   p_->posted_buffers = std::make_unique<std::byte[]>(kPostedBytes * kPostedReceives);
-  for (int i = 0; i < kPostedReceives; ++i) p_->post_receive(i);
+  p_->init_posted();
   {
     MPI_Comm node = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split_type(p_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
@@ -1332,15 +1364,25 @@ void MpiTransport::send_open_message(const Group& g, int member, std::uint64_t s
   b.eager = step0.size() <= kEagerBytes ? 1 : 0;
   b.held = static_cast<std::uint32_t>(seq - first_held);
   const Slot& own = g.slots[static_cast<std::size_t>(member)];
-  const std::size_t fps_bytes = b.held * sizeof(Fingerprint);
+  // At most kHeldOpens - 1 calls are held before one (hold flushes at kHeldOpens).
+  if (seq - first_held >= kHeldOpens)
+    throw std::logic_error("MPI transport: member " + std::to_string(member) + " held " +
+                           std::to_string(seq - first_held) + " opens before call #" +
+                           std::to_string(seq) + ", more than " + std::to_string(kHeldOpens - 1));
+  HeldRun runs[kHeldOpens];
+  for (std::uint64_t u = first_held; u < seq; ++u) {
+    const Fingerprint& fp = own.fps[u % (2 * kDescriptors)];
+    if (b.runs == 0 || runs[b.runs - 1].fp != fp) runs[b.runs++] = HeldRun{fp, 0};
+    ++runs[b.runs - 1].calls;
+  }
+  const std::size_t runs_bytes = b.runs * sizeof(HeldRun);
   std::vector<std::byte>& m = control_buffer();
-  m.resize(sizeof h + sizeof b + fps_bytes + (b.eager ? step0.size() : 0));
+  m.resize(sizeof h + sizeof b + runs_bytes + (b.eager ? step0.size() : 0));
   std::memcpy(m.data(), &h, sizeof h);
   std::memcpy(m.data() + sizeof h, &b, sizeof b);
   std::byte* at = m.data() + sizeof h + sizeof b;
-  for (std::uint64_t u = first_held; u < seq; ++u, at += sizeof(Fingerprint))
-    std::memcpy(at, &own.fps[u % (2 * kDescriptors)], sizeof(Fingerprint));
-  if (b.eager && !step0.empty()) std::memcpy(at, step0.data(), step0.size());
+  if (runs_bytes > 0) std::memcpy(at, runs, runs_bytes);
+  if (b.eager && !step0.empty()) std::memcpy(at + runs_bytes, step0.data(), step0.size());
   p_->send_to_all(g.other_processes, m);
 }
 

@@ -62,7 +62,8 @@
 // cores, as OpenMPI's own waits do then (mpi_yield_when_idle).
 // Receiving: every control message of at most 2 KiB (open, post, done, read request: all of a
 // group's, so they keep their order) lands in one of 16 receives posted in advance on its tag
-// and taken in posting order; longer ones (a point-to-point payload, an abort's text) go on a
+// and taken in posting order (persistent: MPI_Start posts one again, no request made and freed
+// per message); longer ones (a point-to-point payload, an abort's text) go on a
 // second tag, probed on one poll in 8. Measured at 8 B all_reduce, P = 2: callgrind, 700 calls,
 // instructions per call in the rank thread (polling while it waits included) 12.9k / 10.5k in
 // the two processes with every message probed for (MPI_Improbe + MPI_Mrecv: ~1340 per message,
@@ -99,7 +100,8 @@
 // message to the all-reduce, all-gather or reduce-scatter: its 24 bytes ride in the open that
 // carries the data.
 // A small broadcast is P - 1 messages from the root, as OpenMPI's, plus each receiver's held open
-// every 31 calls (P - 1 messages) with 24 bytes per held call. Per
+// every 31 calls (P - 1 messages) with 24 bytes per run of held calls with one fingerprint (one
+// run for a loop's broadcast, so the open stays within OpenMPI's 256-byte inline send). Per
 // run: a barrier, an all-gather of every rank's counters, an all-reduce of the verdict, and with
 // tracing an all-gather of every process's whole trace (all of it each run: a receiver replaces
 // its copy).

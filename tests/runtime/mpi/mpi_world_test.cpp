@@ -405,6 +405,51 @@ TEST_P(MpiWorld, SmallBroadcastWithTwoSelfNamedRootsInDifferentProcessesFailsAtT
   }
 }
 
+// A held open carries its calls' fingerprints as runs of equal ones (mpi.cpp: HeldRun): counts
+// that change every call, every few calls and not at all within one hold must each reach the
+// other processes as they were, so a call that meets every member finds no difference where
+// there is none, and the run's end names the call where there is one, with its count.
+TEST_P(MpiWorld, HeldOpensWithChangingCountsCarryEveryCallsFingerprint) {
+  const int n = GetParam();
+  World w(across(n));
+  auto count_of = [](int call) {
+    return static_cast<std::size_t>(call < 40 ? 1 + call % 3 : call < 80 ? 1 + (call / 5) % 3 : 2);
+  };
+  std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+  w.run([&](Rank& r) {
+    for (int call = 0; call < 120; ++call) {
+      std::vector<float> b(count_of(call), static_cast<float>(r.id() == 0 ? call : -1));
+      broadcast<float>(r.comm(), b, 0);
+      if (b.back() != static_cast<float>(call)) ++wrong[static_cast<std::size_t>(r.id())];
+    }
+    std::vector<float> x(2, 1.0f);
+    all_reduce<float>(r.comm(), x);  // meets every member: compares every held fingerprint
+    if (x[0] != static_cast<float>(n)) ++wrong[static_cast<std::size_t>(r.id())];
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0) << "rank " << r;
+    }
+  try {
+    w.run([&](Rank& r) {
+      for (int call = 0; call < 60; ++call) {
+        std::vector<float> b(1 + static_cast<std::size_t>(call / 5 % 3), 1.0f);
+        broadcast<float>(r.comm(), b, call == 52 && r.id() == n - 1 ? n - 1 : 0);
+      }
+    });
+    FAIL() << "the run with two roots returned";
+  } catch (const RankFailure& e) {
+    const std::string m = e.diagnosis();
+    EXPECT_NE(m.find("collective #53 on group world: rank " + std::to_string(n - 1) +
+                     " called broadcast(count=2, float, root=" + std::to_string(n - 1) +
+                     ") while ranks 0-" + std::to_string(n - 2) +
+                     " called broadcast(count=2, float, root=0)"),
+              std::string::npos)
+        << m;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), CollectiveMismatch);
+  }
+}
+
 // Runs of small broadcasts longer than a receiver holds its opens and than the mailbox's
 // descriptor ring, roots in every process, and messages between processes in the middle (a
 // receiver that parks waiting for one first sends what it held).
