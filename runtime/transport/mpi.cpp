@@ -1,6 +1,8 @@
 #include "mpi.hpp"
 
 #include <mpi.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -90,6 +92,15 @@ struct ReadBody {
   std::uint64_t offset = 0, stride = 0, row_bytes = 0, rows = 0;
   std::int32_t reader = 0;  // world rank
   std::int32_t tag = 0;
+  // Nonzero: reply with where the message lies (AddressReply), not with its bytes.
+  std::uint32_t address_only = 0;
+};
+// The reply to an address-only read: the owner's step message starts at `address` in the owner's
+// process (0 when it cannot be read in place: made of pieces, or the range exceeds it) and is
+// `bytes` long. The reader copies from it itself (process_vm_readv).
+struct AddressReply {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
 };
 struct AbortBody {
   std::int32_t rank = 0;
@@ -129,6 +140,35 @@ std::span<const std::byte> extra_of(const std::vector<std::byte>& m) {
 std::vector<std::byte>& control_buffer() {
   thread_local std::vector<std::byte> buffer;
   return buffer;
+}
+
+// Copies bytes [address, address + bytes) of process `pid` into dst; false when the kernel refuses
+// (not permitted, no such process, not mapped there).
+bool copy_from_process(pid_t pid, std::uint64_t address, std::byte* dst, std::size_t bytes) {
+  while (bytes > 0) {
+    iovec local{dst, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};  // NOLINT(performance-no-int-to-ptr)
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) return false;
+    const auto n = static_cast<std::size_t>(got);  // a short count stops at an unmapped page
+    dst += n;
+    address += n;
+    bytes -= n;
+  }
+  return true;
+}
+
+// Read by the other processes of this node (copy_from_process) to learn whether they may read
+// this one's memory in place.
+constexpr std::uint64_t kProbeValue = 0x7473'7065'6d75'2121;
+const volatile std::uint64_t probe_word = kProbeValue;
+
+// Never wait with the reading flag up (shared_memory.cpp: an aborting local owner waits for it to
+// drop). relaxed load: only this thread writes its flag; release store: our reads of local peers'
+// buffers happen before a peer that sees it down frees them.
+void lower_reading_flag(RankState& self) {
+  if (self.reading.load(std::memory_order_relaxed))
+    self.reading.store(false, std::memory_order_release);
 }
 
 int checked_int(std::uint64_t n, const char* what) {
@@ -219,64 +259,55 @@ struct MpiTransport::Fetch {
   std::atomic<int> state{kPending};
 };
 
-// The reads of other processes' messages that one verb (recv_each, recv_reduce) has in flight
-// together: started together, then waited for one by one. A read still in flight when the set
-// ends (its reader unwinding) is cancelled first, since its destination may be freed then.
-// One set at a time per thread: the reads are the thread's own, kept between sets (a Fetch is
-// shared with the progress thread by address, so they stay put while any is in flight).
+// The reads of other processes' messages of one step that one verb (recv_each, recv_reduce) has
+// in flight together: started together, then waited for one by one. A read still in flight when the
+// set ends (its reader unwinding) is cancelled first, since its destination may be freed then. A
+// read of a member in a process of this node whose memory this one may read (direct_pid), of at
+// least kDirectBytes, is copied in place by the reader (process_vm_readv) when waited for: the
+// set's first read of the member asks where its message lies, the others of the set copy at once,
+// and the owner's process, often descheduled on oversubscribed cores, answers one request per
+// member and step instead of one per chunk and copies nothing.
+// One set at a time per thread (checked): the reads are the thread's own, kept between sets (a
+// Fetch is shared with the progress thread by address, so they stay put while any is in flight).
 struct MpiTransport::FetchSet {
   struct Read {
     Fetch fetch;
     bool started = false;
-    int from = 0, step = 0;
+    bool in_place = false;  // copied at wait, from the member's address (Source)
+    int from = 0;
     std::size_t offset = 0, end = 0;
+    std::byte* dst = nullptr;
   };
+  // A member read in place: where its message lies, asked by the set's first read of it.
+  struct Source {
+    enum : unsigned char { kAsked, kKnown, kOverMpi } state = kAsked;
+    std::uint64_t set = 0;  // the set that asked; in an older set's entry the member is unasked
+    Fetch fetch;
+    alignas(8) std::byte reply[sizeof(AddressReply)] = {};
+    AddressReply where;
+  };
+  // Below this a reply carrying the bytes costs what one carrying the address does.
+  static constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
 
-  // Room for reads [0, capacity).
-  FetchSet(MpiTransport& transport, CallState& call, std::size_t capacity) : t(transport), c(call) {
-    thread_local std::unique_ptr<Read[]> mine;
-    thread_local std::size_t room = 0;
-    if (room < capacity) {  // the last set ended: none of the old reads is in flight
-      mine.reset(new Read[capacity]);
-      room = capacity;
-    }
-    reads = mine.get();
-  }
+  // Room for reads [0, capacity) of the members' messages of step `step_read`.
+  FetchSet(MpiTransport& transport, CallState& call, int step_read, std::size_t capacity);
   FetchSet(const FetchSet&) = delete;
   FetchSet& operator=(const FetchSet&) = delete;
-  ~FetchSet() {
-    for (std::size_t i = 0; i < used; ++i)
-      if (reads[i].started) t.cancel_fetch(reads[i].fetch);
-  }
+  ~FetchSet();
   // Read i: bytes [offset, offset + bytes) of member `from`'s step message into dst.
-  void start(std::size_t i, int from, int step, std::size_t offset, std::size_t bytes,
-             std::byte* dst) {
-    for (; used <= i; ++used) reads[used].started = false;  // not all: an 8 B call uses a few
-    Read& r = reads[i];
-    r.started = false;
-    r.from = from;
-    r.step = step;
-    r.offset = offset;
-    r.end = offset + bytes;
-    r.started = t.start_fetch(c, from, step, offset, bytes, bytes, 1, dst, bytes, r.fetch);
-  }
+  void start(std::size_t i, int from, std::size_t offset, std::size_t bytes, std::byte* dst);
   // Waits for read i (nothing when it was not started or came with the open), then for its
   // owner's post to be mirrored here, whose size bounds the range read.
-  void wait(std::size_t i) {
-    if (i >= used || !reads[i].started) return;
-    Read& r = reads[i];
-    t.wait_fetch(c, r.from, r.fetch);
-    r.started = false;
-    if (r.step == 0) return;  // checked at start: step 0 was mirrored at the meet
-    t.pump_until([&] { return t.mirror_reached(c, r.from, step_stage(r.step)); });
-    t.wait_stage(c, r.from, step_stage(r.step));
-    t.check_read_range(c, r.from, r.step, r.offset, r.end);
-  }
+  void wait(std::size_t i);
 
   MpiTransport& t;
   CallState& c;
+  const int step;
   Read* reads = nullptr;
-  std::size_t used = 0;  // reads [0, used) have `started` set
+  Source* sources = nullptr;  // by group rank
+  std::uint64_t id = 0;
+  std::size_t asked = 0;  // members whose address this set asked for
+  std::size_t used = 0;   // reads [0, used) have `started` set
 };
 
 struct MpiTransport::Progress {
@@ -409,6 +440,10 @@ struct MpiTransport::Progress {
   // Cancels the posted receives (the world's end); one that got a message counts it.
   void cancel_posted();
   std::vector<Outstanding> pending;
+  // Per process: its pid when this process may read its memory in place (same node, and a probe
+  // read succeeded at the start), else 0. Written before the progress thread starts, then only
+  // read.
+  std::vector<pid_t> direct_pid;
   // Messages (control, read requests, replies) sent to and received from each process over the
   // world's life: at the world's end every message sent to this process is taken in (drain), so
   // none is left to match the traffic of a later communicator that reuses this one's context.
@@ -574,6 +609,104 @@ void cancel_posted(MpiTransport::Progress& p) {
 }
 
 }  // namespace
+
+namespace {
+thread_local bool fetch_set_live = false;
+}  // namespace
+
+MpiTransport::FetchSet::FetchSet(MpiTransport& transport, CallState& call, int step_read,
+                                 std::size_t capacity)
+    : t(transport), c(call), step(step_read) {
+  if (fetch_set_live)
+    throw std::logic_error("rank " + std::to_string(c.comm->world_rank(c.rank)) + ": " + c.op.what +
+                           " started a second set of reads while one is open");
+  thread_local std::unique_ptr<Read[]> mine;
+  thread_local std::size_t room = 0;
+  thread_local std::unique_ptr<Source[]> members;
+  thread_local std::size_t member_room = 0;
+  thread_local std::uint64_t sets = 0;
+  if (room < capacity) {  // the last set ended: none of the old reads is in flight
+    mine.reset(new Read[capacity]);
+    room = capacity;
+  }
+  const auto n = static_cast<std::size_t>(c.size);
+  if (member_room < n) {
+    members.reset(new Source[n]);
+    member_room = n;
+  }
+  reads = mine.get();
+  sources = members.get();
+  id = ++sets;
+  fetch_set_live = true;
+}
+
+MpiTransport::FetchSet::~FetchSet() {
+  for (std::size_t i = 0; i < used; ++i)
+    if (reads[i].started && !reads[i].in_place) t.cancel_fetch(reads[i].fetch);
+  for (int m = 0; asked > 0 && m < c.size; ++m) {
+    Source& s = sources[m];
+    if (s.set == id && s.state == Source::kAsked) t.cancel_fetch(s.fetch);
+  }
+  fetch_set_live = false;
+}
+
+void MpiTransport::FetchSet::start(std::size_t i, int from, std::size_t offset, std::size_t bytes,
+                                   std::byte* dst) {
+  for (; used <= i; ++used) reads[used].started = false;  // not all: an 8 B call uses a few
+  Read& r = reads[i];
+  r.from = from;
+  r.offset = offset;
+  r.end = offset + bytes;
+  r.dst = dst;
+  r.in_place = false;
+  const Group& g = c.comm->group();
+  if (bytes >= kDirectBytes && t.p_->direct_pid[static_cast<std::size_t>(t.w_.process_of(
+                                   g.world_ranks[static_cast<std::size_t>(from)]))] != 0) {
+    Source& s = sources[from];
+    if (s.set != id) {
+      s.set = id;
+      s.state = Source::kAsked;
+      ++asked;
+      t.start_address_fetch(c, from, step, offset, bytes, s.reply, s.fetch);
+    }
+    if (s.state != Source::kOverMpi) {
+      r.in_place = true;
+      r.started = true;
+      return;
+    }
+  }
+  r.started = t.start_fetch(c, from, step, offset, bytes, bytes, 1, dst, bytes, r.fetch);
+}
+
+void MpiTransport::FetchSet::wait(std::size_t i) {
+  if (i >= used || !reads[i].started) return;
+  Read& r = reads[i];
+  r.started = false;
+  if (!r.in_place) t.wait_fetch(c, r.from, r.fetch);
+  Source& s = sources[r.from];
+  if (r.in_place && s.state == Source::kAsked) {
+    t.wait_fetch(c, r.from, s.fetch);
+    std::memcpy(&s.where, s.reply, sizeof s.where);
+    s.state = s.where.address != 0 ? Source::kKnown : Source::kOverMpi;
+  }
+  if (step > 0) {  // step 0 was mirrored at the meet
+    lower_reading_flag(c.comm->self());
+    t.pump_until([&] { return t.mirror_reached(c, r.from, step_stage(step)); });
+    t.wait_stage(c, r.from, step_stage(step));
+  }
+  t.check_read_range(c, r.from, step, r.offset, r.end);
+  if (!r.in_place) return;
+  const std::size_t bytes = r.end - r.offset;
+  const Group& g = c.comm->group();
+  const pid_t pid = t.p_->direct_pid[static_cast<std::size_t>(
+      t.w_.process_of(g.world_ranks[static_cast<std::size_t>(r.from)]))];
+  if (s.state == Source::kKnown && r.end <= s.where.bytes &&
+      copy_from_process(pid, s.where.address + r.offset, r.dst, bytes))
+    return;
+  // Not readable in place after all (a message of pieces, or the kernel refused): over MPI.
+  if (t.start_fetch(c, r.from, step, r.offset, bytes, bytes, 1, r.dst, bytes, r.fetch))
+    t.wait_fetch(c, r.from, r.fetch);
+}
 
 void MpiTransport::Progress::loop() {
   constexpr auto kSpin = std::chrono::microseconds(50);
@@ -1102,7 +1235,18 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
   const void* src = nullptr;
   int count = 0;
   MPI_Datatype type = MPI_BYTE;
-  if (b.rows == 0 || b.offset + (b.rows - 1) * b.stride + b.row_bytes > msg.bytes) {
+  if (b.address_only != 0) {
+    // The reader copies the range itself (FetchSet): this process need not run while it does,
+    // and the owner keeps the buffer until the reader's done, as for a reply of the bytes.
+    AddressReply a;
+    a.bytes = msg.bytes;
+    if (msg.pieces == nullptr && b.rows == 1 && b.offset + b.row_bytes <= msg.bytes)
+      a.address = reinterpret_cast<std::uintptr_t>(msg.single);
+    o.buffer.resize(sizeof a);
+    std::memcpy(o.buffer.data(), &a, sizeof a);
+    src = o.buffer.data();
+    count = static_cast<int>(sizeof a);
+  } else if (b.rows == 0 || b.offset + (b.rows - 1) * b.stride + b.row_bytes > msg.bytes) {
     // A read that left before the post was mirrored at its reader, of more than was posted: an
     // empty reply ends its receive, and the reader, checking the range against the post, throws.
   } else if (msg.pieces == nullptr) {
@@ -1206,8 +1350,11 @@ MpiTransport::MpiTransport(WorldShared& w) : w_(w), p_(std::make_unique<Progress
               "MPI_Comm_split_type");
     int on_node = 1;
     MPI_Comm_size(node, &on_node);
-    MPI_Comm_free(&node);
     p_->yield_when_idle = static_cast<unsigned>(on_node) > std::thread::hardware_concurrency();
+    int first_on_node = rank;
+    check_mpi(MPI_Allreduce(&rank, &first_on_node, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce");
+    MPI_Comm_free(&node);
+    find_direct_peers(first_on_node);
   }
   {
     std::lock_guard lock(mp.mu);
@@ -1240,6 +1387,31 @@ MpiTransport::~MpiTransport() {
       new std::vector<Progress::Outstanding>(  // NOLINT(bugprone-unhandled-exception-at-new)
           std::move(p_->pending));
     if (!finalized) static_cast<void>(p_->posted_buffers.release());
+  }
+}
+
+void MpiTransport::find_direct_peers(int first_on_node) {
+  // Collective over the world (every process takes part, whatever it decides): each process's pid,
+  // its node and where its probe word lies.
+  const std::uint64_t mine[3] = {static_cast<std::uint64_t>(getpid()),
+                                 static_cast<std::uint64_t>(first_on_node),
+                                 reinterpret_cast<std::uintptr_t>(&probe_word)};
+  const std::size_t processes = p_->wire_sent.size();
+  std::vector<std::uint64_t> all(3 * processes);
+  check_mpi(MPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, p_->comm),
+            "MPI_Allgather");
+  p_->direct_pid.assign(processes, 0);
+  // TSPEMU_MPI_DIRECT_READS=0: every read of another process goes over MPI (the path between
+  // machines), e.g. to test it on one machine.
+  const char* env = std::getenv("TSPEMU_MPI_DIRECT_READS");
+  if (env != nullptr && std::string(env) == "0") return;
+  for (std::size_t q = 0; q < processes; ++q) {
+    if (static_cast<int>(q) == p_->process || all[3 * q + 1] != mine[1]) continue;
+    const auto pid = static_cast<pid_t>(all[3 * q]);
+    std::uint64_t seen = 0;
+    if (copy_from_process(pid, all[3 * q + 2], reinterpret_cast<std::byte*>(&seen), sizeof seen) &&
+        seen == kProbeValue)
+      p_->direct_pid[q] = pid;
   }
 }
 
@@ -1521,12 +1693,30 @@ bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t off
   }
   checked_int(row_bytes, "a row read from another process");
   checked_int(rows, "rows read from another process");
-  const int owner_world = g.world_ranks[static_cast<std::size_t>(from)];
-  const int reader_world = c.comm->world_rank(c.rank);
   f.dst = dst;
   f.rows = rows;
   f.row_bytes = row_bytes;
   f.dst_stride = dst_stride;
+  request_read(c, from, step, offset, stride, row_bytes, rows, false, f);
+  return true;
+}
+
+void MpiTransport::start_address_fetch(CallState& c, int from, int step, std::size_t offset,
+                                       std::size_t bytes, std::byte* reply, Fetch& f) {
+  checked_int(bytes, "a range read from another process");
+  f.dst = reply;
+  f.rows = 1;
+  f.row_bytes = sizeof(AddressReply);
+  f.dst_stride = sizeof(AddressReply);
+  request_read(c, from, step, offset, bytes, bytes, 1, true, f);
+}
+
+void MpiTransport::request_read(CallState& c, int from, int step, std::size_t offset,
+                                std::size_t stride, std::size_t row_bytes, std::size_t rows,
+                                bool address_only, Fetch& f) {
+  Group& g = c.comm->group();
+  const int owner_world = g.world_ranks[static_cast<std::size_t>(from)];
+  const int reader_world = c.comm->world_rank(c.rank);
   f.source = w_.process_of(owner_world);
   f.tag = reply_tag(p_->run(), reader_world, from);
   f.waiter = &c.comm->self();
@@ -1545,12 +1735,12 @@ bool MpiTransport::start_fetch(CallState& c, int from, int step, std::size_t off
   b.rows = rows;
   b.reader = reader_world;
   b.tag = f.tag;
+  b.address_only = address_only ? 1 : 0;
   f.request = encode(h, b, {});
   Progress::Command cmd;
   cmd.kind = Progress::Command::kFetch;
   cmd.fetch = &f;
   p_->push(std::move(cmd), true);
-  return true;
 }
 
 void MpiTransport::check_read_range(const CallState& c, int from, int step, std::size_t offset,
@@ -1568,12 +1758,7 @@ void MpiTransport::check_read_range(const CallState& c, int from, int step, std:
 
 void MpiTransport::wait_fetch(CallState& c, int from, Fetch& f) {
   c.op.stage = "a member's data from another process";
-  // Never wait with the reading flag up (shared_memory.cpp: an aborting local owner waits for it
-  // to drop). relaxed load: only this thread writes its flag; release store: our reads of local
-  // peers' buffers happen before a peer that sees it down frees them.
-  RankState& self = c.comm->self();
-  if (self.reading.load(std::memory_order_relaxed))
-    self.reading.store(false, std::memory_order_release);
+  lower_reading_flag(c.comm->self());
   // seq_cst: pairs with the progress thread's store of `state` (Fetch::state).
   if (pump_until([&] { return f.state.load(std::memory_order_seq_cst) != Fetch::kPending; }))
     return;
@@ -1607,11 +1792,10 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
   // mirrored here (each owner's process answers once its owner posted: the post's notice and the
   // read cross instead of following each other); then the local copies while they travel, and
   // the waits.
-  FetchSet fetches(*this, c, reads.size());
+  FetchSet fetches(*this, c, step, reads.size());
   for (std::size_t i = 0; i < reads.size(); ++i) {
     const BlockRead& r = reads[i];
-    if (remote(*c.comm, r.from) && r.bytes > 0)
-      fetches.start(i, r.from, step, r.offset, r.bytes, r.dst);
+    if (remote(*c.comm, r.from) && r.bytes > 0) fetches.start(i, r.from, r.offset, r.bytes, r.dst);
   }
   for (const BlockRead& r : reads)
     if (!remote(*c.comm, r.from))
@@ -1659,6 +1843,16 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
     }
     return;
   }
+  if (step == 0 && bytes <= kEagerBytes) {
+    // A small step 0 came with the opens, in the mirrors' mailboxes, unless a member's was larger:
+    // summed from there as one process sums its members' mailboxes (no set of reads, no copy).
+    bool with_opens = true;
+    const Group& g = c.comm->group();
+    for (int r = 0; with_opens && r < n; ++r)
+      with_opens = !remote(*c.comm, r) ||
+                   g.slots[static_cast<std::size_t>(r)].desc[c.seq % kDescriptors].eager;
+    if (with_opens) return sum_members(c, 0, offset, count, dtype, acc, nullptr);
+  }
   // The range in chunks, kWindow chunks' reads in flight: a chunk's ranges of members in other
   // processes are copied to scratch by reads in flight together (leaving before their owners'
   // posts are mirrored here, as in recv_each), and each chunk is summed once its copies are in,
@@ -1684,13 +1878,13 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   // Chunk k's copy of the j-th member in another process: scratch slot (k % window) * remotes + j,
   // read (k % window) * n + r of the set.
   const std::byte* copied[kMaxRanks];
-  FetchSet fetches(*this, c, window * static_cast<std::size_t>(n));
+  FetchSet fetches(*this, c, step, window * static_cast<std::size_t>(n));
   const auto start = [&](std::size_t k) {
     const std::size_t w = k % window, begin = k * chunk;
     std::byte* to = scratch.data() + w * remotes * chunk;
     for (int r = 0; r < n; ++r) {
       if (!remote(*c.comm, r)) continue;
-      fetches.start(w * static_cast<std::size_t>(n) + static_cast<std::size_t>(r), r, step,
+      fetches.start(w * static_cast<std::size_t>(n) + static_cast<std::size_t>(r), r,
                     offset + begin, std::min(chunk, bytes - begin), to);
       to += chunk;
     }

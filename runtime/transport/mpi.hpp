@@ -163,6 +163,9 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
 
  private:
   bool remote(const Comm& comm, int member) const;
+  // The processes of this node whose memory this one may read in place (Progress::direct_pid);
+  // a node is named by its lowest world rank. Collective over the world.
+  void find_direct_peers(int first_on_node);
   // Waits until the open of this call may rewrite the other processes' mirror of its descriptor.
   void wait_mirror_free(CallState& c);
   // The open message of the call to every other process hosting members, with the fingerprints of
@@ -188,6 +191,13 @@ class MpiTransport final : public SharedMemoryTransport, public ProcessLink {
   bool start_fetch(CallState& c, int from, int step, std::size_t offset, std::size_t stride,
                    std::size_t row_bytes, std::size_t rows, std::byte* dst, std::size_t dst_stride,
                    Fetch& fetch);
+  // Starts asking where member `from`'s step message lies, to read bytes [offset, offset + bytes)
+  // of it in place; the answer (an AddressReply, mpi.cpp) lands in `reply`.
+  void start_address_fetch(CallState& c, int from, int step, std::size_t offset, std::size_t bytes,
+                           std::byte* reply, Fetch& fetch);
+  // Sends the request of a read whose destination `fetch` names, its reply's receive first.
+  void request_read(CallState& c, int from, int step, std::size_t offset, std::size_t stride,
+                    std::size_t row_bytes, std::size_t rows, bool address_only, Fetch& fetch);
   void wait_fetch(CallState& c, int from, Fetch& fetch);
   // Throws std::logic_error when bytes [offset, end) exceed member `from`'s step message (its
   // descriptor mirrored here: step 0 after the meet, a later step once its post arrived).

@@ -237,6 +237,17 @@ std::vector<Outputs> large_reductions(World& w) {
       out.values.resize(at + d.size() * sizeof(double) / sizeof(float));
       std::memcpy(out.values.data() + at, d.data(), d.size() * sizeof(double));
     }
+    // Sets of buffers: a step message made of pieces, which a process of the same node cannot
+    // read in place (its owner's process answers so), read over MPI instead; reads of the
+    // members' first-step messages (one buffer each) in place beside them.
+    auto p0 = vec(3 * k64Ki + 1, 3), p1 = vec(5, 4), p2 = vec(kChunkFloats * n + 7, 5);
+    const std::vector<std::span<float>> set{p0, p1, p2};
+    all_reduce_buffers<float>(c, std::span<const std::span<float>>(set));
+    for (const auto* v : {&p0, &p1, &p2}) keep(*v);
+    auto q0 = vec(k64Ki * n, 6), q1 = vec(3 * n, 7), q2 = vec(kChunkFloats * n, 8);
+    const std::vector<std::span<float>> blocks{q0, q1, q2};
+    reduce_scatter_buffers<float>(c, std::span<const std::span<float>>(blocks));
+    for (const auto* v : {&q0, &q1, &q2}) keep(*v);
   });
 }
 
