@@ -1810,6 +1810,11 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
 void MpiTransport::recv(CallState& c, int from, int step, std::size_t offset,
                         std::span<std::byte> dst) {
   if (!remote(*c.comm, from)) return SharedMemoryTransport::recv(c, from, step, offset, dst);
+  if (dst.size() >= FetchSet::kDirectBytes) {  // in place when the owner's process is on this node
+    FetchSet fetch(*this, c, step, 1);
+    fetch.start(0, from, offset, dst.size(), dst.data());
+    return fetch.wait(0);
+  }
   recv_rows(c, from, step, offset, dst.size(), dst.size(), 1, dst.data(), dst.size());
 }
 
