@@ -551,8 +551,8 @@ TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
 }
 
 // A rank failing after the meet (its all_gatherv's recv is one element short of the counts) while
-// the others read its block (in place on one node, over MPI between nodes): every process ends
-// promptly naming it, and the world runs again.
+// the others' reads of its block are in flight: every process ends promptly naming it, and the
+// world runs again.
 TEST_P(MpiWorld, RankFailingWhileOthersReadItsBlockEndsEveryProcessNamingIt) {
   const int n = GetParam();
   World w(across(n));
