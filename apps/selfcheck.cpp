@@ -123,6 +123,7 @@ int selfcheck(const SelfcheckOptions& opts, std::ostream& out) {
                 "tspemu runtime self-check: %d ranks, %zu float elements per rank, %d iterations\n",
                 opts.ranks, opts.count, opts.iterations);
   out << line << "blas: " << ref::describe_blas() << "\n";
+  out << "wake handshake: " << wake_handshake() << "\n";
   std::snprintf(line, sizeof line, "%-16s %6s %12s %14s %14s %12s\n", "collective", "result",
                 "check us", "sent B/rank", "recv B/rank", "arena peak");
   out << line;

@@ -1,15 +1,49 @@
 #include "parker.hpp"
 
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 namespace tspemu::detail {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+namespace parker_impl {
+bool asymmetric = false;
+}  // namespace parker_impl
+
+namespace {
+
+// Registers this process for MEMBARRIER_CMD_PRIVATE_EXPEDITED; false when the kernel lacks it or
+// refuses (ENOSYS, EINVAL, EPERM under seccomp) or TSPEMU_MEMBARRIER is "0".
+bool register_membarrier() {
+  const char* env = std::getenv("TSPEMU_MEMBARRIER");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  const long supported = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0);
+  if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+}
+
+}  // namespace
+
+bool asymmetric_fences() {
+  // Magic static: decided once, by the first Parker made (before any rank of any world runs, so
+  // before any poster reads parker_impl::asymmetric; the world's threads start after their
+  // Parkers exist, which orders this write before their reads).
+  static const bool decided = parker_impl::asymmetric = register_membarrier();
+  return decided;
+}
+
+void Parker::heavy_fence() {
+  // Registered at start-up, so this cannot fail with EPERM; nothing else can make it fail.
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
+}
 
 void Parker::park(std::chrono::nanoseconds max) {
   timespec ts{};

@@ -368,6 +368,10 @@ void worker(WorldShared& w, int id) {
 }  // namespace
 }  // namespace detail
 
+const char* wake_handshake() {
+  return detail::asymmetric_fences() ? "membarrier" : "seq_cst";
+}
+
 World::World(WorldOptions opts) {
   if (opts.ranks < 1 || opts.ranks > kMaxRanks)
     throw std::invalid_argument("World: ranks=" + std::to_string(opts.ranks) + " must be in [1, " +

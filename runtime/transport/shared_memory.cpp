@@ -219,7 +219,9 @@ void settle_unmet(RankState& self, Group& g, int me, std::uint64_t upto) {
 }  // namespace
 
 void SharedMemoryTransport::publish(CallState& c, int step) {
-  slot(c, c.rank).progress.store(stage_value(c.seq, step_stage(step)), std::memory_order_seq_cst);
+  // The poster's half of the Parker handshake (store_waited, parker.hpp), release at least:
+  // publishes the descriptor and step message to the members' acquire (seq_cst) loads.
+  store_waited(slot(c, c.rank).progress, stage_value(c.seq, step_stage(step)));
   unpark_members(c.comm->group(), c.rank);
 }
 
@@ -475,7 +477,8 @@ void SharedMemoryTransport::finish(CallState& c) {
   end_reading(c.comm->self());
   c.finished = true;
   if (slot(c, c.rank).unawaited == c.seq || !any_member_exposes(c)) return;
-  slot(c, c.rank).progress.store(stage_value(c.seq, kDoneStage), std::memory_order_seq_cst);
+  // As in publish: the done stage, which releases our reads of the members' buffers.
+  store_waited(slot(c, c.rank).progress, stage_value(c.seq, kDoneStage));
   unpark_members(c.comm->group(), c.rank);
   if (!c.exposed) return;
   try {

@@ -101,9 +101,12 @@ static_assert(offsetof(Descriptor, data) + kPayloadInLine0 <= 64,
               "line 0 of a Descriptor holds everything a reader of an 8 B one-step call needs");
 
 struct alignas(64) Slot {
-  // Written by the owner only. seq_cst store publishes desc[s % 2] (and each step's message,
-  // and completion); pairs with the seq_cst loads in SharedMemoryTransport::wait_stage. seq_cst
-  // rather than release because the same store is half of the Parker's Dekker handshake.
+  // Written by the owner only. Its store publishes desc[s % 2] (and each step's message, and
+  // completion); pairs with the seq_cst loads in SharedMemoryTransport::wait_stage. The store is
+  // also the poster's half of the Parker's Dekker handshake: store_waited (parker.hpp), a release
+  // store and a compiler barrier when the waiters' side fences with membarrier, seq_cst otherwise.
+  // (MpiTransport's progress thread and finish keep their own seq_cst stores: they are also
+  // halves of other store-then-load handshakes, mpi.cpp.)
   std::atomic<std::uint64_t> progress{0};
   // Owner only (and Group::reset between runs): calls #unmet_first .. #unmet_last were eager
   // broadcasts this rank has not yet seen every member enter (open_rooted); 0 when none. On their

@@ -109,6 +109,12 @@ class Rank {
   TrafficCounters* counters_;
 };
 
+// How a rank about to sleep and the rank that wakes it fence (the Parker's handshake): "membarrier"
+// (the waker's fence is a compiler barrier, the sleeper's a membarrier system call) or "seq_cst"
+// (both fence; no usable membarrier, or TSPEMU_MEMBARRIER=0 in the environment). Decided once per
+// process, at the first world.
+const char* wake_handshake();
+
 class World {
  public:
   explicit World(WorldOptions opts);
