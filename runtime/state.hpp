@@ -258,17 +258,21 @@ inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& header
   if (!observed(self, op, kHookMeet)) return;
   for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
 }
+// Closes the flight record of an operation that opened it itself (a collective, an eager send).
+// One that succeeded without waiting, with at most kSmallMessageBytes per rank, ran only its own
+// few hundred instructions and copies of at most a few KiB, well under the microsecond a record
+// prints: it is recorded as taking no time, which saves a clock read (~10 ns on a KVM guest, a
+// tenth of such a call). Only a preemption inside it goes unseen. Every other end reads the clock
+// (a receive's or a send's wait closes a record opened earlier, at irecv or isend).
+inline void end_own_record(RankState& self, std::uint64_t record, bool ok, std::uint64_t bytes,
+                           std::uint64_t waits_at_begin) {
+  self.flight.end(
+      record, ok,
+      /*took_no_time=*/ok && bytes <= kSmallMessageBytes && self.waits == waits_at_begin);
+}
 inline void notify_end(RankState& self, OpInfo& op, bool ok) {
-  // A collective or eager send (its record opened by this same operation) that succeeded without
-  // waiting, with at most kSmallMessageBytes per rank, ran only its own few hundred instructions
-  // and copies of at most a few KiB, well under the microsecond a record prints: it is recorded
-  // as taking no time, which saves a clock read (~10 ns on a KVM guest, a tenth of such a call).
-  // Only a preemption inside it goes unseen. Every other end reads the clock (a receive's or a
-  // send's wait closes a record opened earlier, at irecv or isend).
   if (op.kind == OpInfo::Kind::collective || (op.kind == OpInfo::Kind::send && op.completes_record))
-    self.flight.end(
-        op.record, ok,
-        /*took_no_time=*/ok && op.bytes <= kSmallMessageBytes && self.waits == op.waits_at_begin);
+    end_own_record(self, op.record, ok, op.bytes, op.waits_at_begin);
   else if (op.kind != OpInfo::Kind::recv_post && op.kind != OpInfo::Kind::send)
     self.flight.end(op.record, ok);
   if (observed(self, op, kHookEnd)) run_end_hooks(self, op, ok);

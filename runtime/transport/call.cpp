@@ -100,20 +100,73 @@ std::string disagreement(const std::string& group, std::uint64_t seq, int size,
   return mismatch_message(group, seq, cls, calls);
 }
 
+namespace {
+
+// Call #seq's state before its open, but for `seq` (known only after the deferred calls have run):
+// built whole rather than assigned field by field, so each field is stored once (an assignment
+// stores the defaults first; this runs on every call).
+CallState fresh_call_state(Comm& comm, const Fingerprint& fp, bool step0_only) {
+  return {.comm = &comm,
+          .rank = comm.rank(),
+          .size = comm.size(),
+          .op = {.what = collective_name(fp.kind),
+                 .group = &comm.group(),
+                 .bytes = fp.count * dtype_size(fp.dtype)},
+          .step0_only = step0_only};
+}
+
+// The eager broadcast's short path (Call::eager_broadcast) is open to a call when nothing but
+// the flight recorder observes it (no trace, simulated clock, injection or listed observer: all
+// of them hook collectives' begin, meet or end) and nothing must run or be reported before it
+// takes its number (no unwaited handle, no pending or running non-blocking call on the Comm).
+bool short_path_open(const RankState& self, const Comm& comm) {
+  const WorldShared& w = *self.world;
+  const DeferredCalls* deferred = comm.deferred();
+  return w.shared_memory != nullptr &&
+         w.observed[static_cast<int>(OpInfo::Kind::collective)] == 0 && w.on_meet.empty() &&
+         self.unwaited.empty() &&
+         (deferred == nullptr || (!deferred->running() && !deferred->pending()));
+}
+
+}  // namespace
+
+bool Call::eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf) {
+  RankState& self = comm.self();
+  if (!short_path_open(self, comm)) return false;
+  SharedMemoryTransport& shm = *self.world->shared_memory;
+  CallState st = fresh_call_state(comm, fp, /*step0_only=*/false);
+  st.seq = comm.next_seq();
+  st.op.seq = st.seq;
+  const std::uint64_t bytes = st.op.bytes;
+  const bool is_root = st.rank == fp.root;
+  // The flight record and the wait's OpRef (st.op) are all a diagnosis reads: a hang or failure
+  // inside names this call as the rank's pending operation, as Call's would.
+  const std::uint64_t waits_at_begin = self.waits;
+  const std::uint64_t record =
+      self.flight.begin(st.op.what, st.seq, &comm.group().name, -1, fp.root, bytes);
+  try {
+    // No observer reads the header (nobody observes the meet).
+    shm.SharedMemoryTransport::open_rooted(
+        st, fp, CallHeader{},
+        is_root ? std::span<const std::byte>(buf, bytes) : std::span<const std::byte>());
+    if (!is_root && bytes > 0) shm.SharedMemoryTransport::recv(st, fp.root, 0, 0, {buf, bytes});
+  } catch (...) {
+    shm.SharedMemoryTransport::abandon(st);
+    end_own_record(self, record, false, bytes, waits_at_begin);
+    throw;
+  }
+  shm.SharedMemoryTransport::finish(st);
+  end_own_record(self, record, true, bytes, waits_at_begin);
+  return true;
+}
+
 Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte> step0,
            bool counts_must_match, CallForm form)
     : t_(transport_of(comm)),
       shm_(comm.self().world->shared_memory),
-      // Built here rather than assigned in the body: each field is stored once (an assignment
-      // stores the defaults first; this runs on every call). The sequence number and the
-      // blocking form are known only after the deferred calls below have run.
-      st_{.comm = &comm,
-          .rank = comm.rank(),
-          .size = comm.size(),
-          .op = {.what = collective_name(blocking_fp.kind),
-                 .group = &comm.group(),
-                 .bytes = blocking_fp.count * dtype_size(blocking_fp.dtype)},
-          .step0_only = form == CallForm::step0_only && shm_ != nullptr},
+      // The sequence number and the blocking form are known only after the deferred calls below
+      // have run.
+      st_(fresh_call_state(comm, blocking_fp, form == CallForm::step0_only && shm_ != nullptr)),
       op_{.kind = OpInfo::Kind::collective,
           .what = st_.op.what,
           .group = &comm.group(),

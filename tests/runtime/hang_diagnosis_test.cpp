@@ -329,5 +329,36 @@ TEST(HangDiagnosis, FlightRecordTimesAWaitingOperationAndNotesAPromptSmallOneAsT
   EXPECT_EQ(recorded_ms(fr, 1, "broadcast #1 root 1"), 0.0) << fr;
 }
 
+// An unobserved 8 B broadcast takes the eager short path (Call::eager_broadcast): its receivers
+// waiting for a root that never enters are still each diagnosed as pending in that broadcast,
+// with the cycle through the root and a failed record in the flight recorder.
+TEST(HangDiagnosis, ReceiversOfAnEagerBroadcastWhoseRootNeverEntersArePendingInIt) {
+  World world(hang_options(3));
+  RankFailure f = run_failing(world, [](Rank& r) {
+    std::vector<double> x(1, 1.0), in(1);
+    if (r.id() == 2) recv<double>(r.comm(), in, 1);  // the root waits for a message never sent
+    broadcast<double>(r.comm(), std::span<double>(x), 2);
+  });
+  EXPECT_EQ(watchdog_report(f),
+            "hang: no rank made progress for T s (watchdog_timeout T s); every rank is blocked "
+            "or has returned\n"
+            "pending operations:\n"
+            "  rank 0: broadcast #1 on group world, 8 B, waiting T s for rank 2 to enter\n"
+            "  rank 1: broadcast #1 on group world, 8 B, waiting T s for rank 2 to enter\n"
+            "  rank 2: recv #1 from rank 1, 8 B, waiting T s for the message\n"
+            "wait-for cycle: rank 1 waits in broadcast #1 on group world, which rank 2 never "
+            "entered; rank 2 waits in recv #1 from rank 1");
+  const std::string& fr = f.flight_record();
+  EXPECT_NE(fr.find("rank 0, 1 operations in this run:\n  broadcast #1 root 2 on group world, 8 B"),
+            std::string::npos)
+      << fr;
+  EXPECT_NE(fr.find("ms, failed\n"), std::string::npos) << fr;
+  world.run([](Rank& r) {  // usable again, on the short path
+    std::vector<double> x(1, r.id() == 2 ? 4.0 : 0.0);
+    broadcast<double>(r.comm(), std::span<double>(x), 2);
+    EXPECT_EQ(x[0], 4.0) << "rank " << r.id();
+  });
+}
+
 }  // namespace
 }  // namespace tspemu::test
