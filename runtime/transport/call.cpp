@@ -115,24 +115,28 @@ CallState fresh_call_state(Comm& comm, const Fingerprint& fp, bool step0_only) {
           .step0_only = step0_only};
 }
 
-// The eager broadcast's short path (Call::eager_broadcast) is open to a call when nothing but
-// the flight recorder observes it (no trace, simulated clock, injection or listed observer: all
-// of them hook collectives' begin, meet or end) and nothing must run or be reported before it
-// takes its number (no unwaited handle, no pending or running non-blocking call on the Comm).
-bool short_path_open(const RankState& self, const Comm& comm) {
+// Whether a collective call on `comm` has duties besides meeting its members and moving bytes,
+// which only Call carries out: the transport is not the shared-memory one; something observes
+// collectives (a trace, the simulated clock, injection or a listed observer: each hooks their
+// begin, meet or end) or the meet; or something must run or be reported before the call takes its
+// number (a handle destroyed unwaited; non-blocking calls pending on the Comm, or the call being
+// one of them). The eager broadcast's short path takes only calls without any, and Call's
+// constructor acts on its pre-number duties only under this test, so a duty whose condition is not
+// here never runs at all rather than being skipped by the short path alone.
+bool needs_full_call(const RankState& self, const Comm& comm) {
   const WorldShared& w = *self.world;
   const DeferredCalls* deferred = comm.deferred();
-  return w.shared_memory != nullptr &&
-         w.observed[static_cast<int>(OpInfo::Kind::collective)] == 0 && w.on_meet.empty() &&
-         self.unwaited.empty() &&
-         (deferred == nullptr || (!deferred->running() && !deferred->pending()));
+  return w.shared_memory == nullptr ||
+         w.observed[static_cast<int>(OpInfo::Kind::collective)] != 0 || !w.on_meet.empty() ||
+         !self.unwaited.empty() ||
+         (deferred != nullptr && (deferred->running() || deferred->pending()));
 }
 
 }  // namespace
 
 bool Call::eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf) {
   RankState& self = comm.self();
-  if (!short_path_open(self, comm)) return false;
+  if (needs_full_call(self, comm)) return false;
   SharedMemoryTransport& shm = *self.world->shared_memory;
   CallState st = fresh_call_state(comm, fp, /*step0_only=*/false);
   st.seq = comm.next_seq();
@@ -178,11 +182,15 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   // Before this call takes its number: a handle destroyed unwaited is reported here, and the
   // rank's pending non-blocking calls on the Comm run first, in issue order, so every member's
   // mailbox calls follow issue order whatever order it waits in (deferred_calls.hpp). A deferred
-  // call's own Call is the non-blocking form.
-  if (!self.unwaited.empty()) detail::raise(self, std::logic_error(self.unwaited));
-  DeferredCalls* deferred = comm.deferred();
-  const bool nonblocking = deferred != nullptr && deferred->running();
-  if (deferred != nullptr && !nonblocking && deferred->pending()) deferred->run_all(comm);
+  // call's own Call is the non-blocking form. Under needs_full_call, the test the eager
+  // broadcast's short path takes, so that test covers every duty here.
+  bool nonblocking = false;
+  if (needs_full_call(self, comm)) {
+    if (!self.unwaited.empty()) detail::raise(self, std::logic_error(self.unwaited));
+    DeferredCalls* deferred = comm.deferred();
+    nonblocking = deferred != nullptr && deferred->running();
+    if (deferred != nullptr && !nonblocking && deferred->pending()) deferred->run_all(comm);
+  }
   Fingerprint fp = blocking_fp;
   fp.nonblocking = nonblocking;
   st_.seq = comm.next_seq();

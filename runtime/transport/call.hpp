@@ -91,9 +91,10 @@ class Call {
   void finish();
 
   // The whole of an eager broadcast (fp: kind broadcast, a valid root, at most kEagerBytes) in a
-  // world of the shared-memory transport when nothing observes the call (see call.cpp): the
-  // transport's open_rooted, the receiver's copy and finish, with its number and flight record,
-  // and none of Call's observer and meet machinery (a fifth of the instructions of an 8 B call).
+  // world of the shared-memory transport when nothing observes the call and nothing must run
+  // before it (needs_full_call, call.cpp): the transport's open_rooted, the receiver's copy and
+  // finish, with its number and flight record, and none of Call's observer and meet machinery (a
+  // fifth of the instructions of an 8 B call).
   // Returns false, having done nothing, when the call needs a Call. Same verdicts as Call's:
   // receivers check the root's fingerprint, settling compares everyone's.
   static bool eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf);
