@@ -9,14 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 namespace tspemu::detail {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
-
-namespace parker_impl {
-bool asymmetric = false;
-}  // namespace parker_impl
 
 namespace {
 
@@ -32,12 +29,14 @@ bool register_membarrier() {
 
 }  // namespace
 
-bool asymmetric_fences() {
-  // Magic static: decided once, by the first Parker made (before any rank of any world runs, so
-  // before any poster reads parker_impl::asymmetric; the world's threads start after their
-  // Parkers exist, which orders this write before their reads).
-  static const bool decided = parker_impl::asymmetric = register_membarrier();
-  return decided;
+bool WakeFences::asymmetric_ = false;
+
+bool WakeFences::decide() {
+  // A concurrent first call (worlds made on two threads) waits for the one that registers, and
+  // call_once's completion orders the write before every return.
+  static std::once_flag decided;
+  std::call_once(decided, [] { asymmetric_ = register_membarrier(); });
+  return asymmetric_;
 }
 
 void Parker::heavy_fence() {

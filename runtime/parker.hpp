@@ -9,7 +9,7 @@
 //
 // The fences are asymmetric (the liburcu / folly "asymmetric Dekker" pattern) when the kernel
 // offers membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), decided once per process
-// (asymmetric_fences()): a poster posts on every call and a waiter parks only after spinning and
+// (WakeFences): a poster posts on every call and a waiter parks only after spinning and
 // yielding, so the poster's fence is only a compiler barrier and the waiter's is the heavy one.
 // membarrier returns only after every other CPU running a thread of this process has executed a
 // full memory barrier; a thread not running then passes one in the context switch. So the
@@ -34,22 +34,28 @@
 
 namespace tspemu::detail {
 
-// True when this process uses the asymmetric fences (above): membarrier's private expedited
-// command is available and registered, and TSPEMU_MEMBARRIER is not "0". Decided at the first call
-// (the first world's construction), the same for the whole process after.
-bool asymmetric_fences();
+// The handshake's form for this process: asymmetric (above) when membarrier's private expedited
+// command is available and registered and TSPEMU_MEMBARRIER is not "0", symmetric otherwise.
+class WakeFences {
+ public:
+  // Decides at the first call, which every Parker's constructor makes (so the first world's
+  // construction decides), and returns the choice, the same for the whole process after.
+  static bool decide();
+  // The choice, as a plain load: read on every post. Only a thread that a decide() call happens
+  // before reads it, so it sees the decision: a rank's thread starts after its world's Parkers
+  // exist, and thread creation orders their decide() before it.
+  static bool asymmetric() { return asymmetric_; }
 
-namespace parker_impl {
-// asymmetric_fences(), read on every post: a plain load of a flag set once by Parker's start-up.
-extern bool asymmetric;
-}  // namespace parker_impl
+ private:
+  static bool asymmetric_;  // written once, by decide()'s first call
+};
 
 // The poster's store-and-fence half of the handshake: stores `value` into a condition that a
 // waiter may park on; unpark() the waiters after it. Release (at least): the condition publishes
 // whatever the waiter reads after it sees `value`.
 template <class T>
 inline void store_waited(std::atomic<T>& cond, T value) {
-  if (parker_impl::asymmetric) {
+  if (WakeFences::asymmetric()) {
     cond.store(value, std::memory_order_release);
     // Keeps the compiler from moving unpark()'s load of `sleeping_` above the store; the
     // waiter's membarrier makes it a full barrier at run time (see above).
@@ -61,12 +67,12 @@ inline void store_waited(std::atomic<T>& cond, T value) {
 
 class Parker {
  public:
-  Parker() { (void)asymmetric_fences(); }  // decides the fences before any rank posts
+  Parker() { (void)WakeFences::decide(); }  // decides the fences before any rank posts
   // The waiter's store-and-fence half of the handshake (see above): seq_cst store, then, with
   // asymmetric fences, the heavy barrier before the caller re-checks its condition.
   void prepare() {
     sleeping_.store(1, std::memory_order_seq_cst);
-    if (parker_impl::asymmetric) heavy_fence();
+    if (WakeFences::asymmetric()) heavy_fence();
   }
   // relaxed: only this thread's own later futex call depends on it.
   void cancel() { sleeping_.store(0, std::memory_order_relaxed); }

@@ -369,7 +369,7 @@ void worker(WorldShared& w, int id) {
 }  // namespace detail
 
 const char* wake_handshake() {
-  return detail::asymmetric_fences() ? "membarrier" : "seq_cst";
+  return detail::WakeFences::decide() ? "membarrier" : "seq_cst";
 }
 
 World::World(WorldOptions opts) {
