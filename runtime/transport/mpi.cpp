@@ -285,10 +285,10 @@ struct MpiTransport::FetchSet {
     std::size_t offset = 0, end = 0;
     std::byte* dst = nullptr;
   };
-  // A member read in place: where its message lies, asked by the set's first read of it.
+  // A member read in place: where its message lies, asked by the set's first read of it. Every
+  // entry is kUnasked between sets (the set's end resets those it asked).
   struct Source {
-    enum : unsigned char { kAsked, kKnown, kOverMpi } state = kAsked;
-    std::uint64_t set = 0;  // the set that asked; in an older set's entry the member is unasked
+    enum : unsigned char { kUnasked, kAsked, kKnown, kOverMpi } state = kUnasked;
     Fetch fetch;
     alignas(8) std::byte reply[sizeof(AddressReply)] = {};
     AddressReply where;
@@ -315,9 +315,8 @@ struct MpiTransport::FetchSet {
   const bool copy_in_place;
   Read* reads = nullptr;
   Source* sources = nullptr;  // by group rank
-  std::uint64_t id = 0;
-  std::size_t asked = 0;  // members whose address this set asked for
-  std::size_t used = 0;   // reads [0, used) have `started` set
+  std::size_t asked = 0;      // members whose address this set asked for
+  std::size_t used = 0;       // reads [0, used) have `started` set
 };
 
 struct MpiTransport::Progress {
@@ -634,7 +633,6 @@ MpiTransport::FetchSet::FetchSet(MpiTransport& transport, CallState& call, int s
   thread_local std::size_t room = 0;
   thread_local std::unique_ptr<Source[]> members;
   thread_local std::size_t member_room = 0;
-  thread_local std::uint64_t sets = 0;
   if (room < capacity) {  // the last set ended: none of the old reads is in flight
     mine.reset(new Read[capacity]);
     room = capacity;
@@ -646,7 +644,6 @@ MpiTransport::FetchSet::FetchSet(MpiTransport& transport, CallState& call, int s
   }
   reads = mine.get();
   sources = members.get();
-  id = ++sets;
   fetch_set_live = true;
 }
 
@@ -655,7 +652,8 @@ MpiTransport::FetchSet::~FetchSet() {
     if (reads[i].started && !reads[i].in_place) t.cancel_fetch(reads[i].fetch);
   for (int m = 0; asked > 0 && m < c.size; ++m) {
     Source& s = sources[m];
-    if (s.set == id && s.state == Source::kAsked) t.cancel_fetch(s.fetch);
+    if (s.state == Source::kAsked) t.cancel_fetch(s.fetch);
+    s.state = Source::kUnasked;
   }
   fetch_set_live = false;
 }
@@ -674,8 +672,7 @@ void MpiTransport::FetchSet::start(std::size_t i, int from, std::size_t offset, 
       t.p_->direct_pid[static_cast<std::size_t>(
           t.w_.process_of(g.world_ranks[static_cast<std::size_t>(from)]))] != 0) {
     Source& s = sources[from];
-    if (s.set != id) {
-      s.set = id;
+    if (s.state == Source::kUnasked) {
       s.state = Source::kAsked;
       ++asked;
       t.start_address_fetch(c, from, step, offset, bytes, s.reply, s.fetch);
