@@ -115,21 +115,26 @@ CallState fresh_call_state(Comm& comm, const Fingerprint& fp, bool step0_only) {
           .step0_only = step0_only};
 }
 
-// Whether a collective call on `comm` has duties besides meeting its members and moving bytes,
-// which only Call carries out: the transport is not the shared-memory one; something observes
-// collectives (a trace, the simulated clock, injection or a listed observer: each hooks their
-// begin, meet or end) or the meet; or something must run or be reported before the call takes its
-// number (a handle destroyed unwaited; non-blocking calls pending on the Comm, or the call being
-// one of them). The eager broadcast's short path takes only calls without any, and Call's
-// constructor acts on its pre-number duties only under this test, so a duty whose condition is not
-// here never runs at all rather than being skipped by the short path alone.
+// Whether something must run or be reported before a call on `comm` takes its number: a handle
+// destroyed unwaited, non-blocking calls pending on the Comm, or the call being one of them. Call's
+// constructor carries these duties out only under this test, and the eager broadcast's short path
+// (needs_full_call) takes no call that passes it, so a duty whose condition is missing here never
+// runs at all rather than being skipped by the short path alone.
+bool has_pre_number_duties(const RankState& self, const Comm& comm) {
+  const DeferredCalls* deferred = comm.deferred();
+  return !self.unwaited.empty() ||
+         (deferred != nullptr && (deferred->running() || deferred->pending()));
+}
+
+// Whether a collective call on `comm` needs Call rather than the eager broadcast's short path: the
+// transport is not the shared-memory one; something observes collectives (a trace, the simulated
+// clock, injection or a listed observer: each hooks their begin, meet or end) or the meet; or the
+// call has pre-number duties.
 bool needs_full_call(const RankState& self, const Comm& comm) {
   const WorldShared& w = *self.world;
-  const DeferredCalls* deferred = comm.deferred();
   return w.shared_memory == nullptr ||
          w.observed[static_cast<int>(OpInfo::Kind::collective)] != 0 || !w.on_meet.empty() ||
-         !self.unwaited.empty() ||
-         (deferred != nullptr && (deferred->running() || deferred->pending()));
+         has_pre_number_duties(self, comm);
 }
 
 }  // namespace
@@ -182,10 +187,9 @@ Call::Call(Comm& comm, const Fingerprint& blocking_fp, std::span<const std::byte
   // Before this call takes its number: a handle destroyed unwaited is reported here, and the
   // rank's pending non-blocking calls on the Comm run first, in issue order, so every member's
   // mailbox calls follow issue order whatever order it waits in (deferred_calls.hpp). A deferred
-  // call's own Call is the non-blocking form. Under needs_full_call, the test the eager
-  // broadcast's short path takes, so that test covers every duty here.
+  // call's own Call is the non-blocking form.
   bool nonblocking = false;
-  if (needs_full_call(self, comm)) {
+  if (has_pre_number_duties(self, comm)) {
     if (!self.unwaited.empty()) detail::raise(self, std::logic_error(self.unwaited));
     DeferredCalls* deferred = comm.deferred();
     nonblocking = deferred != nullptr && deferred->running();

@@ -730,7 +730,8 @@ void MpiTransport::Progress::loop() {
     // hand-off when it parks. Sends it left in flight move while it polls. The timeout bounds only
     // how long a peer's read waits on a rank that stopped polling with its condition met and went
     // on computing (it hands off only when it parks); each expiry is a context switch, and at
-    // 200 us those of 8 processes on 2 cores took ~40 % of an 8 B all-reduce's time (P = 8).
+    // 200 us those of 8 processes on 2 cores took about a third of an 8 B all-reduce's
+    // time (P = 8).
     if (pumping.load(std::memory_order_relaxed) > 0) {
       parker.prepare();
       if (pumping.load(std::memory_order_relaxed) > 0 &&
