@@ -1555,20 +1555,27 @@ void MpiTransport::send_open_message(const Group& g, int member, std::uint64_t s
     throw std::logic_error("MPI transport: member " + std::to_string(member) + " held " +
                            std::to_string(seq - first_held) + " opens before call #" +
                            std::to_string(seq) + ", more than " + std::to_string(kHeldOpens - 1));
-  HeldRun runs[kHeldOpens];
-  for (std::uint64_t u = first_held; u < seq; ++u) {
-    const Fingerprint& fp = own.fps[u % (2 * kDescriptors)];
-    if (b.runs == 0 || runs[b.runs - 1].fp != fp) runs[b.runs++] = HeldRun{fp, 0};
-    ++runs[b.runs - 1].calls;
-  }
+  // The held fingerprints as runs, written straight into the message: counted first, then written
+  // (an array of kHeldOpens runs, built on every open though most hold none, cost ~220
+  // instructions per open).
+  auto held_fp = [&](std::uint64_t u) -> const Fingerprint& {
+    return own.fps[u % (2 * kDescriptors)];
+  };
+  for (std::uint64_t u = first_held; u < seq; ++u)
+    if (u == first_held || held_fp(u) != held_fp(u - 1)) ++b.runs;
   const std::size_t runs_bytes = b.runs * sizeof(HeldRun);
   std::vector<std::byte>& m = control_buffer();
   m.resize(sizeof h + sizeof b + runs_bytes + (b.eager ? step0.size() : 0));
   std::memcpy(m.data(), &h, sizeof h);
   std::memcpy(m.data() + sizeof h, &b, sizeof b);
   std::byte* at = m.data() + sizeof h + sizeof b;
-  if (runs_bytes > 0) std::memcpy(at, runs, runs_bytes);
-  if (b.eager && !step0.empty()) std::memcpy(at + runs_bytes, step0.data(), step0.size());
+  for (std::uint64_t u = first_held; u < seq;) {
+    HeldRun run{held_fp(u), 0};
+    for (; u < seq && held_fp(u) == run.fp; ++u) ++run.calls;
+    std::memcpy(at, &run, sizeof run);
+    at += sizeof run;
+  }
+  if (b.eager && !step0.empty()) std::memcpy(at, step0.data(), step0.size());
   p_->send_to_all(g.other_processes, m);
 }
 
