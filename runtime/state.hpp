@@ -177,6 +177,10 @@ struct WorldShared {
   // The same object when it is SharedMemoryTransport or DryTransport (which overrides none of its
   // verbs), so Call may call them without virtual dispatch; null otherwise (MPI).
   SharedMemoryTransport* shared_memory = nullptr;
+  // The shared-memory transport the world's transport is or builds on (MpiTransport mirrors the
+  // other processes' members into its mailboxes), or null: Call reads small step-0 messages from
+  // its mailboxes directly (recv_all_step0).
+  SharedMemoryTransport* mailboxes = nullptr;
   // The transport's link to the other processes (the same object), or null.
   ProcessLink* link = nullptr;
   // What may run beside every operation, in order (observer.hpp).

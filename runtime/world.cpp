@@ -166,6 +166,7 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
           "plans in one process)");
     auto t = std::make_unique<MpiTransport>(w);
     w.link = t.get();
+    w.mailboxes = t.get();
     return t;
 #else
     throw std::invalid_argument(
@@ -179,6 +180,7 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
   else
     t = std::make_unique<SharedMemoryTransport>();
   w.shared_memory = t.get();
+  w.mailboxes = t.get();
   return t;
 }
 

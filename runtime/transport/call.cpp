@@ -242,6 +242,11 @@ Call::~Call() {
   if (!ended_) notify_end(st_.comm->self(), op_, false);
 }
 
+bool Call::recv_all_step0(std::byte* dst, const std::size_t* offsets, std::size_t elem_size) {
+  SharedMemoryTransport* m = shm_ != nullptr ? shm_ : st_.comm->self().world->mailboxes;
+  return m != nullptr && m->SharedMemoryTransport::recv_all_step0(st_, dst, offsets, elem_size);
+}
+
 void Call::finish() {
   if (shm_ != nullptr)
     shm_->SharedMemoryTransport::finish(st_);

@@ -83,11 +83,10 @@ class Call {
   }
   // Copies every member's whole step-0 message, member r's to dst + offsets[r] * elem_size, in one
   // pass when the transport has them all at hand (SharedMemoryTransport::recv_all_step0: all in the
-  // mailboxes and of the lengths offsets[] gives); returns false, copying nothing, otherwise (the
-  // caller then recvs them one by one, which also reports a length that does not match).
-  bool recv_all_step0(std::byte* dst, const std::size_t* offsets, std::size_t elem_size) {
-    return shm_ != nullptr && shm_->recv_all_step0(st_, dst, offsets, elem_size);
-  }
+  // mailboxes, or their mirrors from other processes, and of the lengths offsets[] gives); returns
+  // false, copying nothing, otherwise (the caller then recvs them one by one, which also reports a
+  // length that does not match).
+  bool recv_all_step0(std::byte* dst, const std::size_t* offsets, std::size_t elem_size);
   void finish();
 
   // The whole of an eager broadcast (fp: kind broadcast, a valid root, at most kEagerBytes) in a

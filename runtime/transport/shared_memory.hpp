@@ -189,7 +189,8 @@ class SharedMemoryTransport : public Transport {
   // all_gather's small form in one pass, not a verb of every transport (Call::recv_all_step0): when
   // every member's step-0 message is in its mailbox and is exactly (offsets[r + 1] - offsets[r])
   // * elem_size bytes long, copies member r's to dst + offsets[r] * elem_size for every r and
-  // returns true; otherwise copies nothing and returns false. No wait: every member met at open.
+  // returns true; otherwise copies nothing and returns false. No wait: every member met at open
+  // (MpiTransport: the mirrors of other processes' members too, with their eager step 0).
   bool recv_all_step0(CallState& call, std::byte* dst, const std::size_t* offsets,
                       std::size_t elem_size);
 
