@@ -1834,6 +1834,15 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
 void MpiTransport::recv(CallState& c, int from, int step, std::size_t offset,
                         std::span<std::byte> dst) {
   if (!remote(*c.comm, from)) return SharedMemoryTransport::recv(c, from, step, offset, dst);
+  // A small step 0 came with its owner's open, into the mirror's mailbox (apply): read there as a
+  // local member's (an eager broadcast's receiver, every call), with no Fetch. A range past it
+  // goes on to recv_rows, which reports it.
+  if (step == 0) {
+    const Descriptor& d =
+        c.comm->group().slots[static_cast<std::size_t>(from)].desc[c.seq % kDescriptors];
+    if (d.eager && offset + dst.size() <= d.step0.bytes)
+      return SharedMemoryTransport::recv(c, from, step, offset, dst);
+  }
   recv_rows(c, from, step, offset, dst.size(), dst.size(), 1, dst.data(), dst.size());
 }
 
