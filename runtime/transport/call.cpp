@@ -126,14 +126,12 @@ bool has_pre_number_duties(const RankState& self, const Comm& comm) {
          (deferred != nullptr && (deferred->running() || deferred->pending()));
 }
 
-// Whether a collective call on `comm` needs Call rather than the eager broadcast's short path: the
-// transport is not the shared-memory one; something observes collectives (a trace, the simulated
-// clock, injection or a listed observer: each hooks their begin, meet or end) or the meet; or the
-// call has pre-number duties.
+// Whether a collective call on `comm` needs Call rather than the eager broadcast's short path:
+// something observes collectives (a trace, the simulated clock, injection or a listed observer:
+// each hooks their begin, meet or end) or the meet; or the call has pre-number duties.
 bool needs_full_call(const RankState& self, const Comm& comm) {
   const WorldShared& w = *self.world;
-  return w.shared_memory == nullptr ||
-         w.observed[static_cast<int>(OpInfo::Kind::collective)] != 0 || !w.on_meet.empty() ||
+  return w.observed[static_cast<int>(OpInfo::Kind::collective)] != 0 || !w.on_meet.empty() ||
          has_pre_number_duties(self, comm);
 }
 
@@ -142,7 +140,10 @@ bool needs_full_call(const RankState& self, const Comm& comm) {
 bool Call::eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf) {
   RankState& self = comm.self();
   if (needs_full_call(self, comm)) return false;
-  SharedMemoryTransport& shm = *self.world->shared_memory;
+  // The shared-memory transport's verbs without virtual dispatch, as Call's; any other (MPI)
+  // through its own.
+  Transport& t = *self.world->transport;
+  SharedMemoryTransport* shm = self.world->shared_memory;
   CallState st = fresh_call_state(comm, fp, /*step0_only=*/false);
   st.seq = comm.next_seq();
   st.op.seq = st.seq;
@@ -155,16 +156,27 @@ bool Call::eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf) {
       self.flight.begin(st.op.what, st.seq, &comm.group().name, -1, fp.root, bytes);
   try {
     // No observer reads the header (nobody observes the meet).
-    shm.SharedMemoryTransport::open_rooted(
-        st, fp, CallHeader{},
-        is_root ? std::span<const std::byte>(buf, bytes) : std::span<const std::byte>());
-    if (!is_root && bytes > 0) shm.SharedMemoryTransport::recv(st, fp.root, 0, 0, {buf, bytes});
+    const auto step0 =
+        is_root ? std::span<const std::byte>(buf, bytes) : std::span<const std::byte>();
+    if (shm != nullptr)
+      shm->SharedMemoryTransport::open_rooted(st, fp, CallHeader{}, step0);
+    else
+      t.open_rooted(st, fp, CallHeader{}, step0);
+    if (!is_root && bytes > 0) {
+      if (shm != nullptr)
+        shm->SharedMemoryTransport::recv(st, fp.root, 0, 0, {buf, bytes});
+      else
+        t.recv(st, fp.root, 0, 0, {buf, bytes});
+    }
   } catch (...) {
-    shm.SharedMemoryTransport::abandon(st);
+    t.abandon(st);
     end_own_record(self, record, false, bytes, waits_at_begin);
     throw;
   }
-  shm.SharedMemoryTransport::finish(st);
+  if (shm != nullptr)
+    shm->SharedMemoryTransport::finish(st);
+  else
+    t.finish(st);
   end_own_record(self, record, true, bytes, waits_at_begin);
   return true;
 }
