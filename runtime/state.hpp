@@ -179,7 +179,7 @@ struct WorldShared {
   SharedMemoryTransport* shared_memory = nullptr;
   // The shared-memory transport the world's transport is or builds on (MpiTransport mirrors the
   // other processes' members into its mailboxes), or null: Call reads small step-0 messages from
-  // its mailboxes directly (recv_all_step0).
+  // its mailboxes directly (recv_all_step0). Derived from `transport` once, at construction.
   SharedMemoryTransport* mailboxes = nullptr;
   // The transport's link to the other processes (the same object), or null.
   ProcessLink* link = nullptr;

@@ -166,7 +166,6 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
           "plans in one process)");
     auto t = std::make_unique<MpiTransport>(w);
     w.link = t.get();
-    w.mailboxes = t.get();
     return t;
 #else
     throw std::invalid_argument(
@@ -180,12 +179,12 @@ std::unique_ptr<Transport> make_transport(WorldShared& w) {
   else
     t = std::make_unique<SharedMemoryTransport>();
   w.shared_memory = t.get();
-  w.mailboxes = t.get();
   return t;
 }
 
 WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) {
   transport = make_transport(*this);
+  mailboxes = dynamic_cast<SharedMemoryTransport*>(transport.get());
   observers.push_back(make_injection_observer());
   observers.push_back(make_sim_clock_observer());
   observers.push_back(make_trace_observer());

@@ -255,7 +255,7 @@ Call::~Call() {
 }
 
 bool Call::recv_all_step0(std::byte* dst, const std::size_t* offsets, std::size_t elem_size) {
-  SharedMemoryTransport* m = shm_ != nullptr ? shm_ : st_.comm->self().world->mailboxes;
+  SharedMemoryTransport* m = st_.comm->self().world->mailboxes;
   return m != nullptr && m->SharedMemoryTransport::recv_all_step0(st_, dst, offsets, elem_size);
 }
 
