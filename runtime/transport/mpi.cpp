@@ -1834,9 +1834,10 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
 void MpiTransport::recv(CallState& c, int from, int step, std::size_t offset,
                         std::span<std::byte> dst) {
   if (!remote(*c.comm, from)) return SharedMemoryTransport::recv(c, from, step, offset, dst);
-  // A small step 0 came with its owner's open, into the mirror's mailbox (apply): read there as a
-  // local member's (an eager broadcast's receiver, every call), with no Fetch. A range past it
-  // goes on to recv_rows, which reports it.
+  // A small step 0 came with its owner's open into the mirror, which is a mailbox like a local
+  // member's (apply): the shared-memory read takes it (an eager broadcast's receiver, every call).
+  // Through recv_rows' general path (range check, rows, a Fetch) it cost twice the instructions.
+  // A range past it goes on to recv_rows, which reports it.
   if (step == 0) {
     const Descriptor& d =
         c.comm->group().slots[static_cast<std::size_t>(from)].desc[c.seq % kDescriptors];
