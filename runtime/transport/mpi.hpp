@@ -69,6 +69,8 @@
 // the two processes with every message probed for (MPI_Improbe + MPI_Mrecv: ~1340 per message,
 // matched as unexpected and copied twice) against 6.8k / 8.2k; 0.92 -> 0.74 us per call
 // (mpi_runtime_bench, medians of 3 runs alternating the builds; OpenMPI's own 0.38 us).
+// On one node whose processes fit its cores, control messages of at most 2 KiB go through
+// shared-memory rings instead (mpi.cpp: ControlRing, map_control_rings), in the same order.
 // Sending: a message to every other process hosting members (open, post) is built in a buffer
 // the rank thread reuses and, with one rank per process, sent by it to each (Progress::isend_all):
 // a send OpenMPI completes within MPI_Isend (a small one is copied out) keeps nothing, so nothing

@@ -529,6 +529,48 @@ TEST_P(MpiWorld, MessagesAboveThePostedReceiveSizeBetweenSmallCollectivesStayExa
     }
 }
 
+// Control messages between processes of one node go through rings (mpi.cpp: ControlRing) when the
+// node's processes fit its cores or TSPEMU_MPI_CONTROL_RINGS=1; ctest also runs every test with
+// rings of 4 KiB (TSPEMU_MPI_CONTROL_RING_BYTES). 300 messages of 1 KiB to a rank that first sleeps
+// are many such rings' worth: a writer that finds its ring full waits for the reader's process to
+// take records out, and every message arrives whole and in its pair's order.
+TEST_P(MpiWorld, MessagesBeyondAControlRingsRoomWaitForTheReaderAndArriveInOrder) {
+  const int n = GetParam();
+  World w(across(n));
+  constexpr int kMessages = 300;
+  constexpr std::size_t kCount = 256;
+  std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+  w.run([&](Rank& r) {
+    const int last = n - 1;
+    if (r.id() == 0) {
+      std::vector<std::vector<float>> out(kMessages, std::vector<float>(kCount));
+      std::vector<SendHandle> sent;
+      for (int m = 0; m < kMessages; ++m) {
+        for (std::size_t i = 0; i < kCount; ++i)
+          out[static_cast<std::size_t>(m)][i] = static_cast<float>(m * 1000 + static_cast<int>(i));
+        sent.push_back(isend<float>(r.comm(), out[static_cast<std::size_t>(m)], last));
+      }
+      for (SendHandle& h : sent) h.wait();
+    } else if (r.id() == last) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::vector<float> in(kCount);
+      for (int m = 0; m < kMessages; ++m) {
+        recv<float>(r.comm(), in, 0);
+        for (std::size_t i = 0; i < kCount; ++i)
+          if (in[i] != static_cast<float>(m * 1000 + static_cast<int>(i)))
+            ++wrong[static_cast<std::size_t>(r.id())];
+      }
+    }
+    std::vector<float> x(1, 1.0f);
+    all_reduce<float>(r.comm(), x);
+    if (x[0] != static_cast<float>(n)) ++wrong[static_cast<std::size_t>(r.id())];
+  });
+  for (int r = 0; r < n; ++r)
+    if (w.hosts(r)) {
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], 0) << "rank " << r;
+    }
+}
+
 TEST_P(MpiWorld, RankThatThrowsEndsEveryProcessNamingIt) {
   const int n = GetParam();
   World w(across(n));
