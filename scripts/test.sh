@@ -7,7 +7,7 @@
 #      check/ (findings listed and counted by check; any finding fails), then the runtime tests
 #      and the TSP, baseline and sequence-attention block tests under ThreadSanitizer;
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. the libFuzzer harnesses of fuzz/ (clang), 60 s each, failing on any crash (fuzz/run.sh).
+#   4. the libFuzzer harnesses of fuzz/ (clang), 50 s each, failing on any crash (fuzz/run.sh).
 # `--quick` stops after step 1. Run from anywhere, as root on Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,5 +84,5 @@ build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   ctest --test-dir build-asan --output-on-failure --timeout 900
 
-echo "== fuzzing: each libFuzzer harness for 60 s"
-bash fuzz/run.sh 60
+echo "== fuzzing: each libFuzzer harness for 50 s"
+bash fuzz/run.sh 50
