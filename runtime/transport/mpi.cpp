@@ -1454,11 +1454,12 @@ namespace {
 // its node (the ring that process writes to it), and the others map it through /proc/<pid>/fd
 // (what process_vm_readv's permission check also allows); a pair that cannot keeps MPI.
 // Only while the node's processes fit its cores (`oversubscribed` false). Measured,
-// mpi_runtime_bench alternating builds on 2 cores: at P = 2 the 8 B broadcast went from 1.8x
-// OpenMPI's time to 1.2x and every 8 B collective to at most 1.0x; at P = 4 and 8 (oversubscribed)
-// the 8 B all-reduce, all-gather and reduce-scatter took 0.6-0.7x the time with rings, but the 8 B
-// broadcast 2-3x (its idle pollers, cheaper per poll, yield 2-3x as often: 75k against 27k
-// sched_yield calls in one run; sleeping instead of yielding made every collective slower).
+// mpi_runtime_bench alternating builds on 2 cores, 8 B at P = 2: tspemu's time per call 0.74-0.80
+// -> 0.43-0.53 us for all-reduce, all-gather and reduce-scatter, 0.28 -> 0.17 us for broadcast
+// (1.7-1.9x OpenMPI's same-run time -> 0.93-1.07x). At P = 4 and 8 (oversubscribed) the first
+// three took 0.6-0.7x the time with rings, but the broadcast 2-3x: ~13k fewer instructions per
+// call summed over the processes, lost to scheduling (its pollers yield 2-3x as often; see the
+// README's Benchmarks for what was tried).
 // TSPEMU_MPI_CONTROL_RINGS=1 uses them regardless, =0 never (so does TSPEMU_MPI_DIRECT_READS=0: the
 // path between machines). Collective over the world.
 void map_control_rings(MpiTransport::Progress& p, MPI_Comm node, bool oversubscribed) {
