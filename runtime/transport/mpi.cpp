@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -184,26 +185,26 @@ static_assert(std::is_trivially_destructible_v<ControlRing>);
 constexpr std::uint64_t ring_record_bytes(std::size_t message_bytes) {
   return 8 + ((message_bytes + 7) & ~std::size_t{7});
 }
-// The bytes of each ring in use: kRingBytes, or TSPEMU_MPI_CONTROL_RING_BYTES (at least one record
-// of kPostedBytes) so that tests make writers wait for room (every process of a job reads the same
-// environment, so writer and reader agree).
-std::size_t ring_bytes() {
-  static const std::size_t bytes = [] {
-    const char* v = std::getenv("TSPEMU_MPI_CONTROL_RING_BYTES");
-    if (v == nullptr) return kRingBytes;
-    const std::size_t asked = std::strtoull(v, nullptr, 10) & ~std::size_t{7};
-    return std::clamp<std::size_t>(asked, 8 + kPostedBytes, kRingBytes);
-  }();
-  return bytes;
+static_assert(std::has_single_bit(kRingBytes));
+// The bytes of each ring in use (a power of two): kRingBytes, or TSPEMU_MPI_CONTROL_RING_BYTES
+// rounded down to one, at least 4 KiB (a record of kPostedBytes fits), so that tests make writers
+// wait for room. Every process of a job reads the same environment: writer and reader agree.
+std::size_t ring_bytes_in_use() {
+  const char* v = std::getenv("TSPEMU_MPI_CONTROL_RING_BYTES");
+  if (v == nullptr) return kRingBytes;
+  const std::size_t asked = std::bit_floor(std::strtoull(v, nullptr, 10));
+  return std::clamp<std::size_t>(asked, std::bit_ceil(8 + kPostedBytes), kRingBytes);
 }
-// Copies between a ring's data at byte position `at` (wrapping) and flat memory.
-void ring_write(ControlRing& r, std::uint64_t at, const void* src, std::size_t n) {
-  const std::size_t size = ring_bytes(), pos = at % size, first = std::min(n, size - pos);
+// Copies between a ring's data at byte position `at` (wrapping at `size`, a power of two) and flat
+// memory.
+void ring_write(ControlRing& r, std::size_t size, std::uint64_t at, const void* src,
+                std::size_t n) {
+  const std::size_t pos = at & (size - 1), first = std::min(n, size - pos);
   std::memcpy(r.data + pos, src, first);
   std::memcpy(r.data, static_cast<const std::byte*>(src) + first, n - first);
 }
-void ring_read(const ControlRing& r, std::uint64_t at, void* dst, std::size_t n) {
-  const std::size_t size = ring_bytes(), pos = at % size, first = std::min(n, size - pos);
+void ring_read(const ControlRing& r, std::size_t size, std::uint64_t at, void* dst, std::size_t n) {
+  const std::size_t pos = at & (size - 1), first = std::min(n, size - pos);
   std::memcpy(dst, r.data + pos, first);
   std::memcpy(static_cast<std::byte*>(dst) + first, r.data, n - first);
 }
@@ -508,7 +509,8 @@ struct MpiTransport::Progress {
   std::vector<ControlRing*> ring_to, ring_from;
   std::vector<int> ring_sources;         // the processes with a ring_from
   std::vector<std::uint64_t> ring_tail;  // by process: what this process wrote to ring_to
-  std::vector<std::uint64_t> ring_room;  // by process: ring_to's head as last loaded + kRingBytes
+  std::vector<std::uint64_t> ring_room;  // by process: ring_to's head as last loaded + ring_bytes
+  std::size_t ring_bytes = kRingBytes;   // of each ring in use (ring_bytes_in_use)
   bool control_over_mpi = true;          // some process sends control messages here over MPI
   std::vector<std::byte> ring_inbox;     // take_rings'
   std::vector<std::pair<void*, std::size_t>> mappings;  // unmapped with the Progress
@@ -927,7 +929,7 @@ bool MpiTransport::Progress::ring_send(int dest, std::span<const std::byte> byte
   while (ring_tail[q] + need > ring_room[q]) {
     // acquire: pairs with the reader's release store of head (take_rings): the record it copied
     // out is done with before this one overwrites it.
-    ring_room[q] = r->head.load(std::memory_order_acquire) + ring_bytes();
+    ring_room[q] = r->head.load(std::memory_order_acquire) + ring_bytes;
     if (ring_tail[q] + need <= ring_room[q]) break;
     // The world is being destroyed: no reader takes messages any more (see Progress::loop).
     // acquire: as loop()'s.
@@ -935,8 +937,8 @@ bool MpiTransport::Progress::ring_send(int dest, std::span<const std::byte> byte
     if (take_rings(64) == 0) std::this_thread::yield();
   }
   const std::uint64_t size = bytes.size();
-  ring_write(*r, ring_tail[q], &size, sizeof size);
-  ring_write(*r, ring_tail[q] + sizeof size, bytes.data(), bytes.size());
+  ring_write(*r, ring_bytes, ring_tail[q], &size, sizeof size);
+  ring_write(*r, ring_bytes, ring_tail[q] + sizeof size, bytes.data(), bytes.size());
   ring_tail[q] += need;
   // release: publishes the record; pairs with the reader's acquire load of tail (take_rings).
   r->tail.store(ring_tail[q], std::memory_order_release);
@@ -953,9 +955,9 @@ int MpiTransport::Progress::take_rings(int limit) {
     const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
     for (; head != tail && taken < limit; ++taken) {
       std::uint64_t size = 0;
-      ring_read(r, head, &size, sizeof size);
+      ring_read(r, ring_bytes, head, &size, sizeof size);
       ring_inbox.resize(size);
-      ring_read(r, head + sizeof size, ring_inbox.data(), size);
+      ring_read(r, ring_bytes, head + sizeof size, ring_inbox.data(), size);
       head += ring_record_bytes(size);
       // release: the record is copied out before the writer may overwrite it (ring_send).
       r.head.store(head, std::memory_order_release);
@@ -1084,16 +1086,7 @@ void MpiTransport::Progress::execute(Command& c) {
       requests.push_back(r);
       pending.push_back(std::move(o));
       // The request goes after the receive is posted, so the reply never waits unexpected.
-      Outstanding q;
-      q.kind = Outstanding::kOwnedSend;
-      q.buffer = std::move(f.request);
-      if (ring_send(f.source, q.buffer)) break;
-      MPI_Request s;
-      MPI_Isend(q.buffer.data(), static_cast<int>(q.buffer.size()), MPI_BYTE, f.source,
-                control_tag(q.buffer.size()), comm, &s);
-      ++wire_sent[static_cast<std::size_t>(f.source)];
-      requests.push_back(s);
-      pending.push_back(std::move(q));
+      isend_owned(f.source, std::move(f.request));
       break;
     }
     case Command::kCancel:
@@ -1470,7 +1463,8 @@ void map_control_rings(MpiTransport::Progress& p, MPI_Comm node, bool oversubscr
   p.ring_to.assign(processes, nullptr);
   p.ring_from.assign(processes, nullptr);
   p.ring_tail.assign(processes, 0);
-  p.ring_room.assign(processes, ring_bytes());
+  p.ring_bytes = ring_bytes_in_use();
+  p.ring_room.assign(processes, p.ring_bytes);
   std::vector<int> node_process(static_cast<std::size_t>(node_size));
   check_mpi(MPI_Allgather(&p.process, 1, MPI_INT, node_process.data(), 1, MPI_INT, node),
             "MPI_Allgather");
