@@ -4,8 +4,8 @@
 //   mpirun --allow-run-as-root --oversubscribe -np P ./build/bench/mpi_runtime_bench [iterations]
 //       [bytes... | collective...]
 //
-// iterations: calls per repetition at 4 MiB (20 times as many at 8 B); then the sizes to time
-// (default 8 and 4194304) and the collectives (default all four), in any order; `tspemu` or
+// iterations: the fewest calls per repetition at 4 MiB (20 times as many at 8 B); then the sizes to
+// time (default 8 and 4194304) and the collectives (default all four), in any order; `tspemu` or
 // `openmpi` times that side alone (for counting instructions or messages of one side, e.g. under
 // `perf stat`; the ratio column is then absent).
 //
@@ -14,6 +14,14 @@
 // Google Benchmark's per-process loop cannot express. Reported: the median over repetitions of the
 // time per call (slowest process), for tspemu and for MPI, and their ratio (tspemu / MPI). The
 // tspemu side includes what makes it worth using: the fingerprint meet of every call.
+// A repetition lasts at least kMinRepetition on the faster side (more calls than `iterations` when
+// needed, the same number on both sides): with more processes than cores, a process that the
+// scheduler leaves waiting for a time slice (Linux's default base slice: 0.75 ms x (1 + log2
+// cores), 1.5 ms on 2) stalls every process it feeds, and a repetition of a few slices' length
+// times where the slices fell rather than the collective. The 8 B broadcast at P = 8 (2 cores),
+// ratio to OpenMPI in separate runs of one session: 400 calls (~1 ms) per repetition, 1.54-3.38
+// (median 2.39 of 5);
+// >= 50 ms per repetition, 1.17-2.60 (median 1.34 of 7).
 // Also reported, per call: the span, from the first process's start to the last one's end
 // (steady_clock is one clock for the processes of one node). With more processes than cores a
 // process that leaves the barrier late may time a short loop over messages already waiting, so
@@ -35,6 +43,7 @@
 namespace {
 
 constexpr int kRepetitions = 7;
+constexpr double kMinRepetition = 0.05;  // seconds; see the top
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -139,37 +148,51 @@ int main(int argc, char** argv) {
     tspemu::World world(opts);
     if (me == 0)
       std::printf(
-          "P=%d processes, one rank each; median of %d repetitions, slowest process\n"
-          "%-15s %9s %12s %12s %8s %12s %12s %8s\n",
-          P, kRepetitions, "collective", "bytes", "tspemu us", "OpenMPI us", "ratio", "span tspemu",
-          "span MPI", "ratio");
+          "P=%d processes, one rank each; median of %d repetitions of >= %.0f ms, slowest "
+          "process\n"
+          "%-15s %9s %12s %12s %8s %12s %12s %8s %9s\n",
+          P, kRepetitions, kMinRepetition * 1e3, "collective", "bytes", "tspemu us", "OpenMPI us",
+          "ratio", "span tspemu", "span MPI", "ratio", "calls");
     for (const std::size_t bytes : sizes) {
       const std::size_t count = bytes / sizeof(float);
-      const int iterations = bytes <= 8 ? 20 * iterations_4m : iterations_4m;
+      const int fewest = bytes <= 8 ? 20 * iterations_4m : iterations_4m;
       for (const Case& c : cases) {
         if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
         std::vector<float> in(count * c.in_factor, 1.0f), out(count * c.out_factor);
+        auto run_ours = [&](int calls) {
+          double t0 = 0, t1 = 0;
+          world.run([&](tspemu::Rank& r) {
+            tspemu::barrier(r.comm());
+            t0 = now_seconds();
+            for (int i = 0; i < calls; ++i) c.runtime(r.comm(), in, out);
+            t1 = now_seconds();
+          });
+          return timing(t0, t1);
+        };
+        auto run_theirs = [&](int calls) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          const double t0 = now_seconds();
+          for (int i = 0; i < calls; ++i) c.mpi(in, out);
+          return timing(t0, now_seconds());
+        };
+        // A first, untimed repetition of each side (warming up) sets the calls per repetition.
+        // Every process computes the same number: timing() reduced the times over processes.
+        double per_call = 1e9;
+        if (time_tspemu) per_call = std::min(per_call, run_ours(fewest).slowest / fewest);
+        if (time_openmpi) per_call = std::min(per_call, run_theirs(fewest).slowest / fewest);
+        const int calls =
+            std::max(fewest, static_cast<int>(std::min(kMinRepetition / per_call, 1e8)) + 1);
         std::vector<double> ours, theirs, ours_span, theirs_span;
         for (int rep = 0; rep < kRepetitions; ++rep) {
           if (time_tspemu) {
-            double t0 = 0, t1 = 0;
-            world.run([&](tspemu::Rank& r) {
-              tspemu::barrier(r.comm());
-              t0 = now_seconds();
-              for (int i = 0; i < iterations; ++i) c.runtime(r.comm(), in, out);
-              t1 = now_seconds();
-            });
-            const Timing t = timing(t0, t1);
-            ours.push_back(t.slowest / iterations);
-            ours_span.push_back(t.span / iterations);
+            const Timing t = run_ours(calls);
+            ours.push_back(t.slowest / calls);
+            ours_span.push_back(t.span / calls);
           }
           if (time_openmpi) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            const double t0 = now_seconds();
-            for (int i = 0; i < iterations; ++i) c.mpi(in, out);
-            const Timing t = timing(t0, now_seconds());
-            theirs.push_back(t.slowest / iterations);
-            theirs_span.push_back(t.span / iterations);
+            const Timing t = run_theirs(calls);
+            theirs.push_back(t.slowest / calls);
+            theirs_span.push_back(t.span / calls);
           }
         }
         const double a = time_tspemu ? median(ours) * 1e6 : 0;
@@ -177,8 +200,9 @@ int main(int argc, char** argv) {
         const double sa = time_tspemu ? median(ours_span) * 1e6 : 0;
         const double sb = time_openmpi ? median(theirs_span) * 1e6 : 0;
         if (me == 0)
-          std::printf("%-15s %9zu %12.2f %12.2f %8.2f %12.2f %12.2f %8.2f\n", c.name, bytes, a, b,
-                      a > 0 && b > 0 ? a / b : 0.0, sa, sb, sa > 0 && sb > 0 ? sa / sb : 0.0);
+          std::printf("%-15s %9zu %12.2f %12.2f %8.2f %12.2f %12.2f %8.2f %9d\n", c.name, bytes, a,
+                      b, a > 0 && b > 0 ? a / b : 0.0, sa, sb, sa > 0 && sb > 0 ? sa / sb : 0.0,
+                      calls);
       }
     }
   }  // the world (and its progress thread) ends before MPI does
