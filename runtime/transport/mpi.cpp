@@ -2015,10 +2015,14 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
   // mirrored here (each owner's process answers once its owner posted: the post's notice and the
   // read cross instead of following each other); then the local copies while they travel, and
   // the waits.
-  // Over MPI even on one node: a block read in place measured slower (4 MiB all_gather at P = 8,
-  // TSPEMU_MPI_DIRECT_READS=1 / 0 alternated, 3 rounds at load 28-32: 186 / 163 / 126 ms against
-  // 91 / 83 / 96 ms per call), though a reduction's chunks read in place are faster.
-  FetchSet fetches(*this, c, step, reads.size(), false);
+  // Blocks of processes of this node are copied in place (FetchSet). Measured with
+  // mpi_runtime_bench, in place against over MPI alternated in one session, nothing else running
+  // (2 cores): 4 MiB all_gather at P = 8, 25.0 against 27.6 ms per call (medians of 6 rounds), at
+  // P = 4, 5.95 against 6.8 ms (3 rounds); a 4 MiB all_reduce (whose all-gather step this is)
+  // 5-10% faster at P = 4, no different at P = 8 (its rounds spread 6.6-9.9 ms on both). On a
+  // machine loaded by other tenants (load 28-32) in place measured slower at P = 8 (126-186 against
+  // 83-96 ms): each owner must be scheduled to answer where its block lies.
+  FetchSet fetches(*this, c, step, reads.size(), true);
   for (std::size_t i = 0; i < reads.size(); ++i) {
     const BlockRead& r = reads[i];
     if (remote(*c.comm, r.from) && r.bytes > 0) fetches.start(i, r.from, r.offset, r.bytes, r.dst);

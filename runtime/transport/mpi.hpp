@@ -42,7 +42,8 @@
 //     place (no copy: SharedMemoryTransport::sum_members) in group-rank order with
 //     sum_ranks_into, so results are bitwise those of a one-process world, and the sum reads
 //     copies still in cache; recv_each (all_reduce's all-gather step, all_gather) has every read
-//     of another process's message in flight together, not one round trip after another. A read
+//     of another process's message in flight together, not one round trip after another, and
+//     copies the blocks of this node's processes in place as recv_reduce does. A read
 //     of a step after 0 leaves without waiting for the owner's post to be mirrored: the owner's
 //     process holds it until the owner posts, then answers (an empty reply when the range is
 //     past the message; the reader checks the range against the post once it is mirrored).
