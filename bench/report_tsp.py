@@ -30,6 +30,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             f.write(out)
+    # The kernel every figure below ran on (bench/blas_main.hpp puts it in the context).
+    print(f"blas: {data.get('context', {}).get('blas', 'unknown')}")
     med = {}
     for b in data["benchmarks"]:
         if b.get("aggregate_name") != "median":
