@@ -346,10 +346,8 @@ struct MpiTransport::FetchSet {
   // Below this a reply carrying the bytes costs what one carrying the address does.
   static constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
 
-  // Room for reads [0, capacity) of the members' messages of step `step_read`; `in_place`: reads
-  // from processes of this node are copied in place (see above).
-  FetchSet(MpiTransport& transport, CallState& call, int step_read, std::size_t capacity,
-           bool in_place);
+  // Room for reads [0, capacity) of the members' messages of step `step_read`.
+  FetchSet(MpiTransport& transport, CallState& call, int step_read, std::size_t capacity);
   FetchSet(const FetchSet&) = delete;
   FetchSet& operator=(const FetchSet&) = delete;
   ~FetchSet();
@@ -362,7 +360,6 @@ struct MpiTransport::FetchSet {
   MpiTransport& t;
   CallState& c;
   const int step;
-  const bool copy_in_place;
   Read* reads = nullptr;
   Source* sources = nullptr;  // by group rank
   std::size_t asked = 0;      // members whose address this set asked for
@@ -699,8 +696,8 @@ thread_local bool fetch_set_live = false;
 }  // namespace
 
 MpiTransport::FetchSet::FetchSet(MpiTransport& transport, CallState& call, int step_read,
-                                 std::size_t capacity, bool in_place)
-    : t(transport), c(call), step(step_read), copy_in_place(in_place) {
+                                 std::size_t capacity)
+    : t(transport), c(call), step(step_read) {
   if (fetch_set_live)
     throw std::logic_error("rank " + std::to_string(c.comm->world_rank(c.rank)) + ": " + c.op.what +
                            " started a second set of reads while one is open");
@@ -743,9 +740,8 @@ void MpiTransport::FetchSet::start(std::size_t i, int from, std::size_t offset, 
   r.dst = dst;
   r.in_place = false;
   const Group& g = c.comm->group();
-  if (copy_in_place && bytes >= kDirectBytes &&
-      t.p_->direct_pid[static_cast<std::size_t>(
-          t.w_.process_of(g.world_ranks[static_cast<std::size_t>(from)]))] != 0) {
+  if (bytes >= kDirectBytes && t.p_->direct_pid[static_cast<std::size_t>(t.w_.process_of(
+                                   g.world_ranks[static_cast<std::size_t>(from)]))] != 0) {
     Source& s = sources[from];
     if (s.state == Source::kUnasked) {
       s.state = Source::kAsked;
@@ -2022,7 +2018,7 @@ void MpiTransport::recv_each(CallState& c, int step, std::span<const BlockRead> 
   // 5-10% faster at P = 4, no different at P = 8 (its rounds spread 6.6-9.9 ms on both). On a
   // machine loaded by other tenants (load 28-32) in place measured slower at P = 8 (126-186 against
   // 83-96 ms): each owner must be scheduled to answer where its block lies.
-  FetchSet fetches(*this, c, step, reads.size(), true);
+  FetchSet fetches(*this, c, step, reads.size());
   for (std::size_t i = 0; i < reads.size(); ++i) {
     const BlockRead& r = reads[i];
     if (remote(*c.comm, r.from) && r.bytes > 0) fetches.start(i, r.from, r.offset, r.bytes, r.dst);
@@ -2118,7 +2114,7 @@ void MpiTransport::recv_reduce(CallState& c, int step, std::size_t offset, std::
   // Chunk k's copy of the j-th member in another process: scratch slot (k % window) * remotes + j,
   // read (k % window) * n + r of the set.
   const std::byte* copied[kMaxRanks];
-  FetchSet fetches(*this, c, step, window * static_cast<std::size_t>(n), true);
+  FetchSet fetches(*this, c, step, window * static_cast<std::size_t>(n));
   const auto start = [&](std::size_t k) {
     const std::size_t w = k % window, begin = k * chunk;
     std::byte* to = scratch.data() + w * remotes * chunk;
