@@ -10,6 +10,7 @@
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
 #include "stack_report.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -64,14 +65,14 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   if (!any_runs)
     throw ConfigError("--ranks " + std::to_string(p.ranks) +
                       ": no strategy can run this configuration" + reasons);
+  out << fmt(
+      "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy %s, forward + "
+      "backward\nblas: %s\n\n",
+      p.ranks, p.B, p.S, p.model.to_string().c_str(),
+      whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
+            : "the layer stack (attention + MLP blocks); no embedding/LM head",
+      ref::describe_blas().c_str());
   char line[512];
-  std::snprintf(line, sizeof line,
-                "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy %s, forward + "
-                "backward\n\n",
-                p.ranks, p.B, p.S, p.model.to_string().c_str(),
-                whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
-                      : "the layer stack (attention + MLP blocks); no embedding/LM head");
-  out << line;
   const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n";
   std::snprintf(line, sizeof line, head, "strategy", "ranks", "time ms", "tokens/s", "peak MiB",
                 "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict",

@@ -11,6 +11,7 @@
 #include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -120,15 +121,14 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   if (!any_runs)
     throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) +
                       ": no point of the sweep can run this configuration" + reasons);
+  out << fmt(
+      "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
+      "B=%d, model %s\nblas: %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
+      "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
+      a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
+      a.problem.model.to_string().c_str(), ref::describe_blas().c_str(), cores, a.repeat,
+      a.problem.S, per_rank, efficiency_definition.c_str());
   char line[512];
-  std::snprintf(line, sizeof line,
-                "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
-                "B=%d, model %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
-                "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
-                a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
-                a.problem.model.to_string().c_str(), cores, a.repeat, a.problem.S, per_rank,
-                efficiency_definition.c_str());
-  out << line;
   std::snprintf(line, sizeof line, "%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S",
                 "tokens/rank", "time ms", "tokens/s", "speedup", "effic", "model");
   out << line;

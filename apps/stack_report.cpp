@@ -3,6 +3,7 @@
 #include "mpi_job.hpp"
 
 #include "tspemu/core/atomic_file.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -70,7 +71,7 @@ std::string padded(const std::string& s, std::size_t width) {
 }
 
 nlohmann::json document(const char* command) {
-  return {{"command", command}, {"schema_version", 1}};
+  return {{"command", command}, {"schema_version", 1}, {"blas", ref::describe_blas()}};
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -150,7 +151,7 @@ void print_debugging(std::ostream& out, const StackConfig& c, const StackResult&
 void print_report(std::ostream& out, const StackConfig& c, const StackResult& r) {
   const int n = c.strategy.ranks();
   out << "tspemu run: " << c.strategy.name() << ", B=" << c.B << ", S=" << c.S << ", model "
-      << c.model.to_string() << "\nran: " << r.scope << "\n";
+      << c.model.to_string() << "\nran: " << r.scope << "\nblas: " << ref::describe_blas() << "\n";
   out << fmt("\ntime, forward+backward: %.3f s (%.0f tokens/s) on %d ranks", r.seconds,
              r.tokens_per_s, n);
   if (r.reference_seconds > 0)

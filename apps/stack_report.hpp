@@ -37,11 +37,14 @@ std::string mib(double bytes);  // "12.34"
 // s padded with spaces to `width` characters as a terminal shows them (UTF-8 code points, so
 // "TP+SP T=2×Σ=4" lines up with ASCII names); s itself when it is as wide or wider.
 std::string padded(const std::string& s, std::size_t width);
-// printf into a string (one report line, at most 511 characters).
+// printf into a string of whatever length the arguments need (a model name or a path is the
+// user's, so a fixed buffer would cut a report short without saying so).
 std::string fmt(const char* f, auto... args) {
-  char b[512];
-  std::snprintf(b, sizeof b, f, args...);
-  return b;
+  const int n = std::snprintf(nullptr, 0, f, args...);
+  if (n <= 0) return {};
+  std::string s(static_cast<std::size_t>(n), '\0');
+  std::snprintf(s.data(), s.size() + 1, f, args...);
+  return s;
 }
 
 }  // namespace tspemu::app

@@ -8,6 +8,7 @@
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
 #include "train_run.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -147,6 +148,7 @@ int train_command(const TrainArgs& a, std::ostream& out) {
   out << "tspemu train: " << st.name() << ", B=" << c.stack.B << ", S=" << c.stack.S << ", model "
       << c.stack.model.to_string() << "\n"
       << "trained: " << r.scope << "\n"
+      << "blas: " << ref::describe_blas() << "\n"
       << "weights: "
       << (c.stack.weights ? "the checkpoint in " + a.checkpoint.weights : std::string("seeded"))
       << "\n"

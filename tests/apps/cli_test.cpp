@@ -21,6 +21,7 @@
 #include "plan_command.hpp"
 #include "problem_options.hpp"
 #include "run_memory.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
@@ -105,11 +106,18 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// Every document names the BLAS kernel its timings ran on, as the text report does.
 void expect_document(const nlohmann::json& j, const char* command) {
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j.at("command"), command);
   EXPECT_EQ(j.at("schema_version"), 1);
+  EXPECT_EQ(j.at("blas"), ref::describe_blas());
   EXPECT_TRUE(j.at("config").is_object());
+}
+
+void expect_blas_line(const std::string& report) {
+  const std::string line = "\nblas: " + ref::describe_blas() + "\n";
+  EXPECT_NE(report.find(line), std::string::npos) << "no line <" << line << "> in\n" << report;
 }
 
 TEST(Cli, RunDefaultPassesAndWritesTheReportAsJson) {
@@ -119,6 +127,7 @@ TEST(Cli, RunDefaultPassesAndWritesTheReportAsJson) {
   EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("whole model"), std::string::npos);
   EXPECT_NE(o.out.find("matches the cost model exactly"), std::string::npos);
+  expect_blas_line(o.out);
   const nlohmann::json j = read_json(json);
   expect_document(j, "run");
   EXPECT_EQ(j.at("config").at("strategy"), "TSP D=4");
@@ -182,6 +191,7 @@ TEST(Cli, CompareHasOneRowPerStrategyWithTheSameKeysAndReasonsForSkips) {
   args.insert(args.end(), {"--kv-heads", "2"});
   const Outcome o = tspemu(args);
   ASSERT_EQ(o.code, 0) << o.out << o.err;
+  expect_blas_line(o.out);
   const nlohmann::json j = read_json(json);
   expect_document(j, "compare");
   EXPECT_EQ(j.at("config").at("whole_model"), true);
@@ -331,6 +341,7 @@ TEST(Cli, ScaleWritesJsonAndAWellFormedSvg) {
                                  "--json", json, "--svg", svg}));
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("efficiency = "), std::string::npos);
+  expect_blas_line(o.out);
   const nlohmann::json j = read_json(json);
   expect_document(j, "scale");
   EXPECT_TRUE(j.at("cores").is_number_integer());

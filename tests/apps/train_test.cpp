@@ -14,6 +14,7 @@
 #include "cli_outcome.hpp"
 #include "corpus.hpp"
 #include "train_run.hpp"
+#include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
 namespace {
@@ -58,6 +59,8 @@ TEST(Train, WritesJsonWithEveryStepAndAWellFormedSvg) {
   std::ifstream f(json);
   const nlohmann::json j = nlohmann::json::parse(f);
   EXPECT_EQ(j.at("command"), "train");
+  EXPECT_EQ(j.at("blas"), ref::describe_blas());
+  EXPECT_NE(o.out.find("\nblas: " + ref::describe_blas() + "\n"), std::string::npos) << o.out;
   ASSERT_EQ(j.at("steps").size(), 3u);
   EXPECT_EQ(j.at("steps")[2].at("step"), 3);
   EXPECT_TRUE(j.at("steps")[0].at("loss").is_number());
