@@ -4,7 +4,8 @@
 Targets on a 2-core machine (medians of repetitions, one run):
   D = 2 forward time <= 0.55 x the single-thread reference's forward time
   D = 8 forward time (8 ranks on 2 cores) <= 1.25 x D = 2's
-  GEMM share of the D = 2 layer (forward, and forward+backward) >= 0.85 (issue 18 item 4)
+  GEMM share of the D = 2 layer (forward, and forward+backward) >= 0.85 (issue 18 item 4),
+    counting the model's FLOPs only (the recomputed ones are printed beside it)
 Also printed: every point's median ms, tokens/s, GEMM GFLOP/s and share, peak MiB per rank, and
 the efficiency of each of the D = 2 forward's GEMM calls alone.
 """
@@ -74,7 +75,8 @@ def main():
         verdict = ("PASS" if share >= 0.85 else "FAIL") if target else ""
         print(f"{what:48s} {share:6.3f} {'>= 0.85' if target else '':8s} {verdict:4s}  "
               f"(in_gemm {b['in_gemm']:.2f} x gemm_efficiency {b['gemm_efficiency']:.2f} x useful "
-              f"{b['useful']:.2f}; iterations {b['gemm_share_min']:.3f}-{b['gemm_share_max']:.3f}; "
+              f"{b['useful']:.2f}; counting the recomputed FLOPs too "
+              f"{b['gemm_share_executed']:.3f}; iterations {b['gemm_share_min']:.3f}-{b['gemm_share_max']:.3f}; "
               f"sgemm {b['sgemm_GFLOPs']:.1f} GFLOP/s, min(D, cores) at once "
               f"{b['sgemm_concurrent_scaling']:.2f} of min(D, cores) x alone; page faults per rank "
               f"{b['page_faults_per_rank']:.0f})")
