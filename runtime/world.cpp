@@ -130,6 +130,7 @@ void Group::reset() {
     slots[i].unawaited = 0;
     slots[i].seen_member = -1;
     slots[i].seen_progress = 0;
+    for (Descriptor& d : slots[i].desc) d.stamp.store(0, std::memory_order_relaxed);
     exposures[i].reset();
   }
   for (std::size_t i = 0; i < world_ranks.size() * world_ranks.size(); ++i)

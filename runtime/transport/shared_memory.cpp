@@ -243,6 +243,8 @@ void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const Cal
   if (d.eager && !step0.empty() && !(skip_dry_ && touches_dry(d.data, step0.data())))
     copy_small(d.data, step0.data(), step0.size());
   d.step0 = StepMessage{d.eager ? d.data : step0.data(), nullptr, 0, step0.size()};
+  // release: publishes the fields above and step 0's message (Descriptor::stamp).
+  d.stamp.store(descriptor_stamp(c.seq), std::memory_order_release);
   c.exposed = !d.eager;
   c.posted = 0;
   publish(c, 0);
@@ -251,6 +253,9 @@ void SharedMemoryTransport::enter(CallState& c, const Fingerprint& fp, const Cal
 void SharedMemoryTransport::open(CallState& c, const Fingerprint& fp, const CallHeader& header,
                                  std::span<const std::byte> step0) {
   enter(c, fp, header, step0, /*rooted=*/false);
+  // Ownership of this rank's next descriptor line, asked for now (a hint: no access, no
+  // ordering), so the next call's writes do not wait for the members' copies to be invalidated.
+  __builtin_prefetch(&slot(c, c.rank).desc[(c.seq + 1) % kDescriptors], 1, 3);
   for (int i = 1; i < c.size; ++i) {
     // Meet the ranks after this one first: spreads the initial polling over the group.
     wait_stage(c, (c.rank + i) % c.size, step_stage(0));
@@ -502,6 +507,13 @@ void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t s
   // load already acquired everything it published up to the value seen. Ready: no wait, so the
   // reading flag may stay up.
   if (own.seen_member == member && own.seen_progress >= target) return;
+  // Step 0: the member's descriptor of this call stamped (Descriptor::stamp). Null otherwise.
+  const std::atomic<std::uint32_t>* stamp =
+      stage == step_stage(0) ? &desc(c, member).stamp : nullptr;
+  const std::uint32_t stamped = descriptor_stamp(c.seq);
+  // acquire: pairs with the member's release store in enter(); its descriptor and step 0 are
+  // visible.
+  if (stamp != nullptr && stamp->load(std::memory_order_acquire) == stamped) return;
   auto& progress = slot(c, member).progress;
   // seq_cst: as in the wait below.
   if (const std::uint64_t p = progress.load(std::memory_order_seq_cst); p >= target) {
@@ -516,8 +528,12 @@ void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t s
                                       : "a member's next step";
   // seq_cst load: acquires the member's descriptor and step messages (pairs with its seq_cst
   // store) and is the load half of the Parker handshake.
-  wait_until(c.comm->self(), world_rank_of(*c.comm, member), c.op,
-             [&] { return progress.load(std::memory_order_seq_cst) >= target; });
+  // The stamp (acquire, as above) is only a shortcut: progress, stored after it, is still loaded
+  // whenever the stamp is not there, so a rank that parks has seen progress short (Parker).
+  wait_until(c.comm->self(), world_rank_of(*c.comm, member), c.op, [&] {
+    return (stamp != nullptr && stamp->load(std::memory_order_acquire) == stamped) ||
+           progress.load(std::memory_order_seq_cst) >= target;
+  });
 }
 
 void SharedMemoryTransport::wait_all_done_after_abort(CallState& c) noexcept {

@@ -3,8 +3,9 @@
 // Mailbox layout. Each group has one Slot per member, with a ring of kDescriptors descriptors.
 // A collective call #s on rank r:
 //   1. open: writes its Descriptor into slot[r].desc[s % kDescriptors] (fingerprint, header, step
-//      0: where the message is, and for messages of at most kEagerBytes a copy of it), then stores
-//      slot[r].progress = stage_value(s, step 0 posted) and waits until every member has;
+//      0: where the message is, and for messages of at most kEagerBytes a copy of it), stamps it
+//      with call #s (Descriptor::stamp), then stores slot[r].progress = stage_value(s, step 0
+//      posted) and waits until every member has: a member's stamp or its progress says so;
 //   2. post(step): records where the step's message is, then stores stage_value(s, step posted);
 //   3. recv / recv_reduce: wait for the owner's stage, then copy straight from the owner's buffer
 //      (single copy) or its eager copy, under the abort-safe reading flag (RankState::reading);
@@ -72,6 +73,12 @@ constexpr std::uint64_t stage_value(std::uint64_t seq, std::uint64_t stage) {
 }
 
 // Where one step's message is: one span, or an array of pieces owned by the poster.
+// Descriptor::stamp of call #seq: never 0, the value of a descriptor no call has stamped (a slot
+// of another process's rank, whose mirror only its progress publishes: mpi.hpp).
+constexpr std::uint32_t descriptor_stamp(std::uint64_t seq) {
+  return static_cast<std::uint32_t>(seq % 0xFFFFFFFFu) + 1;
+}
+
 struct StepMessage {
   const std::byte* single = nullptr;                   // the message, unless it is in pieces
   const std::span<const std::byte>* pieces = nullptr;  // null: the message is `single`
@@ -90,6 +97,14 @@ struct alignas(64) Descriptor {
   Fingerprint fp;
   StepMessage step0;
   bool eager = false;  // step 0 copied into `data`
+  // descriptor_stamp(#s) once call #s wrote this descriptor and step 0 (release store in enter(),
+  // after every field above and step 0's message; pairs with the acquire load in wait_stage). A
+  // member waiting for step 0 polls this line, which it reads next anyway, instead of the slot's
+  // progress line and then this one: one line transfer between cores per met call, not two.
+  // Equal only to #s's own stamp while #s can be waited for: the descriptor holds #s - kDescriptors
+  // before, and #s + kDescriptors needs every member to have opened #s + 1 (Group::reset zeroes it
+  // between runs, whose calls count from 0 again).
+  std::atomic<std::uint32_t> stamp{0};
   alignas(8) std::byte data[kEagerBytes];
   CallHeader header;
   StepMessage later[kMaxSteps - 1];  // steps 1 ..

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -78,6 +79,35 @@ TEST(World, RepeatedRunsAndWorldsLeakNoThreads) {
     w.run([](Rank& r) { barrier(r.comm()); });
   }
   EXPECT_EQ(thread_count(), before);
+}
+
+// Calls count from 0 again in each run, so a member's mailbox still holds the last run's calls of
+// the same numbers: a rank that enters first must wait for the late member's new message, not
+// take the old one (the shared-memory transport's descriptor stamps are cleared between runs).
+TEST(World, ARankAheadOfALatePeerReadsThisRunsMessagesNotTheLastRuns) {
+  World world({.ranks = 2});
+  const int calls = 20;
+  auto gather_all = [&](int run, bool late) {
+    std::vector<int> seen;
+    world.run([&](Rank& r) {
+      for (int i = 0; i < calls; ++i) {
+        if (late && r.id() == 1 && i < 3)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        const int mine = 1000 * run + 10 * i + r.id();
+        int both[2] = {-1, -1};
+        all_gather<int>(r.comm(), std::span<const int>(&mine, 1), std::span<int>(both, 2));
+        if (r.id() == 0) seen.insert(seen.end(), both, both + 2);
+      }
+    });
+    return seen;
+  };
+  gather_all(1, false);
+  const std::vector<int> seen = gather_all(2, true);
+  ASSERT_EQ(seen.size(), 2u * calls);
+  for (int i = 0; i < calls; ++i) {
+    EXPECT_EQ(seen[2 * i], 2000 + 10 * i) << "call " << i;
+    EXPECT_EQ(seen[2 * i + 1], 2000 + 10 * i + 1) << "call " << i << ": rank 1's message";
+  }
 }
 
 TEST(World, FailedRunsLeaveTheWorldUsableAndLeakNoThreads) {
