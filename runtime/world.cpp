@@ -211,6 +211,7 @@ WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) 
   const bool oversubscribed = opts.ranks > cores;
   spin_iterations =
       oversubscribed ? 8 : static_cast<int>(std::clamp(2000.0 / relax_ns(), 16.0, 4000.0));
+  stamp_spin_iterations = oversubscribed ? 0 : spin_iterations;
   yield_iterations = oversubscribed ? 200 : 400;
   // Oversubscribed, yields hand the core to other ranks, which is the point; otherwise a yield
   // that took over 20 us (an idle-core yield takes ~1 us) lost the core to another process.
