@@ -130,6 +130,8 @@ void Group::reset() {
     slots[i].unawaited = 0;
     slots[i].seen_member = -1;
     slots[i].seen_progress = 0;
+    // relaxed, as progress above: the workers are idle, and World::run's generation bump (release)
+    // publishes these stores to the next run's ranks.
     for (Descriptor& d : slots[i].desc) d.stamp.store(0, std::memory_order_relaxed);
     exposures[i].reset();
   }

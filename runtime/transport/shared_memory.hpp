@@ -72,13 +72,13 @@ constexpr std::uint64_t stage_value(std::uint64_t seq, std::uint64_t stage) {
   return seq * kStagesPerCall + stage;
 }
 
-// Where one step's message is: one span, or an array of pieces owned by the poster.
 // Descriptor::stamp of call #seq: never 0, the value of a descriptor no call has stamped (a slot
 // of another process's rank, whose mirror only its progress publishes: mpi.hpp).
 constexpr std::uint32_t descriptor_stamp(std::uint64_t seq) {
   return static_cast<std::uint32_t>(seq % 0xFFFFFFFFu) + 1;
 }
 
+// Where one step's message is: one span, or an array of pieces owned by the poster.
 struct StepMessage {
   const std::byte* single = nullptr;                   // the message, unless it is in pieces
   const std::span<const std::byte>* pieces = nullptr;  // null: the message is `single`
@@ -99,8 +99,8 @@ struct alignas(64) Descriptor {
   bool eager = false;  // step 0 copied into `data`
   // descriptor_stamp(#s) once call #s wrote this descriptor and step 0 (release store in enter(),
   // after every field above and step 0's message; pairs with the acquire load in wait_stage). A
-  // member waiting for step 0 polls this line, which it reads next anyway, instead of the slot's
-  // progress line and then this one: one line transfer between cores per met call, not two.
+  // member of this process waiting for step 0 polls this line, which it reads next anyway, instead
+  // of the slot's progress line and then this one.
   // Equal only to #s's own stamp while #s can be waited for: the descriptor holds #s - kDescriptors
   // before, and #s + kDescriptors needs every member to have opened #s + 1 (Group::reset zeroes it
   // between runs, whose calls count from 0 again).
