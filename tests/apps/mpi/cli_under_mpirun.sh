@@ -27,21 +27,8 @@ expect_codes() {  # CODE ARGS...
 }
 
 same_json() {  # A B: equal but for timings
-  python3 - "$1" "$2" <<'PY' || fail "JSON of $1 and $2 differ beyond timings"
-import json, sys
-def strip(d):
-    timing = ("seconds", "tokens_per_s", "time")
-    if isinstance(d, dict):
-        return {k: strip(v) for k, v in d.items() if not any(t in k for t in timing)}
-    if isinstance(d, list):
-        return [strip(x) for x in d]
-    return d
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for k in sorted(set(a) | set(b)):
-    if strip(a.get(k)) != strip(b.get(k)):
-        print("differs:", k, file=sys.stderr)
-        sys.exit(1)
-PY
+  python3 "$(dirname "$0")/../same_json.py" "$1" "$2" seconds tokens_per_s time ||
+    fail "JSON of $1 and $2 differ beyond timings"
 }
 
 for args in "--strategy tsp" "--strategy tsp --layers-only" "--strategy tp" \
