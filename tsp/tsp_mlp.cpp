@@ -91,11 +91,11 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
     {
       // torch: y += (silu(n @ w_gate[o].T) * (n @ w_up[o].T)) @ w_down[:, o].T
       TraceSpan span(comm_, "mlp", 3 * 2.0 * M * Fl * C);
-      // [gate | up] = n @ [w_gate[o]; w_up[o]].T as one GEMM (the shard holds w_up right after
-      // w_gate): x_norm is packed once, not twice. Only N grows, and BLAS blocks the sum over K
-      // by K alone, so every element is the same sum in the same order as in the reference's
-      // two GEMMs (D = 1 stays bitwise equal to it, tests/tsp/tsp_blocks_test.cpp).
-      ref::matmul_nt(gu, xn_.data(), v.gate, M, 2 * Fl, C);
+      // gate and up as two GEMMs of N = Fl, as the reference makes them, not one of N = 2·Fl:
+      // an sgemm kernel may sum an element in an order that depends on N (OpenBLAS's Zen kernel
+      // does), and D = 1 must stay bitwise equal to the reference (tests/tsp/tsp_blocks_test.cpp).
+      ref::matmul_nt(gu, xn_.data(), v.gate, M, Fl, C, false, -1, -1, 2 * Fl);
+      ref::matmul_nt(gu + Fl, xn_.data(), v.up, M, Fl, C, false, -1, -1, 2 * Fl);
       silu_mul_rows(h.data(), gu, M, Fl);
       ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
     }
@@ -150,9 +150,9 @@ void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
       ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
       ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
       silu_mul_backward_rows(dgu.data(), dh.data(), gu, M, Fl);
-      // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n   (one GEMM, as in forward: the
-      // gradient shard holds dw_up right after dw_gate)
-      ref::matmul_tn(gv.gate, dgu.data(), xn_.data(), 2 * Fl, C, M, true);
+      // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n   (two GEMMs, as in forward)
+      ref::matmul_tn(gv.gate, dgu.data(), xn_.data(), Fl, C, M, true, 2 * Fl);
+      ref::matmul_tn(gv.up, dgu.data() + Fl, xn_.data(), Fl, C, M, true, 2 * Fl);
       // torch: dn += dg @ w_gate[o] + du @ w_up[o]   (two GEMMs: one over K = 2·Fl would sum
       // in another order than the reference)
       ref::matmul_nn(dxn.data(), dgu.data(), v.gate, M, C, Fl, true, 2 * Fl);
