@@ -12,6 +12,7 @@
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 
 namespace tspemu::tsp {
 
@@ -249,15 +250,8 @@ void MeshModel::write_weights(ref::ModelWeights<float>& full) const {
 }
 
 std::vector<ParameterShard> MeshModel::parameters() {
-  std::vector<ParameterShard> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
-  if (!s_.model.tie_embeddings)
-    p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
-  for (auto& layer : layers_) {
-    const auto lp = layer->parameters();
-    p.insert(p.end(), lp.begin(), lp.end());
-  }
-  p.push_back({"final_norm", final_norm_.span(), grad_final_norm_.span(), true, false});
-  return p;
+  return model_parameters<float>(embed_, grad_embed_, s_.model.tie_embeddings, head_, grad_head_,
+                                 layers_, final_norm_, grad_final_norm_);
 }
 
 void MeshModel::write_tensors(ref::ModelWeights<float>& full, bool weights) const {

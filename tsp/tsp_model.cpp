@@ -209,15 +209,8 @@ void BasicTspModel<T>::write_weights(ref::ModelWeights<T>& full) const {
 
 template <class T>
 std::vector<BasicParameterShard<T>> BasicTspModel<T>::parameters() {
-  std::vector<BasicParameterShard<T>> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
-  if (!s_.model.tie_embeddings)
-    p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
-  for (auto& layer : layers_) {
-    const auto lp = layer->parameters();
-    p.insert(p.end(), lp.begin(), lp.end());
-  }
-  p.push_back({"final_norm", final_norm_.span(), grad_final_norm_.span(), true, false});
-  return p;
+  return model_parameters<T>(embed_, grad_embed_, s_.model.tie_embeddings, head_, grad_head_,
+                             layers_, final_norm_, grad_final_norm_);
 }
 
 template <class T>
