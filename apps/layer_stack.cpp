@@ -121,16 +121,10 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
     }
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const tsp::RankLayer& layer = *layers[l];
-      if (place.reports_shard) {
-        tsp::unpack_attention_shard(layer.attention_grad_shard().data(), place.shard_shape,
-                                    place.shard, got.grads[l]);
-        tsp::unpack_mlp_shard(layer.mlp_grad_shard().data(), place.shard_shape, place.shard,
-                              got.grads[l]);
-      }
-      if (p == 0) {
-        std::ranges::copy(layer.attention_grad_norm(), got.grads[l].input_norm.begin());
-        std::ranges::copy(layer.mlp_grad_norm(), got.grads[l].post_norm.begin());
-      }
+      tsp::unpack_layer<float>({layer.attention_grad_shard(), layer.attention_grad_norm(),
+                                layer.mlp_grad_shard(), layer.mlp_grad_norm()},
+                               place.shard_shape, place.shard, place.reports_shard, p == 0,
+                               got.grads[l]);
     }
   });
 }

@@ -254,17 +254,11 @@ std::vector<tsp::ParameterShard> stack_pass(const StepContext& x, Rank& rank, Ra
 // rank 0 the norms).
 void gather_stack_weights(const RankTrainer& rt, int p, ref::ModelWeights<float>& got) {
   for (std::size_t l = 0; l < rt.layers.size(); ++l) {
+    // parameters(): attention shard, input norm, MLP shard, post norm
     const auto ps = rt.layers[l]->parameters();
-    if (rt.place.reports_shard) {
-      tsp::unpack_attention_shard(ps[0].weight.data(), rt.place.shard_shape, rt.place.shard,
-                                  got.layers[l]);
-      tsp::unpack_mlp_shard(ps[2].weight.data(), rt.place.shard_shape, rt.place.shard,
-                            got.layers[l]);
-    }
-    if (p == 0) {
-      std::ranges::copy(ps[1].weight, got.layers[l].input_norm.begin());
-      std::ranges::copy(ps[3].weight, got.layers[l].post_norm.begin());
-    }
+    tsp::unpack_layer<float>({ps[0].weight, ps[1].weight, ps[2].weight, ps[3].weight},
+                             rt.place.shard_shape, rt.place.shard, rt.place.reports_shard, p == 0,
+                             got.layers[l]);
   }
 }
 

@@ -268,21 +268,13 @@ void MeshModel::write_tensors(ref::ModelWeights<float>& full, bool weights) cons
   if (p == 0) put(weights ? final_norm_ : grad_final_norm_, full.final_norm, 0);
   const TspShape packing = s_.shard_shape();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    RankLayer& layer = *layers_[l];
-    auto& dst = full.layers[l];
     // parameters(): attention shard, input norm, MLP shard, post norm
-    const std::vector<ParameterShard> ps = layer.parameters();
+    const std::vector<ParameterShard> ps = layers_[l]->parameters();
     auto of = [&](std::size_t i) -> std::span<const float> {
       return weights ? std::span<const float>(ps[i].weight) : ps[i].grad;
     };
-    if (s_.row(p) == 0) {
-      unpack_attention_shard(of(0).data(), packing, col, dst);
-      unpack_mlp_shard(of(2).data(), packing, col, dst);
-    }
-    if (p == 0) {
-      std::ranges::copy(of(1), dst.input_norm.begin());
-      std::ranges::copy(of(3), dst.post_norm.begin());
-    }
+    unpack_layer<float>({of(0), of(1), of(2), of(3)}, packing, col, s_.row(p) == 0, p == 0,
+                        full.layers[l]);
   }
 }
 
