@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <string_view>
 #include <tuple>
@@ -12,7 +11,6 @@
 #include "tspemu/check/token_shards.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
-#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
