@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <optional>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "model_run.hpp"
 #include "mpi_job.hpp"
@@ -35,20 +37,29 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   return cmd;
 }
 
-int compare_command(const CompareArgs& a, std::ostream& out) {
+namespace {
+
+// One row of the comparison: a strategy that ran (result) or was skipped (why).
+struct CompareRow {
+  cost::Strategy strategy;
+  std::string skipped;  // non-empty: the reason it did not run
+  StackResult result;
+  Summary summary;
+  bool checked = false;
+};
+
+struct CompareReport {
+  bool whole = true;
+  std::optional<SimClockModel> sim;
+  std::vector<CompareRow> rows;
+  bool all_ok = true;
+};
+
+// Before anything runs: a table of skipped rows is not a comparison, and every row that runs
+// must fit in memory.
+void validate_rows(const CompareArgs& a, const std::vector<cost::Strategy>& strategies) {
   const ProblemOptions& p = a.problem;
   const bool whole = !a.layers_only;
-  check_output_files({{"--json", a.json_path}});
-  if (p.ranks < 1 || p.ranks > 256)
-    throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
-  require_ranks_divisible(p.ranks, "--ranks");
-  // Problems common to every strategy are configuration errors, not skipped rows.
-  if (const std::string why = why_invalid(p, cost::Strategy::tsp(1), whole); !why.empty())
-    throw ConfigError(why);
-  const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock, p.ranks);
-  const auto strategies = tsp::strategies_at(p.ranks);
-  // Before anything runs: a table of skipped rows is not a comparison, and every row that runs
-  // must fit in memory.
   std::string reasons;
   bool any_runs = false;
   for (const cost::Strategy& st : strategies) {
@@ -65,96 +76,144 @@ int compare_command(const CompareArgs& a, std::ostream& out) {
   if (!any_runs)
     throw ConfigError("--ranks " + std::to_string(p.ranks) +
                       ": no strategy can run this configuration" + reasons);
+}
+
+// Runs every strategy at p.ranks (or records why it cannot).
+CompareReport run_compare(const CompareArgs& a, const std::vector<cost::Strategy>& strategies,
+                          const std::optional<SimClockModel>& sim) {
+  const ProblemOptions& p = a.problem;
+  CompareReport rep;
+  rep.whole = !a.layers_only;
+  rep.sim = sim;
+  ProgressBar bar("compare", static_cast<int>(strategies.size()), !a.quiet);
+  for (const cost::Strategy& st : strategies) {
+    CompareRow row;
+    row.strategy = st;
+    row.skipped = why_invalid(p, st, rep.whole);
+    if (row.skipped.empty()) {
+      StackConfig c = make_stack_config(p, st, rep.whole);
+      c.check = !a.no_check;
+      c.sim_clock = sim;
+      row.result = rep.whole ? run_model(c) : run_stack(c);
+      row.summary = summarize(row.result);
+      row.checked = c.check;
+      rep.all_ok = rep.all_ok && row.result.pass();
+    }
+    rep.rows.push_back(std::move(row));
+    bar.step(st.name());
+  }
+  return rep;
+}
+
+// The table row of one strategy that ran, with the slowest rank's simulated split (with a
+// simulated clock); per_rank gets the simulated split of every rank.
+std::string row_text(const CompareReport& rep, const CompareRow& row, std::string& per_rank) {
+  const StackResult& r = row.result;
+  const Summary& s = row.summary;
+  const std::string name = padded(row.strategy.name(), 20);
+  std::string text =
+      fmt("%s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s", name.c_str(), row.strategy.ranks(),
+          r.seconds * 1e3, r.tokens_per_s, mib(s.peak_bytes).c_str(), mib(s.forward_bytes).c_str(),
+          mib(s.backward_bytes).c_str(), r.traffic_match ? "yes" : "NO",
+          row.checked ? std::to_string(r.max_err_ratio).substr(0, 6).c_str() : "-",
+          r.pass() ? "PASS" : "FAIL");
+  if (rep.sim) {
+    const World::SimulatedTime& t = r.simulated_time[static_cast<std::size_t>(r.slowest_rank)];
+    text += fmt(" %8.3f %8.3f %8.3f %8.3f", r.simulated_seconds * 1e3, t.compute * 1e3,
+                t.exposed_comm * 1e3, t.overlapped_comm * 1e3);
+    per_rank += name;
+    for (const World::SimulatedTime& rt : r.simulated_time)
+      per_rank +=
+          fmt(" %.3f/%.3f/%.3f", rt.compute * 1e3, rt.exposed_comm * 1e3, rt.overlapped_comm * 1e3);
+    per_rank += "\n";
+  }
+  return text + "\n";
+}
+
+void print_compare(std::ostream& out, const ProblemOptions& p, const CompareReport& rep) {
   out << fmt(
       "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy %s, forward + "
       "backward\nblas: %s\n\n",
       p.ranks, p.B, p.S, p.model.to_string().c_str(),
-      whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
-            : "the layer stack (attention + MLP blocks); no embedding/LM head",
+      rep.whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
+                : "the layer stack (attention + MLP blocks); no embedding/LM head",
       ref::describe_blas().c_str());
-  char line[512];
-  const char* head = "%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n";
-  std::snprintf(line, sizeof line, head, "strategy", "ranks", "time ms", "tokens/s", "peak MiB",
-                "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict",
-                sim ? "  sim ms  comp ms   exp ms   ovl ms" : "");
-  out << line;
+  out << fmt("%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n", "strategy", "ranks", "time ms",
+             "tokens/s", "peak MiB", "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict",
+             rep.sim ? "  sim ms  comp ms   exp ms   ovl ms" : "");
+  std::string per_rank;  // the simulated split of every rank, printed after the table
+  for (const CompareRow& row : rep.rows)
+    out << (row.skipped.empty()
+                ? row_text(rep, row, per_rank)
+                : fmt("%s %5d  skipped: %s\n", padded(row.strategy.name(), 20).c_str(),
+                      row.strategy.ranks(), row.skipped.c_str()));
+  out << "\npeak MiB: max over ranks of the arena peak; fwd/bwd MiB: max over ranks of the bytes "
+         "received; model: every rank's bytes and calls per collective equal the cost model; "
+         "err/bnd: max over tensors of err(parallel) / (k·err(reference) + tiny), pass <= 1\n";
+  if (rep.sim) {
+    out << "sim ms: the simulated step, " << rep.sim->describe()
+        << "; compute charged for the blocks' GEMM and attention spans; comp/exp/ovl ms: the "
+           "slowest rank's compute, exposed and overlapped communication (overlapped: the "
+           "compute that ran while a non-blocking collective was in flight)\n";
+    out << "\nsimulated time per rank, ms: compute/exposed/overlapped communication, rank 0 first\n"
+        << per_rank;
+  }
+}
+
+nlohmann::json compare_json(const ProblemOptions& p, const CompareReport& rep) {
   nlohmann::json j = document("compare");
   j["config"] = {{"ranks", p.ranks},
                  {"B", p.B},
                  {"S", p.S},
                  {"model", p.model.to_string()},
-                 {"whole_model", whole}};
+                 {"whole_model", rep.whole}};
   j["rows"] = nlohmann::json::array();
-  bool all_ok = true;
-  std::string per_rank;  // the simulated split of every rank, printed after the table
-  ProgressBar bar("compare", static_cast<int>(strategies.size()), !a.quiet);
-  for (const cost::Strategy& st : strategies) {
-    nlohmann::json row = {{"strategy", st.name()}, {"ranks", st.ranks()}};
-    if (const std::string why = why_invalid(p, st, whole); !why.empty()) {
-      std::snprintf(line, sizeof line, "%s %5d  skipped: %s\n", padded(st.name(), 20).c_str(),
-                    st.ranks(), why.c_str());
-      out << line;
-      row["skipped"] = why;
-      j["rows"].push_back(row);
-      bar.step(st.name());
+  for (const CompareRow& row : rep.rows) {
+    nlohmann::json o = {{"strategy", row.strategy.name()}, {"ranks", row.strategy.ranks()}};
+    if (!row.skipped.empty()) {
+      o["skipped"] = row.skipped;
+      j["rows"].push_back(o);
       continue;
     }
-    StackConfig c = make_stack_config(p, st, whole);
-    c.check = !a.no_check;
-    c.sim_clock = sim;
-    const StackResult r = whole ? run_model(c) : run_stack(c);
-    const Summary s = summarize(r);
-    all_ok = all_ok && r.pass();
-    std::snprintf(line, sizeof line, "%s %5d %9.1f %11.0f %10s %10s %10s %6s %8s %-7s",
-                  padded(st.name(), 20).c_str(), st.ranks(), r.seconds * 1e3, r.tokens_per_s,
-                  mib(s.peak_bytes).c_str(), mib(s.forward_bytes).c_str(),
-                  mib(s.backward_bytes).c_str(), r.traffic_match ? "yes" : "NO",
-                  c.check ? std::to_string(r.max_err_ratio).substr(0, 6).c_str() : "-",
-                  r.pass() ? "PASS" : "FAIL");
-    out << line;
-    if (sim) {
-      const World::SimulatedTime& t = r.simulated_time[static_cast<std::size_t>(r.slowest_rank)];
-      std::snprintf(line, sizeof line, " %8.3f %8.3f %8.3f %8.3f", r.simulated_seconds * 1e3,
-                    t.compute * 1e3, t.exposed_comm * 1e3, t.overlapped_comm * 1e3);
-      out << line;
-      per_rank += padded(st.name(), 20);
-      for (const World::SimulatedTime& rt : r.simulated_time) {
-        std::snprintf(line, sizeof line, " %.3f/%.3f/%.3f", rt.compute * 1e3, rt.exposed_comm * 1e3,
-                      rt.overlapped_comm * 1e3);
-        per_rank += line;
-      }
-      per_rank += "\n";
-      row["simulated_seconds"] = r.simulated_seconds;
-      row["simulated_per_rank"] = simulated_time_json(r);
+    const StackResult& r = row.result;
+    if (rep.sim) {
+      o["simulated_seconds"] = r.simulated_seconds;
+      o["simulated_per_rank"] = simulated_time_json(r);
     }
-    out << "\n";
-    row.update({{"skipped", nullptr},
-                {"seconds", r.seconds},
-                {"tokens_per_s", r.tokens_per_s},
-                {"peak_bytes_per_rank", s.peak_bytes},
-                {"forward_bytes_per_rank", s.forward_bytes},
-                {"backward_bytes_per_rank", s.backward_bytes},
-                {"model_match", r.traffic_match},
-                {"checked", c.check},
-                {"max_err_ratio", r.max_err_ratio},
-                {"verdict", r.pass() ? "pass" : "fail"}});
-    j["rows"].push_back(row);
-    bar.step(st.name());
+    o.update({{"skipped", nullptr},
+              {"seconds", r.seconds},
+              {"tokens_per_s", r.tokens_per_s},
+              {"peak_bytes_per_rank", row.summary.peak_bytes},
+              {"forward_bytes_per_rank", row.summary.forward_bytes},
+              {"backward_bytes_per_rank", row.summary.backward_bytes},
+              {"model_match", r.traffic_match},
+              {"checked", row.checked},
+              {"max_err_ratio", r.max_err_ratio},
+              {"verdict", r.pass() ? "pass" : "fail"}});
+    j["rows"].push_back(o);
   }
-  out << "\npeak MiB: max over ranks of the arena peak; fwd/bwd MiB: max over ranks of the bytes "
-         "received; model: every rank's bytes and calls per collective equal the cost model; "
-         "err/bnd: max over tensors of err(parallel) / (k·err(reference) + tiny), pass <= 1\n";
-  if (sim) {
-    out << "sim ms: the simulated step, " << sim->describe()
-        << "; compute charged for the blocks' GEMM and attention spans; comp/exp/ovl ms: the "
-           "slowest rank's compute, exposed and overlapped communication (overlapped: the "
-           "compute that ran while a non-blocking collective was in flight)\n";
-    j["simulated"] = sim_clock_json(*sim);
-    out << "\nsimulated time per rank, ms: compute/exposed/overlapped communication, rank 0 first\n"
-        << per_rank;
-  }
-  if (!a.json_path.empty()) write_json(a.json_path, j);
-  return all_ok ? 0 : 1;
+  if (rep.sim) j["simulated"] = sim_clock_json(*rep.sim);
+  return j;
+}
+
+}  // namespace
+
+int compare_command(const CompareArgs& a, std::ostream& out) {
+  const ProblemOptions& p = a.problem;
+  check_output_files({{"--json", a.json_path}});
+  if (p.ranks < 1 || p.ranks > 256)
+    throw ConfigError("--ranks " + std::to_string(p.ranks) + ": must be 1 to 256");
+  require_ranks_divisible(p.ranks, "--ranks");
+  // Problems common to every strategy are configuration errors, not skipped rows.
+  if (const std::string why = why_invalid(p, cost::Strategy::tsp(1), !a.layers_only); !why.empty())
+    throw ConfigError(why);
+  const std::optional<SimClockModel> sim = sim_clock_option(a.sim_clock, p.ranks);
+  const auto strategies = tsp::strategies_at(p.ranks);
+  validate_rows(a, strategies);
+  const CompareReport rep = run_compare(a, strategies, sim);
+  print_compare(out, p, rep);
+  if (!a.json_path.empty()) write_json(a.json_path, compare_json(p, rep));
+  return rep.all_ok ? 0 : 1;
 }
 
 }  // namespace tspemu::app

@@ -3,15 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <string_view>
 #include <tuple>
 
 #include "mpi_job.hpp"
+#include "tspemu/check/token_shards.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
-#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
@@ -40,42 +39,22 @@ template <class T>
 StackTensors<T> reference_stack(const ref::ModelConfig& m,
                                 const std::vector<ref::LayerWeights<T>>& w, const std::vector<T>& x,
                                 const std::vector<T>& dy, int B, int S) {
-  const int L = m.n_layers;
-  std::vector<std::int64_t> pos(static_cast<std::size_t>(S));
-  for (int i = 0; i < S; ++i) pos[static_cast<std::size_t>(i)] = i;
-  std::vector<std::vector<T>> act(static_cast<std::size_t>(L) + 1, x);
-  std::vector<ref::LayerCache<T>> caches(static_cast<std::size_t>(L));
-  for (std::size_t l = 0; l < static_cast<std::size_t>(L); ++l)
-    ref::layer_forward(m, w[l], act[l].data(), act[l + 1].data(), pos.data(), B, S, caches[l]);
+  ref::StackCache<T> cache;
   StackTensors<T> r;
-  r.y = act.back();
-  r.dx = dy;
-  std::vector<T> g(dy.size());
-  r.grads.assign(static_cast<std::size_t>(L), ref::LayerWeights<T>::zeros(m));
-  for (std::size_t l = static_cast<std::size_t>(L); l-- > 0;) {
-    ref::layer_backward(m, w[l], act[l].data(), r.dx.data(), g.data(), pos.data(), B, S, caches[l],
-                        r.grads[l]);
-    std::swap(r.dx, g);
-  }
+  r.y = ref::layer_stack_forward(m, w, x, B, S, cache);
+  ref::layer_stack_backward(m, w, dy, B, S, cache, r.dx, r.grads);
   return r;
 }
 
+// The tensors judged, in order: "y", "dx", then "grad layers.N.<name>" for each layer's tensors
+// in the order of ref::kLayerTensors.
 template <class T, class Fn>
 void for_each_tensor(StackTensors<T>& t, Fn fn) {
   fn("y", t.y);
   fn("dx", t.dx);
   for (std::size_t l = 0; l < t.grads.size(); ++l) {
-    auto& g = t.grads[l];
     const std::string p = "grad layers." + std::to_string(l) + ".";
-    fn(p + "input_norm", g.input_norm);
-    fn(p + "wq", g.wq);
-    fn(p + "wk", g.wk);
-    fn(p + "wv", g.wv);
-    fn(p + "wo", g.wo);
-    fn(p + "post_norm", g.post_norm);
-    fn(p + "w_gate", g.w_gate);
-    fn(p + "w_up", g.w_up);
-    fn(p + "w_down", g.w_down);
+    for (auto& [name, v] : t.grads[l].named()) fn(p + name, *v);
   }
 }
 
@@ -105,15 +84,8 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
     const int p = rank.id();
     Arena& a = rank.arena();
     const tsp::RankPlacement place = strategy.place(problem, c.strategy, p);
-    const std::size_t rows = place.positions.size();
-    const std::size_t local = static_cast<std::size_t>(c.B) * rows * C;
-    auto each_row = [&](auto fn) {  // fn(local offset, global offset) of each token row
-      for (int b = 0; b < c.B; ++b)
-        for (std::size_t i = 0; i < rows; ++i)
-          fn((static_cast<std::size_t>(b) * rows + i) * C,
-             (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(place.positions[i])) *
-                 C);
-    };
+    const check::TokenShard rows{0, c.B, place.positions};
+    const std::size_t local = static_cast<std::size_t>(c.B) * rows.positions.size() * C;
     std::vector<std::unique_ptr<tsp::RankLayer>> layers;
     layers.reserve(w.size());
     for (const auto& lw : w) layers.push_back(strategy.make_layer(rank, problem, c.strategy, lw));
@@ -121,10 +93,8 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
     for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
     auto g = a.allocate<float>(local, Category::workspace);
     auto g_next = a.allocate<float>(local, Category::workspace);
-    each_row([&](std::size_t lo, std::size_t gl) {
-      std::memcpy(act[0].data() + lo, x.data() + gl, C * sizeof(float));
-      std::memcpy(g.data() + lo, dy.data() + gl, C * sizeof(float));
-    });
+    check::scatter_rows(rows, c.S, C, x.data(), act[0].data());
+    check::scatter_rows(rows, c.S, C, dy.data(), g.data());
     a.reset_peaks();
     StepClock clock(rank, out);
     clock.start();
@@ -143,23 +113,16 @@ void run_layers(const StackConfig& c, World& world, const std::vector<ref::Layer
     if (!c.check) return;
     // One replica writes each element (placement.reports_*), rank 0 the norms: the ranks fill
     // disjoint parts of the full tensors concurrently.
-    if (place.reports_tokens)
-      each_row([&](std::size_t lo, std::size_t gl) {
-        std::memcpy(got.y.data() + gl, act.back().data() + lo, C * sizeof(float));
-        std::memcpy(got.dx.data() + gl, g.data() + lo, C * sizeof(float));
-      });
+    if (place.reports_tokens) {
+      check::gather_rows(rows, c.S, C, act.back().data(), got.y.data());
+      check::gather_rows(rows, c.S, C, g.data(), got.dx.data());
+    }
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const tsp::RankLayer& layer = *layers[l];
-      if (place.reports_shard) {
-        tsp::unpack_attention_shard(layer.attention_grad_shard().data(), place.shard_shape,
-                                    place.shard, got.grads[l]);
-        tsp::unpack_mlp_shard(layer.mlp_grad_shard().data(), place.shard_shape, place.shard,
-                              got.grads[l]);
-      }
-      if (p == 0) {
-        std::ranges::copy(layer.attention_grad_norm(), got.grads[l].input_norm.begin());
-        std::ranges::copy(layer.mlp_grad_norm(), got.grads[l].post_norm.begin());
-      }
+      tsp::unpack_layer<float>({layer.attention_grad_shard(), layer.attention_grad_norm(),
+                                layer.mlp_grad_shard(), layer.mlp_grad_norm()},
+                               place.shard_shape, place.shard, place.reports_shard, p == 0,
+                               got.grads[l]);
     }
   });
 }
@@ -255,11 +218,10 @@ void check_memory(StackResult& out, int layers, std::uint64_t extra) {
 
 void judge(StackResult& out, const std::string& name, std::span<const float> parallel,
            std::span<const float> reference, std::span<const double> oracle, double k) {
-  const ref::Verdict v = ref::check_close(name, parallel, reference, oracle, k);
-  out.tensors.push_back({name, v.ok, v.candidate.max_abs, v.reference.max_abs, v.bound});
-  out.numerics_ok = out.numerics_ok && v.ok;
-  const double ratio = v.bound > 0 ? v.candidate.max_abs / v.bound : 0.0;
-  out.max_err_ratio = std::max(out.max_err_ratio, std::isfinite(ratio) ? ratio : HUGE_VAL);
+  check::TensorResult t = check::judge_tensor(name, parallel, reference, oracle, k);
+  out.numerics_ok = out.numerics_ok && t.ok();
+  out.max_err_ratio = std::max(out.max_err_ratio, std::isfinite(t.ratio) ? t.ratio : HUGE_VAL);
+  out.tensors.push_back(std::move(t));
 }
 
 int stack_steps(const StackConfig& c, bool whole_model) {

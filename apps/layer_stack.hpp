@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tspemu/check/block_check.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/arena.hpp"
@@ -80,14 +81,6 @@ void validate_stack(const StackConfig& c);
 // The number of on_step calls one run makes (run_stack, or run_model when whole_model).
 int stack_steps(const StackConfig& c, bool whole_model = false);
 
-struct TensorVerdict {
-  std::string name;
-  bool ok = false;
-  double parallel_err = 0;   // max |parallel fp32 - oracle|
-  double reference_err = 0;  // max |reference fp32 - oracle|
-  double bound = 0;          // k · reference_err + tiny
-};
-
 struct RankMeasure {
   ArenaStats arena;  // peaks over forward + backward, from after construction
   TrafficCounters forward, backward;
@@ -108,8 +101,8 @@ struct StackResult {
   // the whole model), and whether every rank's arena peak equals them.
   std::uint64_t model_weights = 0, model_gradients = 0;
   bool memory_match = false;
-  std::vector<TensorVerdict> tensors;  // empty unless checked
-  double max_err_ratio = 0;            // max over tensors of parallel_err / bound
+  std::vector<check::TensorResult> tensors;  // empty unless checked (check::judge_tensor)
+  double max_err_ratio = 0;                  // max over tensors of parallel_err / bound
   bool numerics_ok = true;
   // Debugging: the simulated step (max over ranks; -1 without a simulated clock), the trace's
   // events (all ranks) and events dropped for lack of buffer space.
@@ -157,7 +150,8 @@ tsp::cost::Traffic scaled(const tsp::cost::Traffic& t, std::uint64_t n,
 // memory_match from every rank's arena peaks.
 void check_memory(StackResult& out, int layers, std::uint64_t extra = 0);
 
-// Judges one tensor by the oracle rule and records it in out (tensors, numerics_ok, ratio).
+// Judges one tensor by the oracle rule (check::judge_tensor) and records it in out (tensors,
+// numerics_ok, max_err_ratio).
 void judge(StackResult& out, const std::string& name, std::span<const float> parallel,
            std::span<const float> reference, std::span<const double> oracle, double k);
 

@@ -15,39 +15,39 @@ namespace tspemu::app {
 
 namespace cost = tsp::cost;
 
-StackResult run_model(const StackConfig& c) {
-  validate_stack(c);
-  const cost::ModelShape ms = cost::ModelShape::from(c.model, c.B, c.S);
-  const tsp::RuleOptions rules{
-      .tsp_layout = c.layout, .head_buckets = c.head_buckets, .whole_model = true};
-  if (const auto v = tsp::violation(ms, c.strategy, rules))
-    throw std::invalid_argument(c.strategy.name() + ": " + v->message);
-  const tsp::StrategyInfo& strategy = tsp::strategy_info(c.strategy.scheme);
-  const tsp::LayerProblem problem = layer_problem(c);
-  const int n_ranks = c.strategy.ranks(), B = c.B, S = c.S, L = c.model.n_layers;
-  const auto w32 = initial_weights(c);
-  const std::size_t n = static_cast<std::size_t>(B) * S;
-  std::vector<std::int32_t> tokens(n), targets(n);
+namespace {
+
+// The step's batch: seeded tokens, each one's target the next (the last wraps to the first).
+struct TokenBatch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+TokenBatch seeded_batch(const StackConfig& c) {
+  const std::size_t n = static_cast<std::size_t>(c.B) * c.S;
+  TokenBatch b{std::vector<std::int32_t>(n), std::vector<std::int32_t>(n)};
   std::mt19937_64 gen(c.seed + 1);
   for (std::size_t i = 0; i < n; ++i)
-    tokens[i] = static_cast<std::int32_t>(gen() % static_cast<unsigned>(c.model.vocab));
-  for (std::size_t i = 0; i + 1 < n; ++i) targets[i] = tokens[i + 1];
-  targets[n - 1] = tokens[0];
+    b.tokens[i] = static_cast<std::int32_t>(gen() % static_cast<unsigned>(c.model.vocab));
+  for (std::size_t i = 0; i + 1 < n; ++i) b.targets[i] = b.tokens[i + 1];
+  b.targets[n - 1] = b.tokens[0];
+  return b;
+}
 
-  StackResult out;
-  out.scope = "whole model: embedding, " + std::to_string(L) + " " + strategy.title +
-              " layers, final norm, LM head and loss; forward + backward";
-  out.ranks.resize(static_cast<std::size_t>(n_ranks));
-  auto gt = ref::ModelWeights<float>::zeros(c.model);
+// The parallel step on every rank: out's per-rank measures and time, the gathered gradients gt;
+// returns rank 0's loss.
+double run_parallel(const StackConfig& c, const tsp::LayerProblem& problem,
+                    const ref::ModelWeights<float>& w32, const TokenBatch& batch, StackResult& out,
+                    ref::ModelWeights<float>& gt) {
+  const tsp::StrategyInfo& strategy = tsp::strategy_info(c.strategy.scheme);
   double loss_parallel = 0;
-  World world(stack_world_options(c, n_ranks));
+  World world(stack_world_options(c, c.strategy.ranks()));
   world.run([&](Rank& rank) {
     const int p = rank.id();
     const auto model = strategy.make_model(rank, problem, c.strategy, w32);
     rank.arena().reset_peaks();
     StepClock clock(rank, out);
     clock.start();
-    const double loss = model->forward(tokens, targets);
+    const double loss = model->forward(batch.tokens, batch.targets);
     if (p == 0 && c.on_step) c.on_step();
     clock.forward_done();
     if (p == c.fail_rank) throw std::runtime_error("injected failure (--inject-failure-rank)");
@@ -59,17 +59,22 @@ StackResult run_model(const StackConfig& c) {
   });
   share_measures(out);
   finish_debugging(c, world, out);
-  out.tokens_per_s = static_cast<double>(n) / out.seconds;
+  return loss_parallel;
+}
 
+// Traffic against L × the cost model's layer plus its vocabulary part; weights and gradients
+// against L × the dry layer plus the model's own tensors.
+void check_model_costs(const StackConfig& c, const tsp::LayerProblem& problem, StackResult& out) {
+  const cost::ModelShape ms = cost::ModelShape::from(c.model, c.B, c.S);
+  const auto L = static_cast<std::uint64_t>(c.model.n_layers);
   const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
   const cost::CostOptions opt = cost::CostOptions::from(problem.tsp);
   check_traffic(out, [&](int r) {
     const cost::LayerTraffic t = cost::layer_traffic(ms, c.strategy, es, opt, r);
     const cost::VocabTraffic v = cost::vocab_traffic(ms, c.strategy, es, r);
-    return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L), v.forward),
-                     scaled(t.backward, static_cast<std::uint64_t>(L), v.backward)};
+    return std::pair{scaled(t.forward, L, v.forward), scaled(t.backward, L, v.backward)};
   });
-  out.layer_model = tsp::measure_layer(c.model, B, S, c.strategy,
+  out.layer_model = tsp::measure_layer(c.model, c.B, c.S, c.strategy,
                                        {.head_buckets = problem.tsp.head_buckets,
                                         .keep_attention_shards = problem.tsp.keep_attention_shards,
                                         .keep_kv = problem.tsp.keep_kv,
@@ -81,16 +86,17 @@ StackResult run_model(const StackConfig& c) {
   const std::uint64_t shard =
       static_cast<std::uint64_t>(c.model.vocab / cost::vocab_shards(c.strategy)) * c.model.hidden *
       4;
-  check_memory(out, L,
+  check_memory(out, c.model.n_layers,
                (c.model.tie_embeddings ? 1 : 2) * charged(shard) +
                    charged(static_cast<std::uint64_t>(c.model.hidden) * 4));
-  if (!c.check) return out;
-  // Under mpirun: process 0 judges every gradient, with the shards other processes' ranks wrote
-  // (rank 0, hence process 0, has the loss).
-  for (const auto& g : ref::parameters(gt)) merge_written(*g.data);
-  if (!mpi_job().prints()) return out;
+}
 
-  ref::Batch batch{B, S, tokens, targets, {}};
+// The reference step in float and the oracle's in double on the same float weights; judges the
+// loss and every parameter gradient.
+void judge_model(const StackConfig& c, const ref::ModelWeights<float>& w32,
+                 const TokenBatch& tokens, double loss_parallel, const ref::ModelWeights<float>& gt,
+                 StackResult& out) {
+  ref::Batch batch{c.B, c.S, tokens.tokens, tokens.targets, {}};
   const auto t0 = std::chrono::steady_clock::now();
   ref::ModelCache<float> c32;
   ref::ModelWeights<float> g32;
@@ -109,11 +115,40 @@ StackResult run_model(const StackConfig& c) {
   const std::vector<float> lt{static_cast<float>(loss_parallel)}, lr{static_cast<float>(loss32)};
   const std::vector<double> lo{loss64};
   judge(out, "loss", lt, lr, lo, c.k);
-  const auto pc = ref::parameters(static_cast<const ref::ModelWeights<float>&>(gt));
+  const auto pc = ref::parameters(gt);
   const auto pr = ref::parameters(static_cast<const ref::ModelWeights<float>&>(g32));
   const auto po = ref::parameters(static_cast<const ref::ModelWeights<double>&>(g64));
   for (std::size_t i = 0; i < pc.size(); ++i)
     judge(out, "grad " + pc[i].name, *pc[i].data, *pr[i].data, *po[i].data, c.k);
+}
+
+}  // namespace
+
+StackResult run_model(const StackConfig& c) {
+  validate_stack(c);
+  const tsp::RuleOptions rules{
+      .tsp_layout = c.layout, .head_buckets = c.head_buckets, .whole_model = true};
+  if (const auto v = tsp::violation(cost::ModelShape::from(c.model, c.B, c.S), c.strategy, rules))
+    throw std::invalid_argument(c.strategy.name() + ": " + v->message);
+  const tsp::LayerProblem problem = layer_problem(c);
+  const auto w32 = initial_weights(c);
+  const TokenBatch batch = seeded_batch(c);
+
+  StackResult out;
+  out.scope = "whole model: embedding, " + std::to_string(c.model.n_layers) + " " +
+              tsp::strategy_info(c.strategy.scheme).title +
+              " layers, final norm, LM head and loss; forward + backward";
+  out.ranks.resize(static_cast<std::size_t>(c.strategy.ranks()));
+  auto gt = ref::ModelWeights<float>::zeros(c.model);
+  const double loss_parallel = run_parallel(c, problem, w32, batch, out, gt);
+  out.tokens_per_s = static_cast<double>(c.B) * c.S / out.seconds;
+  check_model_costs(c, problem, out);
+  if (!c.check) return out;
+  // Under mpirun: process 0 judges every gradient, with the shards other processes' ranks wrote
+  // (rank 0, hence process 0, has the loss).
+  for (const auto& g : ref::parameters(gt)) merge_written(*g.data);
+  if (!mpi_job().prints()) return out;
+  judge_model(c, w32, batch, loss_parallel, gt, out);
   return out;
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <ostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "mpi_job.hpp"
 #include "output_files.hpp"
@@ -54,7 +56,7 @@ struct Point {
   std::string mode;
   int D = 1, S = 0;
   std::string skipped;
-  double seconds = 0, tokens_per_s = 0, efficiency = 0;
+  double seconds = 0, tokens_per_s = 0, speedup = 0, efficiency = 0;
   bool match = false;
 };
 
@@ -72,41 +74,55 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
+// The sweep: which points, and what they measured.
+struct ScaleReport {
+  int per_rank = 0;  // weak scaling's tokens per rank
+  int cores = 1;
+  std::string efficiency_definition;
+  std::vector<int> degrees;
+  std::vector<std::string> modes;
+  std::vector<Point> points;
+  bool all_match = true;
+};
 
-int scale_command(const ScaleArgs& a, std::ostream& out) {
-  check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
+// The problem of one point of the sweep.
+ProblemOptions point_problem(const ScaleArgs& a, const ScaleReport& rep, const std::string& mode,
+                             int D) {
+  ProblemOptions p = a.problem;
+  p.ranks = D;
+  if (mode == "weak") p.S = rep.per_rank * D;
+  return p;
+}
+
+// The sweep's points (degrees 1, 2, 4 ... --max-ranks, per mode), checked before anything runs:
+// some point must be valid (a table of skipped points is no scaling curve) and every valid point
+// must fit in memory.
+ScaleReport plan_sweep(const ScaleArgs& a) {
   if (a.max_ranks < 1 || a.max_ranks > 256)
     throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) + ": must be 1 to 256");
   if (a.repeat < 1) throw ConfigError("--repeat " + std::to_string(a.repeat) + ": must be >= 1");
-  const int per_rank = a.problem.S / a.max_ranks;
-  if ((a.mode != "strong") && per_rank < 1)
+  ScaleReport rep;
+  rep.per_rank = a.problem.S / a.max_ranks;
+  if ((a.mode != "strong") && rep.per_rank < 1)
     throw ConfigError("--seq " + std::to_string(a.problem.S) +
                       ": weak scaling needs at least one token per rank at --max-ranks " +
                       std::to_string(a.max_ranks));
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  rep.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Under mpirun the smallest degree is the job's P processes (one rank each), not 1.
-  const std::string efficiency_definition =
+  rep.efficiency_definition =
       mpi_job().spans()
           ? "(tokens/s at D / tokens/s at the first D that ran) / (min(D, cores) / min(that D, "
             "cores)), across " +
                 std::to_string(mpi_job().processes) + " mpirun processes"
           : "(tokens/s at D / tokens/s at D=1) / min(D, cores)";
-  std::vector<int> degrees;
-  for (int D = 1; D <= a.max_ranks; D *= 2) degrees.push_back(D);
-  std::vector<std::string> modes;
-  if (a.mode != "weak") modes.push_back("strong");
-  if (a.mode != "strong") modes.push_back("weak");
-
-  // Before anything runs: some point must be valid (a table of skipped points is no scaling
-  // curve) and every valid point must fit in memory.
+  for (int D = 1; D <= a.max_ranks; D *= 2) rep.degrees.push_back(D);
+  if (a.mode != "weak") rep.modes.push_back("strong");
+  if (a.mode != "strong") rep.modes.push_back("weak");
   std::string reasons;
   bool any_runs = false;
-  for (const std::string& mode : modes)
-    for (int D : degrees) {
-      ProblemOptions p = a.problem;
-      p.ranks = D;
-      if (mode == "weak") p.S = per_rank * D;
+  for (const std::string& mode : rep.modes)
+    for (int D : rep.degrees) {
+      const ProblemOptions p = point_problem(a, rep, mode, D);
       const cost::Strategy st = parse_strategy(p);
       if (const std::string why = why_not_run(p, st); !why.empty()) {
         reasons += "; " + mode + " D=" + std::to_string(D) + ": " + why;
@@ -121,36 +137,24 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
   if (!any_runs)
     throw ConfigError("--max-ranks " + std::to_string(a.max_ranks) +
                       ": no point of the sweep can run this configuration" + reasons);
-  out << fmt(
-      "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
-      "B=%d, model %s\nblas: %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
-      "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
-      a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
-      a.problem.model.to_string().c_str(), ref::describe_blas().c_str(), cores, a.repeat,
-      a.problem.S, per_rank, efficiency_definition.c_str());
-  char line[512];
-  std::snprintf(line, sizeof line, "%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S",
-                "tokens/rank", "time ms", "tokens/s", "speedup", "effic", "model");
-  out << line;
-  std::vector<Point> points;
-  bool all_match = true;
-  ProgressBar bar("scale", static_cast<int>(modes.size() * degrees.size()) * a.repeat, !a.quiet);
-  for (const std::string& mode : modes) {
+  return rep;
+}
+
+// Runs every point --repeat times (the median time counts).
+void run_sweep(const ScaleArgs& a, ScaleReport& rep) {
+  ProgressBar bar("scale", static_cast<int>(rep.modes.size() * rep.degrees.size()) * a.repeat,
+                  !a.quiet);
+  for (const std::string& mode : rep.modes) {
     double base = 0;
     int base_D = 1;
-    for (int D : degrees) {
-      ProblemOptions p = a.problem;
-      p.ranks = D;
-      if (mode == "weak") p.S = per_rank * D;
-      Point pt{mode, D, p.S, {}, 0, 0, 0, false};
+    for (int D : rep.degrees) {
+      const ProblemOptions p = point_problem(a, rep, mode, D);
+      Point pt{mode, D, p.S, {}, 0, 0, 0, 0, false};
       const cost::Strategy st = parse_strategy(p);
       pt.skipped = why_not_run(p, st);
       if (!pt.skipped.empty()) {
-        std::snprintf(line, sizeof line, "%-7s %4d %7d  skipped: %s\n", mode.c_str(), D, p.S,
-                      pt.skipped.c_str());
-        out << line;
         for (int i = 0; i < a.repeat; ++i) bar.step();
-        points.push_back(pt);
+        rep.points.push_back(pt);
         continue;
       }
       StackConfig c = make_stack_config(p, st);
@@ -163,7 +167,7 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
         pt.match = pt.match && r.traffic_match;
         bar.step(st.name());
       }
-      all_match = all_match && pt.match;
+      rep.all_match = rep.all_match && pt.match;
       pt.seconds = median(secs);
       pt.tokens_per_s = static_cast<double>(p.B) * p.S / pt.seconds;
       // The base is D=1, or under mpirun the smallest degree the processes divide (D0 = P).
@@ -171,67 +175,94 @@ int scale_command(const ScaleArgs& a, std::ostream& out) {
         base = pt.tokens_per_s;
         base_D = D;
       }
-      const double speedup = pt.tokens_per_s / base;
-      pt.efficiency = speedup * std::min(base_D, cores) / std::min(D, cores);
-      std::snprintf(line, sizeof line, "%-7s %4d %7d %11d %10.1f %12.0f %8.2f %6.2f %s\n",
-                    mode.c_str(), D, p.S, p.S / D, pt.seconds * 1e3, pt.tokens_per_s, speedup,
-                    pt.efficiency, pt.match ? "yes" : "NO");
-      out << line;
-      points.push_back(pt);
+      pt.speedup = pt.tokens_per_s / base;
+      pt.efficiency = pt.speedup * std::min(base_D, rep.cores) / std::min(D, rep.cores);
+      rep.points.push_back(pt);
     }
   }
+}
+
+void print_sweep(std::ostream& out, const ScaleArgs& a, const ScaleReport& rep) {
+  out << fmt(
+      "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
+      "B=%d, model %s\nblas: %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
+      "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
+      a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
+      a.problem.model.to_string().c_str(), ref::describe_blas().c_str(), rep.cores, a.repeat,
+      a.problem.S, rep.per_rank, rep.efficiency_definition.c_str());
+  out << fmt("%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S", "tokens/rank", "time ms",
+             "tokens/s", "speedup", "effic", "model");
+  for (const Point& pt : rep.points)
+    out << (pt.skipped.empty()
+                ? fmt("%-7s %4d %7d %11d %10.1f %12.0f %8.2f %6.2f %s\n", pt.mode.c_str(), pt.D,
+                      pt.S, pt.S / pt.D, pt.seconds * 1e3, pt.tokens_per_s, pt.speedup,
+                      pt.efficiency, pt.match ? "yes" : "NO")
+                : fmt("%-7s %4d %7d  skipped: %s\n", pt.mode.c_str(), pt.D, pt.S,
+                      pt.skipped.c_str()));
   out << "\nmodel: every rank's bytes per collective equal the cost model's. On a machine with\n"
          "fewer cores than ranks the ranks share cores: efficiency is against min(D, cores).\n";
+}
 
-  if (!a.json_path.empty()) {
-    nlohmann::json j = document("scale");
-    j["config"] = {{"strategy", a.problem.strategy},
-                   {"max_ranks", a.max_ranks},
-                   {"mode", a.mode},
-                   {"repeat", a.repeat},
-                   {"B", a.problem.B},
-                   {"S", a.problem.S},
-                   {"tokens_per_rank_weak", per_rank},
-                   {"model", a.problem.model.to_string()},
-                   {"pin", a.problem.pin}};
-    j["cores"] = cores;
-    j["efficiency_definition"] = efficiency_definition;
-    j["processes"] = mpi_job().processes;
-    j["rows"] = nlohmann::json::array();
-    for (const Point& pt : points) {
-      nlohmann::json row = {{"mode", pt.mode}, {"D", pt.D}, {"S", pt.S}};
-      if (!pt.skipped.empty()) {
-        row["skipped"] = pt.skipped;
-      } else {
-        row.update({{"skipped", nullptr},
-                    {"seconds", pt.seconds},
-                    {"tokens_per_s", pt.tokens_per_s},
-                    {"efficiency", pt.efficiency},
-                    {"model_match", pt.match}});
+nlohmann::json sweep_json(const ScaleArgs& a, const ScaleReport& rep) {
+  nlohmann::json j = document("scale");
+  j["config"] = {{"strategy", a.problem.strategy},
+                 {"max_ranks", a.max_ranks},
+                 {"mode", a.mode},
+                 {"repeat", a.repeat},
+                 {"B", a.problem.B},
+                 {"S", a.problem.S},
+                 {"tokens_per_rank_weak", rep.per_rank},
+                 {"model", a.problem.model.to_string()},
+                 {"pin", a.problem.pin}};
+  j["cores"] = rep.cores;
+  j["efficiency_definition"] = rep.efficiency_definition;
+  j["processes"] = mpi_job().processes;
+  j["rows"] = nlohmann::json::array();
+  for (const Point& pt : rep.points) {
+    nlohmann::json row = {{"mode", pt.mode}, {"D", pt.D}, {"S", pt.S}};
+    if (!pt.skipped.empty()) {
+      row["skipped"] = pt.skipped;
+    } else {
+      row.update({{"skipped", nullptr},
+                  {"seconds", pt.seconds},
+                  {"tokens_per_s", pt.tokens_per_s},
+                  {"efficiency", pt.efficiency},
+                  {"model_match", pt.match}});
+    }
+    j["rows"].push_back(row);
+  }
+  return j;
+}
+
+void write_sweep_svg(const ScaleArgs& a, const ScaleReport& rep) {
+  Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}, {}};
+  Panel eff{"parallel efficiency", "ranks D", rep.efficiency_definition, true, {}, {}, {}, {}};
+  for (const std::string& mode : rep.modes) {
+    Series s1{mode, {}, false}, s2{mode, {}, false};
+    for (const Point& pt : rep.points)
+      if (pt.mode == mode && pt.skipped.empty()) {
+        s1.points.emplace_back(pt.D, pt.tokens_per_s);
+        s2.points.emplace_back(pt.D, pt.efficiency);
       }
-      j["rows"].push_back(row);
-    }
-    write_json(a.json_path, j);
+    tps.series.push_back(s1);
+    eff.series.push_back(s2);
   }
-  if (!a.svg_path.empty()) {
-    Panel tps{"tokens/s", "ranks D", "tokens per second", true, {}, {}, {}, {}};
-    Panel eff{"parallel efficiency", "ranks D", efficiency_definition, true, {}, {}, {}, {}};
-    for (const std::string& mode : modes) {
-      Series s1{mode, {}, false}, s2{mode, {}, false};
-      for (const Point& pt : points)
-        if (pt.mode == mode && pt.skipped.empty()) {
-          s1.points.emplace_back(pt.D, pt.tokens_per_s);
-          s2.points.emplace_back(pt.D, pt.efficiency);
-        }
-      tps.series.push_back(s1);
-      eff.series.push_back(s2);
-    }
-    eff.hlines.emplace_back(1.0, "ideal");
-    write_svg(a.svg_path,
-              "tspemu scale: " + a.problem.strategy + " (" + std::to_string(cores) + " cores)",
-              {tps, eff});
-  }
-  return all_match ? 0 : 1;
+  eff.hlines.emplace_back(1.0, "ideal");
+  write_svg(a.svg_path,
+            "tspemu scale: " + a.problem.strategy + " (" + std::to_string(rep.cores) + " cores)",
+            {tps, eff});
+}
+
+}  // namespace
+
+int scale_command(const ScaleArgs& a, std::ostream& out) {
+  check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
+  ScaleReport rep = plan_sweep(a);
+  run_sweep(a, rep);
+  print_sweep(out, a, rep);
+  if (!a.json_path.empty()) write_json(a.json_path, sweep_json(a, rep));
+  if (!a.svg_path.empty()) write_sweep_svg(a, rep);
+  return rep.all_match ? 0 : 1;
 }
 
 }  // namespace tspemu::app

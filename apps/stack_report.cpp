@@ -204,9 +204,10 @@ void print_report(std::ostream& out, const StackConfig& c, const StackResult& r)
         "\naccuracy vs the fp64 oracle (rule: err(parallel fp32) <= %.1f * err(reference fp32) + "
         "tiny):\n",
         c.k);
-    for (const TensorVerdict& t : r.tensors)
+    for (const check::TensorResult& t : r.tensors)
       out << fmt("  %-4s %-50s parallel err %.3e  reference err %.3e  bound %.3e\n",
-                 t.ok ? "ok" : "FAIL", t.name.c_str(), t.parallel_err, t.reference_err, t.bound);
+                 t.ok() ? "ok" : "FAIL", t.name.c_str(), t.verdict.candidate.max_abs,
+                 t.verdict.reference.max_abs, t.verdict.bound);
     out << fmt("max error ratio (parallel err / bound): %.3f\n", r.max_err_ratio);
   } else {
     out << "\naccuracy: not checked (--no-check)\n";
@@ -275,12 +276,12 @@ nlohmann::json report_json(const StackConfig& c, const StackResult& r) {
                        {"match", r.memory_match}};
   j["traffic_match"] = r.traffic_match;
   j["accuracy"] = nlohmann::json::array();
-  for (const TensorVerdict& t : r.tensors)
+  for (const check::TensorResult& t : r.tensors)
     j["accuracy"].push_back({{"tensor", t.name},
-                             {"ok", t.ok},
-                             {"parallel_err", t.parallel_err},
-                             {"reference_err", t.reference_err},
-                             {"bound", t.bound}});
+                             {"ok", t.ok()},
+                             {"parallel_err", t.verdict.candidate.max_abs},
+                             {"reference_err", t.verdict.reference.max_abs},
+                             {"bound", t.verdict.bound}});
   j["checked"] = !r.tensors.empty();
   j["max_err_ratio"] = r.max_err_ratio;
   j["verdict"] = r.pass() ? "pass" : "fail";

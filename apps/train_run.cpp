@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "stack_report.hpp"
+#include "tspemu/check/token_shards.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
@@ -92,27 +93,15 @@ class ReferenceTrainer {
       opt_.step(w_, grads);
       return loss;
     }
-    std::vector<std::int64_t> pos(static_cast<std::size_t>(S));
-    for (int i = 0; i < S; ++i) pos[static_cast<std::size_t>(i)] = i;
-    const std::size_t L = w_.layers.size();
-    std::vector<std::vector<T>> act(L + 1);
-    act[0] = embedded(embed_, b.tokens, C);
-    std::vector<ref::LayerCache<T>> caches(L);
-    for (std::size_t l = 0; l < L; ++l) {
-      act[l + 1].resize(act[0].size());
-      ref::layer_forward(m, w_.layers[l], act[l].data(), act[l + 1].data(), pos.data(), B, S,
-                         caches[l]);
-    }
+    ref::StackCache<T> cache;
+    const std::vector<T>& y =
+        ref::layer_stack_forward(m, w_.layers, embedded(embed_, b.tokens, C), B, S, cache);
     const std::vector<T> target = embedded(embed_, b.targets, C);
-    std::vector<T> dy(target.size()), dx(target.size());
-    const double loss = mse_gradient(act[L].data(), target.data(), dy.data(), dy.size(),
-                                     static_cast<double>(B) * S);
-    std::vector<ref::LayerWeights<T>> grads(L, ref::LayerWeights<T>::zeros(m));
-    for (std::size_t l = L; l-- > 0;) {
-      ref::layer_backward(m, w_.layers[l], act[l].data(), dy.data(), dx.data(), pos.data(), B, S,
-                          caches[l], grads[l]);
-      std::swap(dy, dx);
-    }
+    std::vector<T> dy(target.size()), dx;
+    const double loss =
+        mse_gradient(y.data(), target.data(), dy.data(), dy.size(), static_cast<double>(B) * S);
+    std::vector<ref::LayerWeights<T>> grads;
+    ref::layer_stack_backward(m, w_.layers, dy, B, S, cache, dx, grads);
     opt_.step(w_.layers, grads);
     return loss;
   }
@@ -206,6 +195,128 @@ void judge_step(TrainResult& out, TrainStep& step, std::map<std::string, double>
       step.step, name.c_str(), stat, err, k, env, tiny, bound, ref_err, cs.to_string().c_str());
 }
 
+// What a step's ranks share: the run's fixed inputs and where they gather their results.
+struct StepContext {
+  const TrainConfig& c;
+  const tsp::StrategyInfo& info;
+  const tsp::LayerProblem& problem;
+  const ref::ModelWeights<float>& w32;
+  const StepBatch& batch;
+  TrainStep& step;
+  ref::ModelWeights<float>& got;  // the updated weights, gathered
+  std::vector<float>& got_y;      // the layer stack's output [B, S, C], gathered
+};
+
+// One rank's forward and backward of the layer stack on the stand-in objective; gathers its
+// output rows (the reporting replica). Returns the layers' parameters on the first step (for
+// the optimizer), else nothing.
+std::vector<tsp::ParameterShard> stack_pass(const StepContext& x, Rank& rank, RankTrainer& rt) {
+  const StackConfig& sc = x.c.stack;
+  const int p = rank.id(), B = sc.B, S = sc.S, C = sc.model.hidden, L = sc.model.n_layers;
+  if (rt.layers.empty()) {
+    rt.place = x.info.place(x.problem, sc.strategy, p);
+    for (const auto& lw : x.w32.layers)
+      rt.layers.push_back(x.info.make_layer(rank, x.problem, sc.strategy, lw));
+  }
+  Arena& a = rank.arena();
+  const check::TokenShard rows{0, B, rt.place.positions};
+  const std::size_t local = static_cast<std::size_t>(B) * rows.positions.size() * C;
+  std::vector<Buffer<float>> act;
+  for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
+  auto target = a.allocate<float>(local, Category::workspace);
+  auto g = a.allocate<float>(local, Category::workspace);
+  auto g_next = a.allocate<float>(local, Category::workspace);
+  check::for_each_row(rows, S, C, [&](std::size_t lo, std::size_t at) {
+    const std::size_t token = at / static_cast<std::size_t>(C);
+    const auto in = static_cast<std::size_t>(x.batch.tokens[token]) * C;
+    const auto next = static_cast<std::size_t>(x.batch.targets[token]) * C;
+    std::memcpy(act[0].data() + lo, x.w32.embed.data() + in, C * sizeof(float));
+    std::memcpy(target.data() + lo, x.w32.embed.data() + next, C * sizeof(float));
+  });
+  for (std::size_t l = 0; l < rt.layers.size(); ++l)
+    rt.layers[l]->forward(act[l].data(), act[l + 1].data());
+  mse_gradient(act.back().data(), target.data(), g.data(), local, static_cast<double>(B) * S);
+  for (std::size_t l = rt.layers.size(); l-- > 0;) {
+    rt.layers[l]->backward(act[l].data(), g.data(), g_next.data());
+    std::swap(g, g_next);
+  }
+  if (rt.place.reports_tokens) check::gather_rows(rows, S, C, act.back().data(), x.got_y.data());
+  std::vector<tsp::ParameterShard> params;
+  if (!rt.opt)
+    for (auto& layer : rt.layers) {
+      const auto lp = layer->parameters();
+      params.insert(params.end(), lp.begin(), lp.end());
+    }
+  return params;
+}
+
+// Gathers a rank's updated layer weights: disjoint elements per rank (one replica per shard,
+// rank 0 the norms).
+void gather_stack_weights(const RankTrainer& rt, int p, ref::ModelWeights<float>& got) {
+  for (std::size_t l = 0; l < rt.layers.size(); ++l) {
+    // parameters(): attention shard, input norm, MLP shard, post norm
+    const auto ps = rt.layers[l]->parameters();
+    tsp::unpack_layer<float>({ps[0].weight, ps[1].weight, ps[2].weight, ps[3].weight},
+                             rt.place.shard_shape, rt.place.shard, rt.place.reports_shard, p == 0,
+                             got.layers[l]);
+  }
+}
+
+// One rank's step: forward, backward, the optimizer's update, its model-state bytes and the
+// gathering of its updated weights.
+void rank_step(const StepContext& x, Rank& rank, RankTrainer& rt) {
+  const int p = rank.id();
+  std::vector<tsp::ParameterShard> params;
+  if (x.c.whole_model) {
+    if (!rt.model) rt.model = x.info.make_model(rank, x.problem, x.c.stack.strategy, x.w32);
+    const double loss = rt.model->forward(x.batch.tokens, x.batch.targets);
+    rt.model->backward();
+    if (p == 0) x.step.loss = loss;
+    if (!rt.opt) params = rt.model->parameters();
+  } else {
+    params = stack_pass(x, rank, rt);
+  }
+  if (!rt.opt)
+    rt.opt = std::make_unique<tsp::ShardedOptimizer>(rank, x.c.optimizer, std::move(params));
+  rt.opt->step();
+  if (x.c.after_update) x.c.after_update(x.step.step, p, rt.opt->shards());
+  const ArenaStats st = rank.arena().stats();
+  rt.bytes = {category_bytes(st, Category::weights), category_bytes(st, Category::gradients),
+              category_bytes(st, Category::optimizer)};
+  if (x.c.whole_model)
+    rt.model->write_weights(x.got);
+  else
+    gather_stack_weights(rt, p, x.got);
+}
+
+// The step's loss and every trained parameter against the references' (judge_step).
+void judge_tensors(const TrainConfig& c, TrainResult& out, TrainStep& step,
+                   std::map<std::string, double>& envelope, const ref::ModelWeights<float>& got,
+                   const ReferenceTrainer<float>& r32, const ReferenceTrainer<double>& o64) {
+  judge_step(out, step, envelope, "loss", std::vector<float>{static_cast<float>(step.loss)},
+             std::vector<float>{static_cast<float>(step.reference_loss)},
+             std::vector<double>{step.oracle_loss}, c.stack.k, false);
+  const bool adam = c.optimizer.kind == ref::OptimizerKind::adamw;
+  const auto pg = ref::parameters(got);
+  const auto pr = ref::parameters(r32.weights());
+  const auto po = ref::parameters(o64.weights());
+  for (std::size_t i = 0; i < pg.size(); ++i) {
+    // The stack trains only the layers (the embedding and head are frozen or unused).
+    if (!c.whole_model && !pg[i].name.starts_with("model.layers.")) continue;
+    judge_step(out, step, envelope, pg[i].name, *pg[i].data, *pr[i].data, *po[i].data, c.stack.k,
+               adam);
+  }
+}
+
+std::string train_scope(const TrainConfig& c, const tsp::StrategyInfo& info) {
+  const std::string L = std::to_string(c.stack.model.n_layers);
+  return c.whole_model ? "whole model (embedding, " + L + " " + info.title +
+                             " layers, LM head, next-token cross-entropy)"
+                       : "layer stack (" + L +
+                             " layers; input: frozen embedding of each token; loss: mean squared "
+                             "distance to the frozen embedding of the next token)";
+}
+
 }  // namespace
 
 double TrainResult::max_err_ratio() const {
@@ -219,7 +330,7 @@ TrainResult run_training(const TrainConfig& c) {
   const bool whole = c.whole_model;
   validate(c, whole);
   const ref::ModelConfig& m = sc.model;
-  const int n = sc.strategy.ranks(), B = sc.B, S = sc.S, C = m.hidden, L = m.n_layers;
+  const int n = sc.strategy.ranks(), B = sc.B, S = sc.S, C = m.hidden;
   const auto w32 = initial_weights(sc);
   ReferenceTrainer<float> r32(c, w32, whole);
   ReferenceTrainer<double> o64(c, ref::convert_weights<double>(w32), whole);
@@ -227,11 +338,7 @@ TrainResult run_training(const TrainConfig& c) {
   const tsp::LayerProblem problem = layer_problem(sc);
 
   TrainResult out;
-  out.scope = whole ? "whole model (embedding, " + std::to_string(L) + " " + info.title +
-                          " layers, LM head, next-token cross-entropy)"
-                    : "layer stack (" + std::to_string(L) +
-                          " layers; input: frozen embedding of each token; loss: mean squared "
-                          "distance to the frozen embedding of the next token)";
+  out.scope = train_scope(c, info);
   out.planned = planned_state(c, whole);
   out.measured.resize(static_cast<std::size_t>(n));
   // The world before the ranks' blocks: they hold buffers of its arenas, released first.
@@ -245,87 +352,9 @@ TrainResult run_training(const TrainConfig& c) {
     const StepBatch batch = batch_at(c, t);
     TrainStep step;
     step.step = t + 1;
+    const StepContext x{c, info, problem, w32, batch, step, got, got_y};
     const auto t0 = std::chrono::steady_clock::now();
-    world.run([&](Rank& rank) {
-      const int p = rank.id();
-      RankTrainer& rt = ranks[static_cast<std::size_t>(p)];
-      std::vector<tsp::ParameterShard> params;
-      if (whole) {
-        if (!rt.model) rt.model = info.make_model(rank, problem, sc.strategy, w32);
-        const double loss = rt.model->forward(batch.tokens, batch.targets);
-        rt.model->backward();
-        if (p == 0) step.loss = loss;
-        if (!rt.opt) params = rt.model->parameters();
-      } else {
-        if (rt.layers.empty()) {
-          rt.place = info.place(problem, sc.strategy, p);
-          for (const auto& lw : w32.layers)
-            rt.layers.push_back(info.make_layer(rank, problem, sc.strategy, lw));
-        }
-        Arena& a = rank.arena();
-        const std::size_t rows = rt.place.positions.size();
-        const std::size_t local = static_cast<std::size_t>(B) * rows * C;
-        auto each_row = [&](auto fn) {  // fn(local offset, global token index)
-          for (int b = 0; b < B; ++b)
-            for (std::size_t i = 0; i < rows; ++i)
-              fn((static_cast<std::size_t>(b) * rows + i) * C,
-                 static_cast<std::size_t>(b) * S + static_cast<std::size_t>(rt.place.positions[i]));
-        };
-        std::vector<Buffer<float>> act;
-        for (int l = 0; l <= L; ++l) act.push_back(a.allocate<float>(local, Category::activations));
-        auto target = a.allocate<float>(local, Category::workspace);
-        auto g = a.allocate<float>(local, Category::workspace);
-        auto g_next = a.allocate<float>(local, Category::workspace);
-        each_row([&](std::size_t lo, std::size_t token) {
-          const auto in = static_cast<std::size_t>(batch.tokens[token]) * C;
-          const auto next = static_cast<std::size_t>(batch.targets[token]) * C;
-          std::memcpy(act[0].data() + lo, w32.embed.data() + in, C * sizeof(float));
-          std::memcpy(target.data() + lo, w32.embed.data() + next, C * sizeof(float));
-        });
-        for (std::size_t l = 0; l < rt.layers.size(); ++l)
-          rt.layers[l]->forward(act[l].data(), act[l + 1].data());
-        mse_gradient(act.back().data(), target.data(), g.data(), local, static_cast<double>(B) * S);
-        for (std::size_t l = rt.layers.size(); l-- > 0;) {
-          rt.layers[l]->backward(act[l].data(), g.data(), g_next.data());
-          std::swap(g, g_next);
-        }
-        if (rt.place.reports_tokens)
-          each_row([&](std::size_t lo, std::size_t token) {
-            std::memcpy(got_y.data() + token * C, act.back().data() + lo, C * sizeof(float));
-          });
-        if (!rt.opt)
-          for (auto& layer : rt.layers) {
-            const auto lp = layer->parameters();
-            params.insert(params.end(), lp.begin(), lp.end());
-          }
-      }
-      if (!rt.opt)
-        rt.opt = std::make_unique<tsp::ShardedOptimizer>(rank, c.optimizer, std::move(params));
-      rt.opt->step();
-      if (c.after_update) c.after_update(step.step, p, rt.opt->shards());
-      const ArenaStats st = rank.arena().stats();
-      rt.bytes = {category_bytes(st, Category::weights), category_bytes(st, Category::gradients),
-                  category_bytes(st, Category::optimizer)};
-      // Gather the updated weights: disjoint elements per rank (one replica per shard, rank 0
-      // the norms).
-      if (whole) {
-        rt.model->write_weights(got);
-        return;
-      }
-      for (std::size_t l = 0; l < rt.layers.size(); ++l) {
-        const auto ps = rt.layers[l]->parameters();
-        if (rt.place.reports_shard) {
-          tsp::unpack_attention_shard(ps[0].weight.data(), rt.place.shard_shape, rt.place.shard,
-                                      got.layers[l]);
-          tsp::unpack_mlp_shard(ps[2].weight.data(), rt.place.shard_shape, rt.place.shard,
-                                got.layers[l]);
-        }
-        if (p == 0) {
-          std::ranges::copy(ps[1].weight, got.layers[l].input_norm.begin());
-          std::ranges::copy(ps[3].weight, got.layers[l].post_norm.begin());
-        }
-      }
-    });
+    world.run([&](Rank& rank) { rank_step(x, rank, ranks[static_cast<std::size_t>(rank.id())]); });
     step.seconds = seconds_since(t0);
     out.seconds += step.seconds;
     if (t == 0) {
@@ -347,20 +376,7 @@ TrainResult run_training(const TrainConfig& c) {
     step.reference_loss = r32.step(batch);
     out.reference_seconds += seconds_since(r0);
     step.oracle_loss = o64.step(batch);
-
-    judge_step(out, step, envelope, "loss", std::vector<float>{static_cast<float>(step.loss)},
-               std::vector<float>{static_cast<float>(step.reference_loss)},
-               std::vector<double>{step.oracle_loss}, sc.k, false);
-    const bool adam = c.optimizer.kind == ref::OptimizerKind::adamw;
-    const auto pg = ref::parameters(static_cast<const ref::ModelWeights<float>&>(got));
-    const auto pr = ref::parameters(r32.weights());
-    const auto po = ref::parameters(o64.weights());
-    for (std::size_t i = 0; i < pg.size(); ++i) {
-      // The stack trains only the layers (the embedding and head are frozen or unused).
-      if (!whole && !pg[i].name.starts_with("model.layers.")) continue;
-      judge_step(out, step, envelope, pg[i].name, *pg[i].data, *pr[i].data, *po[i].data, sc.k,
-                 adam);
-    }
+    judge_tensors(c, out, step, envelope, got, r32, o64);
     out.steps.push_back(step);
     if (c.on_step) c.on_step(step.step);
   }

@@ -19,18 +19,10 @@ namespace {
 
 using Weights = ref::LayerWeights<float>;
 
-struct WeightInfo {
-  const char* name;
-  Block owner;  // the block whose weight it is
-};
+using ref::kLayerTensors;
+using ref::LayerTensor;
 
-constexpr WeightInfo kWeights[] = {
-    {"input_norm", Block::attention}, {"wq", Block::attention}, {"wk", Block::attention},
-    {"wv", Block::attention},         {"wo", Block::attention}, {"post_norm", Block::mlp},
-    {"w_gate", Block::mlp},           {"w_up", Block::mlp},     {"w_down", Block::mlp},
-};
-
-// The LayerWeights field of a weight name (one of kWeights).
+// The LayerWeights field of a weight name (one of kLayerTensors).
 template <class T>
 const std::vector<T>& field(const ref::LayerWeights<T>& w, std::string_view name) {
   for (const auto& [n, v] : w.named())
@@ -38,36 +30,30 @@ const std::vector<T>& field(const ref::LayerWeights<T>& w, std::string_view name
   throw std::invalid_argument("check: no weight named '" + std::string(name) + "'");
 }
 
-bool in_block(Block owner, Block b) {
-  return b == Block::layer || owner == b;
+bool in_block(ref::LayerBlock owner, Block b) {
+  return b == Block::layer || (owner == ref::LayerBlock::attention) == (b == Block::attention);
 }
 
 std::string weight_names(Block b) {
   std::string s;
-  for (const WeightInfo& w : kWeights)
-    if (in_block(w.owner, b)) s += (s.empty() ? "" : ", ") + std::string(w.name);
+  for (const LayerTensor& w : kLayerTensors)
+    if (in_block(w.block, b)) s += (s.empty() ? "" : ", ") + std::string(w.name);
   return s;
 }
 
-const WeightInfo& weight_info(std::string_view name, Block b, int rank) {
-  for (const WeightInfo& w : kWeights)
-    if (name == w.name && in_block(w.owner, b)) return w;
+const LayerTensor& weight_info(std::string_view name, Block b, int rank) {
+  for (const LayerTensor& w : kLayerTensors)
+    if (name == w.name && in_block(w.block, b)) return w;
   throw std::invalid_argument("check: rank " + std::to_string(rank) + " named weight '" +
                               std::string(name) + "', not a weight of the " + block_name(b) +
                               " block (its weights: " + weight_names(b) + ")");
 }
 
 TensorShape shape_of(const ref::ModelConfig& cfg, std::string_view name) {
-  const std::int64_t C = cfg.hidden, F = cfg.ffn, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
-  const std::int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim();
-  const std::string n(name);
-  if (name == "input_norm" || name == "post_norm") return {n, 1, C};
-  if (name == "wq") return {n, qd, C, NH, 0};
-  if (name == "wk" || name == "wv") return {n, kvd, C, NKV, 0};
-  if (name == "wo") return {n, C, qd, NH, 1};
-  if (name == "w_gate" || name == "w_up") return {n, F, C};
-  if (name == "w_down") return {n, C, F};
-  throw std::invalid_argument("check: no weight named '" + n + "'");
+  const LayerTensor* t = ref::find_layer_tensor(name);
+  if (!t) throw std::invalid_argument("check: no weight named '" + std::string(name) + "'");
+  const ref::LayerTensorShape s = ref::layer_tensor_shape(cfg, *t);
+  return {std::string(name), s.rows, s.cols, s.heads, s.head_axis};
 }
 
 // An element of a weight in the tensor's own terms.
@@ -134,16 +120,6 @@ struct RunResult {
   std::vector<std::vector<RankBlock::Piece>> pieces;
 };
 
-// Rows of a rank's [batches, tokens, C] activation and their [B, S, C] offsets.
-template <class Fn>
-void for_each_row(const TokenShard& t, int S, int C, Fn fn) {
-  const std::size_t T = t.positions.size();
-  for (int b = 0; b < t.batches; ++b)
-    for (std::size_t i = 0; i < T; ++i)
-      fn((std::size_t(b) * T + i) * C,
-         (std::size_t(t.batch_begin + b) * S + std::size_t(t.positions[i])) * C);
-}
-
 RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
                        const std::vector<TokenShard>& tokens, const std::vector<float>& x,
                        const std::vector<float>& dy,
@@ -163,10 +139,8 @@ RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
     auto dyl = a.allocate<float>(local, Category::workspace);
     auto yl = a.allocate<float>(local, Category::activations);
     auto dxl = a.allocate<float>(local, Category::workspace);
-    for_each_row(t, c.S, C, [&](std::size_t l, std::size_t g) {
-      std::memcpy(xl.data() + l, x.data() + g, C * sizeof(float));
-      std::memcpy(dyl.data() + l, dy.data() + g, C * sizeof(float));
-    });
+    scatter_rows(t, c.S, C, x.data(), xl.data());
+    scatter_rows(t, c.S, C, dy.data(), dyl.data());
     // NaN marks what the schedule leaves unwritten.
     std::fill(yl.begin(), yl.end(), std::numeric_limits<float>::quiet_NaN());
     std::fill(dxl.begin(), dxl.end(), std::numeric_limits<float>::quiet_NaN());
@@ -236,8 +210,8 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
       }
     });
   }
-  for (const WeightInfo& w : kWeights) {
-    if (!in_block(w.owner, c.block)) continue;
+  for (const LayerTensor& w : kLayerTensors) {
+    if (!in_block(w.block, c.block)) continue;
     const TensorShape t = shape_of(c.model, w.name);
     target(a, w.name, std::size_t(t.rows * t.cols));
   }
@@ -254,8 +228,8 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
                    [&] { return weight_element(t, i, j); });
     }
   }
-  for (const WeightInfo& w : kWeights) {
-    if (!in_block(w.owner, c.block)) continue;
+  for (const LayerTensor& w : kLayerTensors) {
+    if (!in_block(w.block, c.block)) continue;
     const TensorShape t = shape_of(c.model, w.name);
     const auto& first = a.first_owner[w.name];
     for (std::size_t i = 0; i < first.size(); ++i)
@@ -397,12 +371,8 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   }
   auto judge = [&](const std::string& name, const std::vector<float>& ref32,
                    const std::vector<double>& ref64) {
-    TensorResult t;
-    t.name = name;
     const auto& cand = got.tensors.at(name);
-    t.verdict = ref::check_close(name, cand, ref32, ref64, c.k);
-    t.ratio = t.verdict.bound > 0 ? t.verdict.candidate.max_abs / t.verdict.bound
-                                  : (t.verdict.candidate.max_abs > 0 ? INFINITY : 0);
+    TensorResult t = judge_tensor(name, cand, ref32, ref64, c.k);
     const std::size_t w = t.verdict.candidate.worst;
     if (w < cand.size()) {
       t.worst = describe(check, name, w);
@@ -417,8 +387,8 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   };
   judge("y", reference.y, oracle.y);
   judge("dx", reference.dx, oracle.dx);
-  for (const WeightInfo& w : kWeights)
-    if (in_block(w.owner, c.block))
+  for (const LayerTensor& w : kLayerTensors)
+    if (in_block(w.block, c.block))
       judge(w.name, field(reference.grads, w.name), field(oracle.grads, w.name));
 
   if (c.sim_clock) {
@@ -455,6 +425,17 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   }
   world.set_injection(std::nullopt);
   return report;
+}
+
+TensorResult judge_tensor(const std::string& name, std::span<const float> parallel,
+                          std::span<const float> reference, std::span<const double> oracle,
+                          double k) {
+  TensorResult t;
+  t.name = name;
+  t.verdict = ref::check_close(name, parallel, reference, oracle, k);
+  t.ratio = t.verdict.bound > 0 ? t.verdict.candidate.max_abs / t.verdict.bound
+                                : (t.verdict.candidate.max_abs > 0 ? INFINITY : 0);
+  return t;
 }
 
 bool Report::ok() const {

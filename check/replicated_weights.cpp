@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "tspemu/reference/layer_tensors.hpp"
 #include "tspemu/runtime/reduce_buffers.hpp"
 
 namespace tspemu::check {
@@ -18,9 +19,10 @@ void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<f
   ref::attention_block_backward(m, rb.master(), rb.x().data(), rb.dy().data(), rb.dx().data(),
                                 rb.positions().data(), rb.batches(), rb.tokens(), cache, grads,
                                 core);
-  // The attention block's five tensors come first in LayerWeights::named().
-  const auto all = grads.named();
-  const std::span<const std::pair<const char*, std::vector<float>*>> named(all.data(), 5);
+  // The attention block's tensors (the table's rows of that block).
+  std::vector<std::pair<const char*, std::vector<float>*>> named;
+  for (std::size_t i = 0; const auto& entry : grads.named())
+    if (ref::kLayerTensors[i++].block == ref::LayerBlock::attention) named.push_back(entry);
   std::vector<std::span<float>> buffers;
   for (const auto& [name, g] : named) buffers.emplace_back(*g);
   if (reduce_gradients) all_reduce_buffers<float>(rb.comm(), buffers);

@@ -1,5 +1,6 @@
 #include "tspemu/check/token_shards.hpp"
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,18 @@ TokenShards data_parallel(int replicas, int ranks_per_replica, int B, const Toke
     t.batch_begin = replica * t.batches;
     return t;
   };
+}
+
+void scatter_rows(const TokenShard& t, int S, int C, const float* full, float* local) {
+  for_each_row(t, S, C, [&](std::size_t l, std::size_t g) {
+    std::memcpy(local + l, full + g, static_cast<std::size_t>(C) * sizeof(float));
+  });
+}
+
+void gather_rows(const TokenShard& t, int S, int C, const float* local, float* full) {
+  for_each_row(t, S, C, [&](std::size_t l, std::size_t g) {
+    std::memcpy(full + g, local + l, static_cast<std::size_t>(C) * sizeof(float));
+  });
 }
 
 std::vector<TokenShard> resolve_tokens(const TokenShards& shards, int ranks, int B, int S) {

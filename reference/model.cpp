@@ -28,33 +28,38 @@ void require_size(const std::vector<T>& v, std::size_t n, const char* what) {
   }
 }
 
+// Requires the sizes of the rows of kLayerTensors that `which_rows` selects, in table order,
+// naming a wrong one "<which>.<name>".
+template <class T, class Rows>
+void require_shapes(const ModelConfig& cfg, const LayerWeights<T>& w, const std::string& which,
+                    Rows which_rows) {
+  const auto named = w.named();
+  for (std::size_t i = 0; i < kLayerTensors.size(); ++i)
+    if (which_rows(kLayerTensors[i]))
+      require_size(*named[i].second, std::size_t(layer_tensor_shape(cfg, kLayerTensors[i]).size()),
+                   (which + "." + named[i].first).c_str());
+}
+
 // The tensors the attention block reads (and whose gradients it accumulates).
 template <class T>
 void require_attention_shapes(const ModelConfig& cfg, const LayerWeights<T>& w,
                               const std::string& which) {
-  const std::size_t C = cfg.hidden, qd = cfg.q_dim(), kvd = cfg.kv_dim();
-  require_size(w.input_norm, C, (which + ".input_norm").c_str());
-  require_size(w.wq, qd * C, (which + ".wq").c_str());
-  require_size(w.wk, kvd * C, (which + ".wk").c_str());
-  require_size(w.wv, kvd * C, (which + ".wv").c_str());
-  require_size(w.wo, C * qd, (which + ".wo").c_str());
+  require_shapes(cfg, w, which,
+                 [](const LayerTensor& t) { return t.block == LayerBlock::attention; });
 }
 
-// The tensors of the reference MLP core.
+// The tensors of the reference MLP core: the MLP block's matrices (not its norm).
 template <class T>
 void require_gated_mlp_shapes(const ModelConfig& cfg, const LayerWeights<T>& w,
                               const std::string& which) {
-  const std::size_t C = cfg.hidden, F = cfg.ffn;
-  require_size(w.w_gate, F * C, (which + ".w_gate").c_str());
-  require_size(w.w_up, F * C, (which + ".w_up").c_str());
-  require_size(w.w_down, C * F, (which + ".w_down").c_str());
+  require_shapes(cfg, w, which, [](const LayerTensor& t) {
+    return t.block == LayerBlock::mlp && t.rows != LayerDim::one;
+  });
 }
 
 template <class T>
 void require_layer_shapes(const ModelConfig& cfg, const LayerWeights<T>& w, const char* which) {
-  require_attention_shapes(cfg, w, which);
-  require_size(w.post_norm, std::size_t(cfg.hidden), (std::string(which) + ".post_norm").c_str());
-  require_gated_mlp_shapes(cfg, w, which);
+  require_shapes(cfg, w, which, [](const LayerTensor&) { return true; });
 }
 
 template <class Fn>
@@ -71,17 +76,9 @@ void add_into(T* dst, const T* src, std::size_t n) {
 
 template <class T>
 LayerWeights<T> LayerWeights<T>::zeros(const ModelConfig& cfg) {
-  const std::size_t C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(), kvd = cfg.kv_dim();
   LayerWeights w;
-  w.input_norm.assign(C, T(0));
-  w.wq.assign(qd * C, T(0));
-  w.wk.assign(kvd * C, T(0));
-  w.wv.assign(kvd * C, T(0));
-  w.wo.assign(C * qd, T(0));
-  w.post_norm.assign(C, T(0));
-  w.w_gate.assign(F * C, T(0));
-  w.w_up.assign(F * C, T(0));
-  w.w_down.assign(C * F, T(0));
+  for (std::size_t i = 0; auto& [name, v] : w.named())
+    v->assign(std::size_t(layer_tensor_shape(cfg, kLayerTensors[i++]).size()), T(0));
   return w;
 }
 
@@ -103,22 +100,19 @@ namespace {
 template <class Vec, class W>
 std::vector<ParamRef<Vec>> parameters_impl(W& w) {
   const ModelConfig& cfg = w.config;
-  const std::int64_t V = cfg.vocab, C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(),
-                     kvd = cfg.kv_dim();
+  const std::int64_t V = cfg.vocab, C = cfg.hidden;
   std::vector<ParamRef<Vec>> out;
   out.push_back({"model.embed_tokens.weight", {V, C}, &w.embed});
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
-    auto& L = w.layers[l];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    out.push_back({p + "input_layernorm.weight", {C}, &L.input_norm});
-    out.push_back({p + "self_attn.q_proj.weight", {qd, C}, &L.wq});
-    out.push_back({p + "self_attn.k_proj.weight", {kvd, C}, &L.wk});
-    out.push_back({p + "self_attn.v_proj.weight", {kvd, C}, &L.wv});
-    out.push_back({p + "self_attn.o_proj.weight", {C, qd}, &L.wo});
-    out.push_back({p + "post_attention_layernorm.weight", {C}, &L.post_norm});
-    out.push_back({p + "mlp.gate_proj.weight", {F, C}, &L.w_gate});
-    out.push_back({p + "mlp.up_proj.weight", {F, C}, &L.w_up});
-    out.push_back({p + "mlp.down_proj.weight", {C, F}, &L.w_down});
+    for (std::size_t i = 0; const auto& [name, v] : w.layers[l].named()) {
+      const LayerTensor& t = kLayerTensors[i++];
+      const LayerTensorShape s = layer_tensor_shape(cfg, t);
+      out.push_back({p + t.hf_name,
+                     t.rows == LayerDim::one ? std::vector<std::int64_t>{s.cols}
+                                             : std::vector<std::int64_t>{s.rows, s.cols},
+                     v});
+    }
   }
   out.push_back({"model.norm.weight", {C}, &w.final_norm});
   if (!cfg.tie_embeddings) out.push_back({"lm_head.weight", {V, C}, &w.lm_head});
@@ -384,6 +378,38 @@ void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x
   attention_block_backward(cfg, w, x, dmid.data(), dx, positions, B, T_, cache.attn, grads);
 }
 
+// ---------------------------------------------------------------- layer stack
+
+template <class T>
+const std::vector<T>& layer_stack_forward(const ModelConfig& cfg,
+                                          const std::vector<LayerWeights<T>>& w,
+                                          const std::vector<T>& x, int B, int T_,
+                                          StackCache<T>& cache) {
+  const std::size_t L = w.size();
+  cache.positions.resize(std::size_t(T_));
+  for (int t = 0; t < T_; ++t) cache.positions[std::size_t(t)] = t;
+  cache.x.assign(L + 1, x);
+  cache.layers.resize(L);
+  for (std::size_t l = 0; l < L; ++l)
+    layer_forward(cfg, w[l], cache.x[l].data(), cache.x[l + 1].data(), cache.positions.data(), B,
+                  T_, cache.layers[l]);
+  return cache.x.back();
+}
+
+template <class T>
+void layer_stack_backward(const ModelConfig& cfg, const std::vector<LayerWeights<T>>& w,
+                          const std::vector<T>& dy, int B, int T_, const StackCache<T>& cache,
+                          std::vector<T>& dx, std::vector<LayerWeights<T>>& grads) {
+  dx = dy;
+  std::vector<T> dx_prev(dy.size());
+  grads.assign(w.size(), LayerWeights<T>::zeros(cfg));
+  for (std::size_t l = w.size(); l-- > 0;) {
+    layer_backward(cfg, w[l], cache.x[l].data(), dx.data(), dx_prev.data(), cache.positions.data(),
+                   B, T_, cache.layers[l], grads[l]);
+    std::swap(dx, dx_prev);
+  }
+}
+
 // ---------------------------------------------------------------- whole model
 
 namespace {
@@ -509,6 +535,12 @@ void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCac
   template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, const T*,  \
                                   T*, const std::int64_t*, int, int, const LayerCache<T>&,         \
                                   LayerWeights<T>&);                                               \
+  template const std::vector<T>& layer_stack_forward<T>(                                           \
+      const ModelConfig&, const std::vector<LayerWeights<T>>&, const std::vector<T>&, int, int,    \
+      StackCache<T>&);                                                                             \
+  template void layer_stack_backward<T>(const ModelConfig&, const std::vector<LayerWeights<T>>&,   \
+                                        const std::vector<T>&, int, int, const StackCache<T>&,     \
+                                        std::vector<T>&, std::vector<LayerWeights<T>>&);           \
   template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);          \
   template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,      \
                                   ModelWeights<T>&, std::vector<T>*);

@@ -12,6 +12,7 @@
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
+#include "tspemu/tsp/parameter_shard.hpp"
 
 namespace tspemu::tsp {
 
@@ -249,15 +250,8 @@ void MeshModel::write_weights(ref::ModelWeights<float>& full) const {
 }
 
 std::vector<ParameterShard> MeshModel::parameters() {
-  std::vector<ParameterShard> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
-  if (!s_.model.tie_embeddings)
-    p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
-  for (auto& layer : layers_) {
-    const auto lp = layer->parameters();
-    p.insert(p.end(), lp.begin(), lp.end());
-  }
-  p.push_back({"final_norm", final_norm_.span(), grad_final_norm_.span(), true, false});
-  return p;
+  return model_parameters<float>(embed_, grad_embed_, s_.model.tie_embeddings, head_, grad_head_,
+                                 layers_, final_norm_, grad_final_norm_);
 }
 
 void MeshModel::write_tensors(ref::ModelWeights<float>& full, bool weights) const {
@@ -274,21 +268,13 @@ void MeshModel::write_tensors(ref::ModelWeights<float>& full, bool weights) cons
   if (p == 0) put(weights ? final_norm_ : grad_final_norm_, full.final_norm, 0);
   const TspShape packing = s_.shard_shape();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    RankLayer& layer = *layers_[l];
-    auto& dst = full.layers[l];
     // parameters(): attention shard, input norm, MLP shard, post norm
-    const std::vector<ParameterShard> ps = layer.parameters();
+    const std::vector<ParameterShard> ps = layers_[l]->parameters();
     auto of = [&](std::size_t i) -> std::span<const float> {
       return weights ? std::span<const float>(ps[i].weight) : ps[i].grad;
     };
-    if (s_.row(p) == 0) {
-      unpack_attention_shard(of(0).data(), packing, col, dst);
-      unpack_mlp_shard(of(2).data(), packing, col, dst);
-    }
-    if (p == 0) {
-      std::ranges::copy(of(1), dst.input_norm.begin());
-      std::ranges::copy(of(3), dst.post_norm.begin());
-    }
+    unpack_layer<float>({of(0), of(1), of(2), of(3)}, packing, col, s_.row(p) == 0, p == 0,
+                        full.layers[l]);
   }
 }
 

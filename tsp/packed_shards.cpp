@@ -1,5 +1,6 @@
 #include "tspemu/tsp/packed_shards.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tspemu/core/dry_run.hpp"
@@ -116,6 +117,19 @@ void unpack_mlp_shard(const T* packed, const TspShape& s, int r, ref::LayerWeigh
   copy_block(m.w_down.data() + ru * Fl, F, v.down, Fl, C, Fl);
 }
 
+template <class T>
+void unpack_layer(const PackedLayer<T>& layer, const TspShape& s, int r, bool shards, bool norms,
+                  ref::LayerWeights<T>& full) {
+  if (shards) {
+    unpack_attention_shard(layer.attention.data(), s, r, full);
+    unpack_mlp_shard(layer.mlp.data(), s, r, full);
+  }
+  if (norms) {
+    std::copy(layer.input_norm.begin(), layer.input_norm.end(), full.input_norm.begin());
+    std::copy(layer.post_norm.begin(), layer.post_norm.end(), full.post_norm.begin());
+  }
+}
+
 #define TSPEMU_PACKED_SHARDS(T)                                                                   \
   template AttentionShardView<T*> attention_view<T>(T*, const TspShape&);                         \
   template AttentionShardView<const T*> attention_view<T>(const T*, const TspShape&);             \
@@ -124,7 +138,9 @@ void unpack_mlp_shard(const T* packed, const TspShape& s, int r, ref::LayerWeigh
   template void pack_attention_shard<T>(const ref::LayerWeights<T>&, const TspShape&, int, T*);   \
   template void pack_mlp_shard<T>(const ref::LayerWeights<T>&, const TspShape&, int, T*);         \
   template void unpack_attention_shard<T>(const T*, const TspShape&, int, ref::LayerWeights<T>&); \
-  template void unpack_mlp_shard<T>(const T*, const TspShape&, int, ref::LayerWeights<T>&);
+  template void unpack_mlp_shard<T>(const T*, const TspShape&, int, ref::LayerWeights<T>&);       \
+  template void unpack_layer<T>(const PackedLayer<T>&, const TspShape&, int, bool, bool,          \
+                                ref::LayerWeights<T>&);
 TSPEMU_PACKED_SHARDS(float)
 TSPEMU_PACKED_SHARDS(double)
 #undef TSPEMU_PACKED_SHARDS

@@ -209,15 +209,8 @@ void BasicTspModel<T>::write_weights(ref::ModelWeights<T>& full) const {
 
 template <class T>
 std::vector<BasicParameterShard<T>> BasicTspModel<T>::parameters() {
-  std::vector<BasicParameterShard<T>> p{{"embed", embed_.span(), grad_embed_.span(), false, true}};
-  if (!s_.model.tie_embeddings)
-    p.push_back({"lm_head", head_.span(), grad_head_.span(), false, true});
-  for (auto& layer : layers_) {
-    const auto lp = layer->parameters();
-    p.insert(p.end(), lp.begin(), lp.end());
-  }
-  p.push_back({"final_norm", final_norm_.span(), grad_final_norm_.span(), true, false});
-  return p;
+  return model_parameters<T>(embed_, grad_embed_, s_.model.tie_embeddings, head_, grad_head_,
+                             layers_, final_norm_, grad_final_norm_);
 }
 
 template <class T>
@@ -233,17 +226,15 @@ void BasicTspModel<T>::write_tensors(ref::ModelWeights<T>& full, bool weights) c
     std::copy(head.begin(), head.end(),
               full.lm_head.begin() + static_cast<std::ptrdiff_t>(p * shard));
   for (int l = 0; l < s_.model.n_layers; ++l) {
-    auto& layer = full.layers[static_cast<std::size_t>(l)];
     const BasicTspAttention<T>& at = attention(l);
     const BasicTspMlp<T>& ml = mlp(l);
-    unpack_attention_shard((weights ? at.weight_shard() : at.grad_shard()).data(), s_, p, layer);
-    unpack_mlp_shard((weights ? ml.weight_shard() : ml.grad_shard()).data(), s_, p, layer);
-    if (p == 0) {
-      const Buffer<T>& n1 = weights ? at.norm_weight() : at.grad_norm();
-      const Buffer<T>& n2 = weights ? ml.norm_weight() : ml.grad_norm();
-      std::copy(n1.begin(), n1.end(), layer.input_norm.begin());
-      std::copy(n2.begin(), n2.end(), layer.post_norm.begin());
-    }
+    const PackedLayer<T> packed{
+        (weights ? at.weight_shard() : at.grad_shard()).span(),
+        (weights ? at.norm_weight() : at.grad_norm()).span(),
+        (weights ? ml.weight_shard() : ml.grad_shard()).span(),
+        (weights ? ml.norm_weight() : ml.grad_norm()).span(),
+    };
+    unpack_layer(packed, s_, p, true, p == 0, full.layers[static_cast<std::size_t>(l)]);
   }
   if (p == 0) std::copy(final_norm.begin(), final_norm.end(), full.final_norm.begin());
 }

@@ -10,7 +10,7 @@
 //     err(parallel fp32) <= k · err(reference fp32) + tiny       (reference/numerics.hpp)
 // Tensors: "y", "dx", and the block's weight gradients under their LayerWeights names
 // ("input_norm", "wq", "wk", "wv", "wo" for attention; "post_norm", "w_gate", "w_up", "w_down"
-// for the MLP; all nine for a layer).
+// for the MLP; all nine for a layer: ref::kLayerTensors, layer_tensors.hpp).
 // Requirements: the function writes every element of its y and dx and declares gradients whose
 // shards, over all ranks, cover each weight tensor of the block (elements held by several ranks
 // must be bitwise equal: replicas). Otherwise check_block throws std::invalid_argument naming the
@@ -135,6 +135,14 @@ struct TensorResult {
   std::vector<std::string> replica_mismatches;
   bool ok() const { return verdict.ok && replica_mismatches.empty(); }
 };
+
+// The rule on one tensor (ref::check_close against the oracle) and its ratio to the bound
+// (infinite when the bound is 0 and the parallel error is not); worst, owners and the values at
+// the worst element are left to the caller, which knows the tensor's layout. The command line's
+// runs judge their tensors with it too.
+TensorResult judge_tensor(const std::string& name, std::span<const float> parallel,
+                          std::span<const float> reference, std::span<const double> oracle,
+                          double k);
 
 struct Report {
   std::string headline;  // the schedule, ranks, shapes and the rule

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tspemu/reference/attention.hpp"
+#include "tspemu/reference/layer_tensors.hpp"
 #include "tspemu/reference/model_config.hpp"
 
 namespace tspemu::ref {
@@ -50,20 +51,17 @@ struct LayerWeights {
 
   static LayerWeights zeros(const ModelConfig& cfg);
 
-  // The nine tensors under their field names, in declaration order: the attention block's five
-  // (input_norm, wq, wk, wv, wo), then the MLP block's four (post_norm, w_gate, w_up, w_down).
+  // The nine tensors under their field names, in the order of kLayerTensors (layer_tensors.hpp):
+  // the attention block's five (input_norm, wq, wk, wv, wo), then the MLP block's four
+  // (post_norm, w_gate, w_up, w_down).
   template <class Self>
   static auto named(Self& w) {
     using Vec = std::conditional_t<std::is_const_v<Self>, const std::vector<T>, std::vector<T>>;
-    return std::array<std::pair<const char*, Vec*>, 9>{{{"input_norm", &w.input_norm},
-                                                        {"wq", &w.wq},
-                                                        {"wk", &w.wk},
-                                                        {"wv", &w.wv},
-                                                        {"wo", &w.wo},
-                                                        {"post_norm", &w.post_norm},
-                                                        {"w_gate", &w.w_gate},
-                                                        {"w_up", &w.w_up},
-                                                        {"w_down", &w.w_down}}};
+    const std::array<Vec*, 9> fields{&w.input_norm, &w.wq,     &w.wk,   &w.wv,    &w.wo,
+                                     &w.post_norm,  &w.w_gate, &w.w_up, &w.w_down};
+    std::array<std::pair<const char*, Vec*>, 9> out{};
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = {kLayerTensors[i].name, fields[i]};
+    return out;
   }
   auto named() { return named(*this); }
   auto named() const { return named(*this); }
@@ -241,6 +239,30 @@ template <class T>
 void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                     T* dx, const std::int64_t* positions, int B, int T_, const LayerCache<T>& cache,
                     LayerWeights<T>& grads);
+
+// ---- a layer stack: L layers, no embedding, LM head or loss
+// The layer-only runs (the command line's `--layers-only`, its stand-in training objective) are
+// checked against these: forward through every layer, then backward through them in reverse.
+template <class T>
+struct StackCache {
+  std::vector<std::int64_t> positions;  // [T]: 0..T-1
+  std::vector<std::vector<T>> x;        // L+1 entries of [B, T, C]: x[l] enters layer l, x[L] = y
+  std::vector<LayerCache<T>> layers;    // L
+};
+
+// Runs x [B, T, C] through the layers w (L = w.size()) at positions 0..T-1; returns the output
+// y = cache.x[L].
+template <class T>
+const std::vector<T>& layer_stack_forward(const ModelConfig& cfg,
+                                          const std::vector<LayerWeights<T>>& w,
+                                          const std::vector<T>& x, int B, int T_,
+                                          StackCache<T>& cache);
+
+// Given dy [B, T, C], overwrites dx [B, T, C] and grads (one LayerWeights per layer).
+template <class T>
+void layer_stack_backward(const ModelConfig& cfg, const std::vector<LayerWeights<T>>& w,
+                          const std::vector<T>& dy, int B, int T_, const StackCache<T>& cache,
+                          std::vector<T>& dx, std::vector<LayerWeights<T>>& grads);
 
 // ---- whole model
 struct Batch {

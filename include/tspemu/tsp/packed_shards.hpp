@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
@@ -53,5 +54,18 @@ template <class T>
 void unpack_attention_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& full);
 template <class T>
 void unpack_mlp_shard(const T* packed, const TspShape& s, int r, ref::LayerWeights<T>& full);
+
+// What a rank holds of one layer (its weights or their gradients): the packed attention and
+// MLP shards and the two norm weights, whole.
+template <class T>
+struct PackedLayer {
+  std::span<const T> attention, input_norm, mlp, post_norm;
+};
+// Writes a rank's layer back into full-size tensors: shard r of the attention and the MLP when
+// `shards`, the norms when `norms`. Replicas hold equal values, so callers let one replica write
+// each shard and one rank the norms: the ranks then write disjoint elements, concurrently.
+template <class T>
+void unpack_layer(const PackedLayer<T>& layer, const TspShape& s, int r, bool shards, bool norms,
+                  ref::LayerWeights<T>& full);
 
 }  // namespace tspemu::tsp

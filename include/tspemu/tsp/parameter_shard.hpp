@@ -10,6 +10,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 namespace tspemu::tsp {
 
@@ -23,5 +24,23 @@ struct BasicParameterShard {
 };
 
 using ParameterShard = BasicParameterShard<float>;
+
+// A whole model's parameters in the one order every model (TspModel, MeshModel) hands them out,
+// which a ShardedOptimizer's state follows: the embedding shard, the LM head shard (untied only),
+// each layer's own parameters() in layer order, the final norm. Buf is the arena's Buffer<T>;
+// layers hold pointers to blocks with parameters().
+template <class T, class Buf, class Layers>
+std::vector<BasicParameterShard<T>> model_parameters(Buf& embed, Buf& grad_embed, bool tied,
+                                                     Buf& head, Buf& grad_head, Layers& layers,
+                                                     Buf& final_norm, Buf& grad_final_norm) {
+  std::vector<BasicParameterShard<T>> p{{"embed", embed.span(), grad_embed.span(), false, true}};
+  if (!tied) p.push_back({"lm_head", head.span(), grad_head.span(), false, true});
+  for (auto& layer : layers) {
+    const auto lp = layer->parameters();
+    p.insert(p.end(), lp.begin(), lp.end());
+  }
+  p.push_back({"final_norm", final_norm.span(), grad_final_norm.span(), true, false});
+  return p;
+}
 
 }  // namespace tspemu::tsp
