@@ -18,18 +18,17 @@
 //   rounding errors compound through the updates, and both fp32 runs are carried by the same
 //   dynamics from the same start, so each one's distance to the fp64 trajectory is its own
 //   per-step rounding propagated by the same Jacobians — of the same size, but once training
-//   turns chaotic (the default run, after ~40 steps: all three losses drift apart by ~1e-3) each
-//   distance fluctuates from step to step around an exponentially growing envelope, and the
-//   ratio of two such values at one step is not bounded by a small k (measured: 3.2 at step 59,
-//   where the reference's loss error happened to be 8e-4 after 1.6e-2 three steps earlier). The
-//   reference's largest error so far is that envelope. A schedule bug moves the parallel
-//   trajectory away at the step it happens, while the envelope is still small, and fails there.
+//   turns chaotic each distance fluctuates from step to step around an exponentially growing
+//   envelope, and the ratio of two such values at one step is not bounded by a small k (what the
+//   default run showed: docs/design/numerics.md). The reference's largest error so far is that
+//   envelope. A schedule bug moves the parallel trajectory away at the step it happens, while the
+//   envelope is still small, and fails there.
 //   The statistic: for the loss and after SGD updates the max absolute difference; after AdamW
 //   updates the 99% quantile of the element errors (numerics.hpp, check_close_quantile): Adam's
 //   step amplifies a gradient's rounding by up to lr/eps on the few elements with |g| ~ eps, so
 //   the max (and even the RMS, which one such element dominates) is an extreme value of a handful
-//   of elements — measured at step 1: TSP 1.46 x the max bound, ring attention 1.41 x the RMS
-//   bound, each from one element. tiny = 4 fp32 ulps of the oracle tensor's largest magnitude.
+//   of elements, which fails the max and RMS rules from one element (docs/design/numerics.md).
+//   tiny = 4 fp32 ulps of the oracle tensor's largest magnitude.
 //   The run stops at the first step that breaks the rule, naming the tensor.
 // Memory: after the first step, each rank's weights, gradients and optimizer bytes (its arena's
 //   current bytes by category) against the planner's cost::parameter_state_bytes_per_rank for

@@ -18,14 +18,13 @@
 // needed, the same number on both sides): with more processes than cores, a process that the
 // scheduler leaves waiting for a time slice (Linux's default base slice: 0.75 ms x (1 + log2
 // cores), 1.5 ms on 2) stalls every process it feeds, and a repetition of a few slices' length
-// times where the slices fell rather than the collective. The 8 B broadcast at P = 8 (2 cores),
-// ratio to OpenMPI in separate runs of one session: 1.54-3.38 (median 2.39 of 5 runs) with 400
-// calls (~1 ms) per repetition, 1.17-2.60 (median 1.34 of 7) with repetitions of 50 ms or more.
+// times where the slices fell rather than the collective (the spread this removed:
+// docs/benchmarks.md).
 // Also reported, per call: the span, from the first process's start to the last one's end
 // (steady_clock is one clock for the processes of one node). With more processes than cores a
 // process that leaves the barrier late may time a short loop over messages already waiting, so
 // the slowest process's own time could be below the wall time the calls took; the span shows
-// whether it is (8 B broadcast, P = 8 on 2 cores: the two agree within 5% on both sides).
+// whether it is.
 #include <mpi.h>
 
 #include <algorithm>

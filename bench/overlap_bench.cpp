@@ -23,9 +23,8 @@
 // finds every block in place and only meets rank 0. The pair takes ~max(T + 4c, 2T) instead of
 // 2T + 2c (T one GEMM, c one 4 MiB copy): rank 1's copies leave the critical path while rank 0's
 // idle time absorbs them, as long as 4c < T. Balanced, a rank arriving just after the other's own
-// copies waits for the block copy in flight into its buffers: ratio a little above 1. Measured
-// quiet (load < 2, medians of 5, OpenBLAS Cooperlake): 0.813 skewed (2.32 vs 2.83 ms), 1.063
-// balanced (1.91 vs 1.76 ms). rank1_in_wait shows what is left of rank 1's wait.
+// copies waits for the block copy in flight into its buffers: ratio a little above 1 (measured
+// figures: docs/benchmarks.md). rank1_in_wait shows what is left of rank 1's wait.
 #include <benchmark/benchmark.h>
 
 #include <array>

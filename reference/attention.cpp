@@ -26,9 +26,9 @@ namespace {
 constexpr int kQueryBlock = 128;
 // Query rows per step of the forward: two query blocks, whose keys up to the shorter block's
 // prefix are one GEMM of 256 rows. (Not the backward: its per-block products and scratch,
-// 2 x rows x keys, ran ~5 % slower at 256 rows.) The attention products have K = hs (scores) and N
-// = hs (P·V), so each operand's packing is amortized over few rows or columns: 256 rows run ~10 %
-// faster than 128 (OpenBLAS Cooperlake, keys = 1024, hs = 64), with the masked work of 128.
+// 2 x rows x keys, ran slower at 256 rows.) The attention products have K = hs (scores) and N
+// = hs (P·V), so each operand's packing is amortized over few rows or columns: 256 rows run
+// faster than 128, with the masked work of 128 (figures: docs/benchmarks.md).
 constexpr int kForwardRows = 2 * kQueryBlock;
 
 void check_dims(const char* op, const AttentionDims& d) {

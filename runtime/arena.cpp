@@ -67,7 +67,7 @@ Arena::~Arena() {
 void* Arena::allocate_bytes(std::size_t bytes, Category c, bool zero) {
   ++stats_.allocations;
   if (bytes == 0) return nullptr;
-  // Fix: checked before rounding, which wraps to 0 for bytes near SIZE_MAX and then passed.
+  // Checked before rounding, which would wrap to 0 for bytes near SIZE_MAX and then pass.
   if (bytes > stats_.capacity || bytes > static_cast<std::size_t>(-1) - kAlignment)
     throw_oom(bytes, c);
   const std::size_t size = charged(bytes);

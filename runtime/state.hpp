@@ -154,8 +154,7 @@ struct WorldShared {
   int spin_iterations;  // before yielding: shorter when ranks outnumber cores
   // A step 0 wait's first spin on the member's descriptor stamp alone (shared_memory.cpp:
   // wait_stage): spin_iterations, or 0 when ranks outnumber cores, where the member is likely off
-  // its core and the spin only delays the yield (8 B meets at 4 and 8 ranks on 2 cores measured
-  // 1.07-1.11x slower with it).
+  // its core and the spin only delays the yield (measured slower there: docs/benchmarks.md).
   int stamp_spin_iterations;
   int yield_iterations;  // before parking
   // A yield that took longer than this ran another thread on our core: stop yielding and park
@@ -207,9 +206,9 @@ struct WorldShared {
 
   // Groups made by split, found by (run generation, parent id, parent seq, color) so every member
   // gets the same one. The entry holds the group until its last member has looked it up, then is
-  // erased (the members' Comms keep the group alive). Fix: the entry used to be a weak_ptr, so a
-  // fast member that dropped its Comm (e.g. after an eager send) before a slow member's lookup
-  // killed the group, and the slow member made a fresh, empty one and hung.
+  // erased (the members' Comms keep the group alive). Not a weak_ptr: a fast member that drops
+  // its Comm (e.g. after an eager send) before a slow member's lookup would kill the group, and
+  // the slow member would make a fresh, empty one and hang.
   struct PendingGroup {
     std::shared_ptr<Group> group;
     int lookups_left = 0;
@@ -270,9 +269,9 @@ inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& header
 // Closes the flight record of an operation that opened it itself (a collective, an eager send).
 // One that succeeded without waiting, with at most kSmallMessageBytes per rank, ran only its own
 // few hundred instructions and copies of at most a few KiB, well under the microsecond a record
-// prints: it is recorded as taking no time, which saves a clock read (~10 ns on a KVM guest, a
-// tenth of such a call). Only a preemption inside it goes unseen. Every other end reads the clock
-// (a receive's or a send's wait closes a record opened earlier, at irecv or isend).
+// prints: it is recorded as taking no time, which saves a clock read (a noticeable share of such a
+// call: docs/benchmarks.md). Only a preemption inside it goes unseen. Every other end reads the
+// clock (a receive's or a send's wait closes a record opened earlier, at irecv or isend).
 inline void end_own_record(RankState& self, std::uint64_t record, bool ok, std::uint64_t bytes,
                            std::uint64_t waits_at_begin) {
   self.flight.end(

@@ -142,8 +142,9 @@ void Group::reset() {
 namespace {
 
 // Nanoseconds of one cpu_relax() step, measured once per process (best of a few short runs, so a
-// preemption during one run does not inflate it). The x86 pause instruction costs anywhere from
-// ~3 ns to ~40 ns depending on the CPU, so spin budgets are set in time, not in steps.
+// preemption during one run does not inflate it). The x86 pause instruction costs an order of
+// magnitude more on some CPUs than on others (docs/benchmarks.md), so spin budgets are set in
+// time, not in steps.
 double relax_ns() {
   static const double ns = [] {
     double best = 1e9;
@@ -198,13 +199,13 @@ WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) 
   // Spinning only pays while the peer we wait for is running on another core. Oversubscribed,
   // the peer needs our core: yield almost at once.
   //
-  // Otherwise spin ~2 us: enough for the cache-line hand-offs of small collectives between ranks
-  // on different cores (~0.1-0.3 us), short enough that a rank whose peer was descheduled (other
+  // Otherwise spin ~2 us: several times the cache-line hand-offs of small collectives between
+  // ranks on different cores, short enough that a rank whose peer was descheduled (other
   // processes on the machine, or the scheduler putting both ranks on one core) gives its core up
-  // quickly; a 100 us spin there made every hand-off cost the whole spin (bench/runtime_bench).
-  // Then yield, which costs ~0.6 us when nothing else wants the core, for up to ~250 us (400
-  // yields; a few futex park/wake round trips, measured ~60 us on this 2-vCPU VM, where a parked
-  // vCPU halts), so waits for a peer's copy of a few MiB do not pay a wake-up. A yield that lost
+  // quickly; a long spin there makes every hand-off cost the whole spin (bench/runtime_bench).
+  // Then yield, cheap when nothing else wants the core, for up to ~250 us (400 yields; a few
+  // futex park/wake round trips on a VM, where a parked vCPU halts), so waits for a peer's copy
+  // of a few MiB do not pay a wake-up. The figures: docs/benchmarks.md. A yield that lost
   // the core to another process ends the phase at once (long_yield).
   // wait_until also bounds the yield phase in time (kMaxYieldPhase), so it then parks and polls
   // the abort flag even if each yield hands the core to another process for a long slice.
@@ -216,7 +217,8 @@ WorldShared::WorldShared(const WorldOptions& o) : opts(o), local_ranks(o.ranks) 
   stamp_spin_iterations = oversubscribed ? 0 : spin_iterations;
   yield_iterations = oversubscribed ? 200 : 400;
   // Oversubscribed, yields hand the core to other ranks, which is the point; otherwise a yield
-  // that took over 20 us (an idle-core yield takes ~1 us) lost the core to another process.
+  // that took over 20 us (far longer than a yield to an idle core) lost the core to another
+  // process.
   long_yield = oversubscribed ? std::chrono::nanoseconds::max() : std::chrono::microseconds(20);
 }
 

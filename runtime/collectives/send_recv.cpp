@@ -154,9 +154,9 @@ RecvHandle& RecvHandle::operator=(RecvHandle&& o) noexcept {
 
 RecvHandle::~RecvHandle() {
   if (comm_ == nullptr) return;
-  // Fix: a receive being unwound by an exception is abandoned, not waited for. Waiting let a
+  // A receive being unwound by an exception is abandoned, not waited for. Waiting would let a
   // throwing rank block in this destructor for a message its peer (itself waiting for the
-  // throwing rank) would never send: the run then failed only at the hang timeout, with a
+  // throwing rank) would never send: the run would fail only at the hang timeout, with a
   // HangError from another rank instead of the original exception. The buffer is never written;
   // the sender fails with PeerFailure once the exception aborts the run.
   if (std::uncaught_exceptions() > 0) {

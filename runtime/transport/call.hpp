@@ -92,8 +92,8 @@ class Call {
   // The whole of an eager broadcast (fp: kind broadcast, a valid root, at most kEagerBytes) when
   // nothing observes the call and nothing must run before it (needs_full_call, call.cpp): the
   // transport's open_rooted, the receiver's copy and finish, with its number and flight record,
-  // and none of Call's observer and meet machinery (a fifth of the instructions of an 8 B call in
-  // one process).
+  // and none of Call's observer and meet machinery (a large share of an 8 B call's instructions
+  // in one process: docs/benchmarks.md).
   // Returns false, having done nothing, when the call needs a Call. Same verdicts as Call's:
   // receivers check the root's fingerprint, settling compares everyone's.
   static bool eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf);

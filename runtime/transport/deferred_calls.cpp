@@ -48,9 +48,8 @@ std::uint64_t digest_of(std::span<const std::byte> bytes) {
   if (bytes.size() <= kWholeDigestBytes) return digest_all(bytes);
   // Larger buffers: kDigestLines 64-byte lines spread evenly from the first to the last (line i of
   // the sample starts at i * (size - 64) / (kDigestLines - 1)), so the check costs the same few
-  // hundred cache misses whatever the size. Measured: every 16th line of a 4 MiB iall_gather's
-  // 12 MiB of buffers, at issue and at run, cost ~1.8 ms per call on 2 ranks, more than the
-  // overlap could hide.
+  // hundred cache misses whatever the size: a sample proportional to the size costs large buffers
+  // more than the overlap can hide (docs/benchmarks.md).
   const std::size_t last = bytes.size() - 64;
   std::uint64_t h = bytes.size();
   for (std::size_t i = 0; i < kDigestLines; ++i)

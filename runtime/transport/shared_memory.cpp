@@ -522,9 +522,8 @@ void SharedMemoryTransport::wait_stage(CallState& c, int member, std::uint64_t s
       stamp != nullptr && spins > 0) {
     // A first spin on the stamp alone, leaving the member's progress line to it: a copy of that
     // line here would make the member's progress store, right after its stamp, wait for the copy
-    // to be invalidated, and its next call's stores queue behind that one. At 8 B and 2 ranks in
-    // the slow cache-line state (README "One process") reduce_scatter took 0.38 against 0.48 us
-    // with progress loaded here. Never with the reading flag up (see below); then, as for any
+    // to be invalidated, and its next call's stores queue behind that one (measured on small
+    // calls: docs/benchmarks.md). Never with the reading flag up (see below); then, as for any
     // stage, progress and the wait.
     end_reading(c.comm->self());
     for (int i = 0; i < spins; ++i) {

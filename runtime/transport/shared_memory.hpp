@@ -56,10 +56,9 @@ inline constexpr std::uint64_t kChannelDepth = 4;
 // Descriptors per slot: how many calls of a run of eager broadcasts a rank may be ahead of the
 // slowest member (every other call meets all members, so needs two). Oversubscribed (more ranks
 // than cores), a root that reaches the bound yields its core to the members that lag, so the
-// depth sets how many broadcasts each context switch pays for: at 8 B on 2 cores, 64 against 16
-// cut the switches per call from 1.34 to 0.32 (4 ranks) and from 3.1 to 1.6 (8 ranks), and the
-// median call from ~1.0 to 0.67 us and ~2.0 to 1.3 us. Cost: 64 x 448 B of descriptors per member
-// of each group.
+// depth sets how many broadcasts each context switch pays for (64 against 16: several times fewer
+// switches per call, docs/benchmarks.md). Cost: 64 x 448 B of descriptors per member of each
+// group.
 inline constexpr std::uint64_t kDescriptors = 64;
 
 // Progress values of call #seq: step s posted is s + 1, done is kMaxSteps + 1.
@@ -90,9 +89,9 @@ static_assert(sizeof(StepMessage) == 32);
 // Cache-line layout: a reader of a one-step call (every small collective) needs the fingerprint,
 // step 0's location and length, the eager flag and, when eager, the payload. An 8 B payload (the
 // common small message: one double, two floats) sits in line 0 with all the rest, so reading a
-// member's 8 B call reads one line written by another core, not two (the payload used to start
-// line 1). Longer payloads run on into the following lines. The header (read only by observers at
-// the meet) and later steps' locations (large calls only) follow the payload.
+// member's 8 B call reads one line written by another core, not two. Longer payloads run on into
+// the following lines. The header (read only by observers at the meet) and later steps' locations
+// (large calls only) follow the payload.
 struct alignas(64) Descriptor {
   Fingerprint fp;
   StepMessage step0;

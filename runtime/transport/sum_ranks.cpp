@@ -25,8 +25,8 @@ void add_typed(T* __restrict acc, const T* __restrict src, std::size_t n) {
 template <class T>
 void sum_typed(T* out, const std::byte* const* srcs, int n, std::size_t count) {
   if (count * sizeof(T) <= kSmallMessageBytes) {
-    // The one-step all_reduce's few elements: the tiled loops below cost ~100 instructions of
-    // set-up per call. Same additions in the same order per element (so bitwise the same sums),
+    // The one-step all_reduce's few elements: the tiled loops below cost more set-up per call
+    // than these sums. Same additions in the same order per element (so bitwise the same sums),
     // into a local copy first, so `out` may alias a source.
     T sum[kSmallMessageBytes / sizeof(T)];
     for (std::size_t i = 0; i < count; ++i) {
@@ -42,8 +42,8 @@ void sum_typed(T* out, const std::byte* const* srcs, int n, std::size_t count) {
   constexpr std::size_t kTile = 1024;
   // The accumulator sits half a page away from `out` in its page offset: a tile whose address
   // matched out's (or a source's, which usually shares out's offset) modulo 4 KiB made every
-  // load of the sum wait on the 4K-aliasing check against the tile's stores (measured: the
-  // 1 MiB reduce on 2 ranks took 1.6x as long, depending only on where the stack was).
+  // load of the sum wait on the 4K-aliasing check against the tile's stores (a large reduce's
+  // time then depended on where the stack was: docs/benchmarks.md).
   constexpr std::size_t kPage = 4096;
   alignas(kPage) std::byte space[kPage + kTile * sizeof(T)];
   const std::size_t shift = (reinterpret_cast<std::uintptr_t>(out) + kPage / 2) % kPage / 64 * 64;

@@ -619,11 +619,11 @@ TEST(Cli, TspRunOverlapsCommunicationOnTheSimulatedClockUnlessSerial) {
   std::filesystem::remove(json);
 }
 
-// The acceptance command of issue 14 (README, "Overlap on a cluster model"), at a size CI affords
-// (h 64, S 256 instead of h 256, S 8K): every strategy's simulated split is consistent per rank —
-// the step is the slowest rank's compute + exposed communication (the compute stream is busy or
-// waiting), no rank past it, overlapped never above compute — and the printed per-rank table
-// carries a line per strategy. The numbers themselves are the README's, not asserted.
+// The acceptance command of issue 14 (docs/design/overlap-on-a-cluster-model.md), at a size CI
+// affords (h 64, S 256 instead of h 256, S 8K): every strategy's simulated split is consistent per
+// rank — the step is the slowest rank's compute + exposed communication (the compute stream is busy
+// or waiting), no rank past it, overlapped never above compute — and the printed per-rank table
+// carries a line per strategy. The numbers themselves are that page's, not asserted.
 TEST(Cli, CompareOnTwoNodesReportsAConsistentSimulatedSplitPerRank) {
   const std::string json = temp_path("acceptance.json");
   const Outcome o = tspemu({"compare",    "--ranks", "8",           "--layers-only",

@@ -31,9 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Our fp32 error may be this many times PyTorch's fp32 error. Both use OpenBLAS-class GEMMs in
-// fp32; the factor absorbs rounding luck on small tensors (observed ratios 0.4 to 2.9).
+// fp32; the factor absorbs rounding luck on small tensors (observed ratios:
+// docs/design/numerics.md).
 constexpr double kFp32K = 4.0;
-constexpr double kFp64Rtol = 1e-12;  // observed <= 1e-15 of the magnitude
+constexpr double kFp64Rtol = 1e-12;  // far above what is observed (docs/design/numerics.md)
 
 struct Case {
   const char* name;

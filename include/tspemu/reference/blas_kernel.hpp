@@ -2,9 +2,10 @@
 //
 // What: a DYNAMIC_ARCH OpenBLAS chooses its kernels ("core") once, when the library initialises,
 //   from the CPU it recognises. A release older than the processor (Debian 12's 0.3.21 on a recent
-//   Xeon) falls back to `Prescott` (SSE3) kernels, 3-4x slower than the AVX-512 ones the
-//   processor runs. This header says what runs (blas_kernel, describe_blas) and lets a program's
-//   main() switch to the best core the processor supports (select_best_blas_kernel).
+//   Xeon) falls back to `Prescott` (SSE3) kernels, several times slower than the AVX-512 ones the
+//   processor runs (docs/benchmarks.md). This header says what runs (blas_kernel, describe_blas)
+//   and lets a program's main() switch to the best core the processor supports
+//   (select_best_blas_kernel).
 // Why re-execute: OpenBLAS reads OPENBLAS_CORETYPE in its load-time constructor, before main();
 //   setting it later changes nothing. The selector therefore sets it and execv()s
 //   /proc/self/exe with the same argv, once; a launcher script would need to exist for every
@@ -46,8 +47,8 @@ std::string best_supported_core();
 
 // True when `core` is far below `best`: a pre-AVX2 core (Prescott, Core2, Nehalem, Sandybridge
 // class, old AMD) while the processor supports at least Haswell. A Haswell/Zen (AVX2+FMA) core on
-// an AVX-512 processor is not a fallback: on an AMD EPYC (Zen 4) its 1024^3 sgemm measured 103
-// GFLOP/s against Cooperlake's 95 and Prescott's 35. Unknown names: false.
+// an AVX-512 processor is not a fallback: its sgemm runs about as fast as the AVX-512 core's, and
+// far faster than Prescott's (docs/benchmarks.md). Unknown names: false.
 bool is_fallback(std::string_view core, std::string_view best);
 bool is_fallback();  // the core in use against best_supported_core()
 

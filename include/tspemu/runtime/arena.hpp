@@ -123,8 +123,8 @@ class Arena {
   template <class T>
   Buffer<T> allocate(std::size_t n, Category c, bool zero = false) {
     static_assert(alignof(T) <= kAlignment);
-    // Fix: n * sizeof(T) used to wrap around for huge n, handing out a tiny block as a huge
-    // Buffer; such a request exceeds any capacity.
+    // n * sizeof(T) would wrap around for huge n, handing out a tiny block as a huge Buffer;
+    // such a request exceeds any capacity.
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw_oom(static_cast<std::size_t>(-1), c);
     void* p = allocate_bytes(n * sizeof(T), c, zero);
     return Buffer<T>(this, static_cast<T*>(p), n, c);

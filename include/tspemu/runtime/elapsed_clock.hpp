@@ -4,8 +4,8 @@
 // What: on x86-64 with an invariant TSC that the kernel itself keeps time with (clocksource
 // "tsc", which it chooses only after checking the TSC is synchronised across CPUs), now_ns()
 // reads the TSC and scales it by a factor calibrated once per process against
-// std::chrono::steady_clock; elsewhere, or with Source::steady, it reads steady_clock. Measured
-// on this project's 2-vCPU KVM guest: rdtsc ~10 ns, steady_clock::now() ~25-65 ns (vDSO).
+// std::chrono::steady_clock; elsewhere, or with Source::steady, it reads steady_clock. rdtsc is
+// several times cheaper than steady_clock::now() through the vDSO (docs/benchmarks.md).
 // Requirements: none; copies share the origin.
 // Guarantees: non-decreasing per thread (an invariant, synchronised TSC as the kernel checked it,
 // or steady_clock); readings of different threads compare to within the TSC synchronisation. The

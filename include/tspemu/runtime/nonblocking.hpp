@@ -16,9 +16,9 @@
 // not reached its run — pushes its block into this rank's recv and copies this rank's own block
 // there, each block claimed once; this rank's run then skips those blocks. So a rank that waits
 // for a slower peer does the peer's copies in the time it would have idled: on 2 cores with both
-// ranks busy, the only idle core time there is (bench/overlap_bench.cpp: GEMM + 4 MiB all_gather,
-// rank 1 running twice the GEMMs: pair time 0.81 of the sequence form; balanced ranks 1.06, as a
-// rank arriving just after its peer's own copies waits for the push in flight into its buffer).
+// ranks busy, the only idle core time there is (bench/overlap_bench.cpp, figures in
+// docs/benchmarks.md: skewed ranks gain; balanced ones do not, as a rank arriving just after its
+// peer's own copies waits for the push in flight into its buffer).
 // Every other operation, and every one in an MPI world, moves no byte before the wait; their
 // overlap is the simulated clock's. At issue the operation occupies the rank's
 // communication stream for its cost-model time (sim_streams.hpp: SimStreams::issue); wait()

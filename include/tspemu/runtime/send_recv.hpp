@@ -101,7 +101,7 @@ void recv(Comm& comm, std::span<std::type_identity_t<T>> data, int src) {
 template <class T>
 void sendrecv(Comm& comm, std::span<const std::type_identity_t<T>> out, int dst,
               std::span<std::type_identity_t<T>> in, int src) {
-  // Fix: the "must not overlap" rule was not checked; an overlap silently corrupted `in`.
+  // The "must not overlap" rule, checked: an overlap would silently corrupt `in`.
   const auto* ob = reinterpret_cast<const std::byte*>(out.data());
   const auto* ib = reinterpret_cast<const std::byte*>(in.data());
   if (!out.empty() && !in.empty() && ob < ib + in.size_bytes() && ib < ob + out.size_bytes())
