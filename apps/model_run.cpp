@@ -43,7 +43,8 @@ StackResult run_model(const StackConfig& c) {
   World world(stack_world_options(c, n_ranks));
   world.run([&](Rank& rank) {
     const int p = rank.id();
-    const auto model = strategy.make_model(rank, problem, c.strategy, w32);
+    const auto model =
+        tsp::strategy_blocks(c.strategy.scheme).make_model(rank, problem, c.strategy, w32);
     rank.arena().reset_peaks();
     StepClock clock(rank, out);
     clock.start();
@@ -62,12 +63,12 @@ StackResult run_model(const StackConfig& c) {
   out.tokens_per_s = static_cast<double>(n) / out.seconds;
 
   const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
-  const cost::CostOptions opt = cost::CostOptions::from(problem.tsp);
+  const cost::CostOptions opt = tsp::cost_options(problem.tsp);
   check_traffic(out, [&](int r) {
     const cost::LayerTraffic t = cost::layer_traffic(ms, c.strategy, es, opt, r);
     const cost::VocabTraffic v = cost::vocab_traffic(ms, c.strategy, es, r);
-    return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L), v.forward),
-                     scaled(t.backward, static_cast<std::uint64_t>(L), v.backward)};
+    return std::pair{t.forward * static_cast<std::uint64_t>(L) + v.forward,
+                     t.backward * static_cast<std::uint64_t>(L) + v.backward};
   });
   out.layer_model = tsp::measure_layer(c.model, B, S, c.strategy,
                                        {.head_buckets = problem.tsp.head_buckets,

@@ -13,7 +13,7 @@
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
-#include "tspemu/tsp/strategy.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 
 namespace tspemu::app {
 

@@ -15,8 +15,8 @@
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 
@@ -110,12 +110,6 @@ long max_rss_kib() {
   return u.ru_maxrss;
 }
 
-bool traffic_equal(const TrafficCounters& got, const cost::Traffic& want, CollectiveKind k) {
-  const auto i = static_cast<std::size_t>(k);
-  return got.by_kind[i].calls == want.calls[i] && got.by_kind[i].bytes_sent == want.sent[i] &&
-         got.by_kind[i].bytes_received == want.received[i];
-}
-
 // One layer of every strategy's real blocks, dry, at m's size: the table of --dry-run.
 nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out) {
   const ref::ModelConfig model = layer_config(m);
@@ -153,11 +147,7 @@ nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out)
           cat[c] = std::max(cat[c], pass->category_peak[c]);
       }
       const cost::LayerTraffic t = cost::layer_traffic(m, st, es, {}, r);
-      for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-        const auto kind = static_cast<CollectiveKind>(k);
-        match = match && traffic_equal(g.forward_traffic, t.forward, kind) &&
-                traffic_equal(g.backward_traffic, t.backward, kind);
-      }
+      match = match && g.forward_traffic == t.forward && g.backward_traffic == t.backward;
     }
     auto gib = [](std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024 * 1024); };
     auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024); };
@@ -176,17 +166,18 @@ nlohmann::json dry_run_rows(const cost::ModelShape& m, int n, std::ostream& out)
           fmt("    rank 0 %-15s fwd %4llu calls %10.2f MiB (model %10.2f)   bwd %4llu calls "
               "%10.2f MiB (model %10.2f)\n",
               kind, static_cast<unsigned long long>(f.calls), mib(f.bytes_received),
-              mib(t0.forward.received[k]), static_cast<unsigned long long>(b.calls),
-              mib(b.bytes_received), mib(t0.backward.received[k]));
-      collectives.push_back({{"collective", kind},
-                             {"forward_calls", f.calls},
-                             {"forward_received_bytes", f.bytes_received},
-                             {"forward_sent_bytes", f.bytes_sent},
-                             {"forward_model_received_bytes", t0.forward.received[k]},
-                             {"backward_calls", b.calls},
-                             {"backward_received_bytes", b.bytes_received},
-                             {"backward_sent_bytes", b.bytes_sent},
-                             {"backward_model_received_bytes", t0.backward.received[k]}});
+              mib(t0.forward.by_kind[k].bytes_received), static_cast<unsigned long long>(b.calls),
+              mib(b.bytes_received), mib(t0.backward.by_kind[k].bytes_received));
+      collectives.push_back(
+          {{"collective", kind},
+           {"forward_calls", f.calls},
+           {"forward_received_bytes", f.bytes_received},
+           {"forward_sent_bytes", f.bytes_sent},
+           {"forward_model_received_bytes", t0.forward.by_kind[k].bytes_received},
+           {"backward_calls", b.calls},
+           {"backward_received_bytes", b.bytes_received},
+           {"backward_sent_bytes", b.bytes_sent},
+           {"backward_model_received_bytes", t0.backward.by_kind[k].bytes_received}});
     }
     out << fmt("%s %7.2f %8.2f", padded(st.name(), 20).c_str(), got.seconds, gib(peak));
     for (std::size_t c = 0; c < kCategoryCount; ++c) out << fmt(" %8.2f", gib(cat[c]));

@@ -224,6 +224,7 @@ TrainResult run_training(const TrainConfig& c) {
   ReferenceTrainer<float> r32(c, w32, whole);
   ReferenceTrainer<double> o64(c, ref::convert_weights<double>(w32), whole);
   const tsp::StrategyInfo& info = tsp::strategy_info(sc.strategy.scheme);
+  const tsp::StrategyBlocks& blocks = tsp::strategy_blocks(sc.strategy.scheme);
   const tsp::LayerProblem problem = layer_problem(sc);
 
   TrainResult out;
@@ -251,16 +252,16 @@ TrainResult run_training(const TrainConfig& c) {
       RankTrainer& rt = ranks[static_cast<std::size_t>(p)];
       std::vector<tsp::ParameterShard> params;
       if (whole) {
-        if (!rt.model) rt.model = info.make_model(rank, problem, sc.strategy, w32);
+        if (!rt.model) rt.model = blocks.make_model(rank, problem, sc.strategy, w32);
         const double loss = rt.model->forward(batch.tokens, batch.targets);
         rt.model->backward();
         if (p == 0) step.loss = loss;
         if (!rt.opt) params = rt.model->parameters();
       } else {
         if (rt.layers.empty()) {
-          rt.place = info.place(problem, sc.strategy, p);
+          rt.place = blocks.place(problem, sc.strategy, p);
           for (const auto& lw : w32.layers)
-            rt.layers.push_back(info.make_layer(rank, problem, sc.strategy, lw));
+            rt.layers.push_back(blocks.make_layer(rank, problem, sc.strategy, lw));
         }
         Arena& a = rank.arena();
         const std::size_t rows = rt.place.positions.size();
