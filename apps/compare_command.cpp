@@ -12,8 +12,8 @@
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
 #include "stack_report.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 

@@ -58,14 +58,6 @@ void for_each_tensor(StackTensors<T>& t, Fn fn) {
   }
 }
 
-bool equal(const TrafficCounters& got, const cost::Traffic& want) {
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k)
-    if (got.by_kind[k].calls != want.calls[k] || got.by_kind[k].bytes_sent != want.sent[k] ||
-        got.by_kind[k].bytes_received != want.received[k])
-      return false;
-  return true;
-}
-
 double seconds_between(std::chrono::steady_clock::time_point a,
                        std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -77,7 +69,7 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 void run_layers(const StackConfig& c, World& world, const std::vector<ref::LayerWeights<float>>& w,
                 const std::vector<float>& x, const std::vector<float>& dy, StackResult& out,
                 StackTensors<float>& got) {
-  const tsp::StrategyInfo& strategy = tsp::strategy_info(c.strategy.scheme);
+  const tsp::StrategyBlocks& strategy = tsp::strategy_blocks(c.strategy.scheme);
   const tsp::LayerProblem problem = layer_problem(c);
   const int L = c.model.n_layers, C = c.model.hidden;
   world.run([&](Rank& rank) {
@@ -181,23 +173,14 @@ void StepClock::backward_done() {
   m.arena = rank_.arena().stats();
 }
 
-cost::Traffic scaled(const cost::Traffic& t, std::uint64_t n, const cost::Traffic& plus) {
-  cost::Traffic r = plus;
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    r.calls[k] += n * t.calls[k];
-    r.sent[k] += n * t.sent[k];
-    r.received[k] += n * t.received[k];
-  }
-  return r;
-}
-
-void check_traffic(StackResult& out,
-                   const std::function<std::pair<cost::Traffic, cost::Traffic>(int rank)>& model) {
+void check_traffic(
+    StackResult& out,
+    const std::function<std::pair<TrafficCounters, TrafficCounters>(int rank)>& model) {
   out.traffic_match = true;
   for (std::size_t r = 0; r < out.ranks.size(); ++r) {
     RankMeasure& m = out.ranks[r];
     std::tie(m.model_forward, m.model_backward) = model(static_cast<int>(r));
-    m.traffic_match = equal(m.forward, m.model_forward) && equal(m.backward, m.model_backward);
+    m.traffic_match = m.forward == m.model_forward && m.backward == m.model_backward;
     out.traffic_match = out.traffic_match && m.traffic_match;
   }
 }
@@ -300,8 +283,8 @@ StackResult run_stack(const StackConfig& c) {
   const cost::CostOptions opt{.head_buckets = c.head_buckets};
   check_traffic(out, [&](int r) {
     const cost::LayerTraffic t = cost::layer_traffic(ms, c.strategy, es, opt, r);
-    return std::pair{scaled(t.forward, static_cast<std::uint64_t>(L)),
-                     scaled(t.backward, static_cast<std::uint64_t>(L))};
+    return std::pair{t.forward * static_cast<std::uint64_t>(L),
+                     t.backward * static_cast<std::uint64_t>(L)};
   });
   out.layer_model = tsp::measure_layer(c.model, c.B, c.S, c.strategy,
                                        {.head_buckets = c.head_buckets, .overlap = c.overlap})

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "tspemu/check/block_check.hpp"
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 #include "tspemu/tsp/strategy.hpp"
@@ -84,7 +84,7 @@ int stack_steps(const StackConfig& c, bool whole_model = false);
 struct RankMeasure {
   ArenaStats arena;  // peaks over forward + backward, from after construction
   TrafficCounters forward, backward;
-  tsp::cost::Traffic model_forward, model_backward;  // L × the cost model for this rank
+  TrafficCounters model_forward, model_backward;  // L × the cost model for this rank
   bool traffic_match = false;
 };
 
@@ -141,10 +141,7 @@ class StepClock {
 // Sets each rank's model traffic (model(rank) -> {forward, backward}) and the match flags.
 void check_traffic(
     StackResult& out,
-    const std::function<std::pair<tsp::cost::Traffic, tsp::cost::Traffic>(int rank)>& model);
-// t scaled by n, plus `plus` (element-wise on calls and bytes).
-tsp::cost::Traffic scaled(const tsp::cost::Traffic& t, std::uint64_t n,
-                          const tsp::cost::Traffic& plus = {});
+    const std::function<std::pair<TrafficCounters, TrafficCounters>(int rank)>& model);
 
 // Sets model_weights / model_gradients to L × the dry layer plus `extra` bytes each, and
 // memory_match from every rank's arena peaks.

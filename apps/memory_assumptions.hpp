@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/plan/cost_model.hpp"
 
 namespace tspemu::app {
 

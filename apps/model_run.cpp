@@ -43,7 +43,8 @@ double run_parallel(const StackConfig& c, const tsp::LayerProblem& problem,
   World world(stack_world_options(c, c.strategy.ranks()));
   world.run([&](Rank& rank) {
     const int p = rank.id();
-    const auto model = strategy.make_model(rank, problem, c.strategy, w32);
+    const auto model =
+        tsp::strategy_blocks(c.strategy.scheme).make_model(rank, problem, c.strategy, w32);
     rank.arena().reset_peaks();
     StepClock clock(rank, out);
     clock.start();
@@ -68,11 +69,11 @@ void check_model_costs(const StackConfig& c, const tsp::LayerProblem& problem, S
   const cost::ModelShape ms = cost::ModelShape::from(c.model, c.B, c.S);
   const auto L = static_cast<std::uint64_t>(c.model.n_layers);
   const cost::ElementSizes es = cost::ElementSizes::fp32_emulator();
-  const cost::CostOptions opt = cost::CostOptions::from(problem.tsp);
+  const cost::CostOptions opt = tsp::cost_options(problem.tsp);
   check_traffic(out, [&](int r) {
     const cost::LayerTraffic t = cost::layer_traffic(ms, c.strategy, es, opt, r);
     const cost::VocabTraffic v = cost::vocab_traffic(ms, c.strategy, es, r);
-    return std::pair{scaled(t.forward, L, v.forward), scaled(t.backward, L, v.backward)};
+    return std::pair{t.forward * L + v.forward, t.backward * L + v.backward};
   });
   out.layer_model = tsp::measure_layer(c.model, c.B, c.S, c.strategy,
                                        {.head_buckets = problem.tsp.head_buckets,

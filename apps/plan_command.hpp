@@ -1,4 +1,4 @@
-// `tspemu plan`: the analytic cost model (tsp/cost_model.hpp) at real sizes, no ranks run. For a
+// `tspemu plan`: the analytic cost model (plan/cost_model.hpp) at real sizes, no ranks run. For a
 // preset model (the paper's 7B-class, Llama 2/3) or flags, on --devices N of --device-mem each:
 // per strategy (TSP D=N, TP, Megatron-SP, SP, every TP+SP factorization) memory per device by
 // category, whether it fits, bytes per layer (ring convention), and the TSP/TP forward-volume
@@ -18,7 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "memory_assumptions.hpp"
-#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/plan/cost_model.hpp"
 
 namespace tspemu::app {
 

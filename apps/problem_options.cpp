@@ -1,7 +1,7 @@
 #include "problem_options.hpp"
 
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 

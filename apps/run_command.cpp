@@ -10,8 +10,8 @@
 #include "progress_bar.hpp"
 #include "run_memory.hpp"
 #include "stack_report.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/runtime/injection.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 

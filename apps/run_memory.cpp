@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "problem_options.hpp"
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/error.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
@@ -58,7 +58,7 @@ std::vector<std::uint64_t> rank_bytes(const StackConfig& c, bool whole_model,
   tsp::LayerProblem p{.model = c.model, .B = c.B, .S = c.S, .tsp = {}};
   p.tsp.head_buckets = c.head_buckets;
   p.tsp.overlap = c.overlap;
-  const tsp::StrategyInfo& info = tsp::strategy_info(c.strategy.scheme);
+  const tsp::StrategyBlocks& info = tsp::strategy_blocks(c.strategy.scheme);
   const std::uint64_t L = u64(c.model.n_layers);
   std::uint64_t vocab = 0;
   if (whole_model) {

@@ -13,8 +13,8 @@
 #include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 

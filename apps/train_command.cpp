@@ -8,8 +8,8 @@
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
 #include "train_run.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 

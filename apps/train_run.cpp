@@ -198,7 +198,7 @@ void judge_step(TrainResult& out, TrainStep& step, std::map<std::string, double>
 // What a step's ranks share: the run's fixed inputs and where they gather their results.
 struct StepContext {
   const TrainConfig& c;
-  const tsp::StrategyInfo& info;
+  const tsp::StrategyBlocks& blocks;
   const tsp::LayerProblem& problem;
   const ref::ModelWeights<float>& w32;
   const StepBatch& batch;
@@ -214,9 +214,9 @@ std::vector<tsp::ParameterShard> stack_pass(const StepContext& x, Rank& rank, Ra
   const StackConfig& sc = x.c.stack;
   const int p = rank.id(), B = sc.B, S = sc.S, C = sc.model.hidden, L = sc.model.n_layers;
   if (rt.layers.empty()) {
-    rt.place = x.info.place(x.problem, sc.strategy, p);
+    rt.place = x.blocks.place(x.problem, sc.strategy, p);
     for (const auto& lw : x.w32.layers)
-      rt.layers.push_back(x.info.make_layer(rank, x.problem, sc.strategy, lw));
+      rt.layers.push_back(x.blocks.make_layer(rank, x.problem, sc.strategy, lw));
   }
   Arena& a = rank.arena();
   const check::TokenShard rows{0, B, rt.place.positions};
@@ -268,7 +268,7 @@ void rank_step(const StepContext& x, Rank& rank, RankTrainer& rt) {
   const int p = rank.id();
   std::vector<tsp::ParameterShard> params;
   if (x.c.whole_model) {
-    if (!rt.model) rt.model = x.info.make_model(rank, x.problem, x.c.stack.strategy, x.w32);
+    if (!rt.model) rt.model = x.blocks.make_model(rank, x.problem, x.c.stack.strategy, x.w32);
     const double loss = rt.model->forward(x.batch.tokens, x.batch.targets);
     rt.model->backward();
     if (p == 0) x.step.loss = loss;
@@ -335,6 +335,7 @@ TrainResult run_training(const TrainConfig& c) {
   ReferenceTrainer<float> r32(c, w32, whole);
   ReferenceTrainer<double> o64(c, ref::convert_weights<double>(w32), whole);
   const tsp::StrategyInfo& info = tsp::strategy_info(sc.strategy.scheme);
+  const tsp::StrategyBlocks& blocks = tsp::strategy_blocks(sc.strategy.scheme);
   const tsp::LayerProblem problem = layer_problem(sc);
 
   TrainResult out;
@@ -352,7 +353,7 @@ TrainResult run_training(const TrainConfig& c) {
     const StepBatch batch = batch_at(c, t);
     TrainStep step;
     step.step = t + 1;
-    const StepContext x{c, info, problem, w32, batch, step, got, got_y};
+    const StepContext x{c, blocks, problem, w32, batch, step, got, got_y};
     const auto t0 = std::chrono::steady_clock::now();
     world.run([&](Rank& rank) { rank_step(x, rank, ranks[static_cast<std::size_t>(rank.id())]); });
     step.seconds = seconds_since(t0);

@@ -23,13 +23,13 @@
 
 #include "blas_main.hpp"
 #include "layer_fixture.hpp"
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
 
 namespace {

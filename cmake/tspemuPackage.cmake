@@ -20,9 +20,16 @@ function(tspemu_package_library target)
                         "named tspemu_<module>")
   endif()
   set(module ${CMAKE_MATCH_1})
-  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-                                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  target_compile_features(${target} PUBLIC cxx_std_20)
+  # A header-only module (core) is an INTERFACE library: its usage requirements only.
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    set(scope INTERFACE)
+  else()
+    set(scope PUBLIC)
+  endif()
+  target_include_directories(${target} ${scope} $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                                $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${target} ${scope} cxx_std_20)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${module})
   install(TARGETS ${target} EXPORT tspemuTargets)
   set_property(GLOBAL APPEND PROPERTY TSPEMU_PACKAGE_LIBRARIES ${target})
@@ -64,7 +71,10 @@ function(tspemu_install_package)
 
   set(pc_libs "")
   foreach(target IN LISTS libraries)
-    set(pc_libs "-l${target} ${pc_libs}")
+    get_target_property(type ${target} TYPE)
+    if(NOT type STREQUAL "INTERFACE_LIBRARY")  # header-only: no archive to link
+      set(pc_libs "-l${target} ${pc_libs}")
+    endif()
   endforeach()
   string(STRIP "${pc_libs}" pc_libs)
   # ${pcfiledir}-relative prefix: `cmake --install --prefix P` may choose any prefix after

@@ -11,7 +11,7 @@ namespace tspemu {
 namespace {
 
 // Device and link constants, cited once here (sim_clock.hpp); the planner's DeviceModel
-// (tsp/cost_model.hpp) is built from the presets below.
+// (plan/cost_model.hpp) is built from the presets below.
 constexpr double kH100PeakBf16 = 989e12;       // H100 SXM datasheet, dense bf16
 constexpr double kNvlinkBeta = 450e9;          // NVLink 4: 900 GB/s bidirectional per GPU
 constexpr double kMi300xPeakBf16 = 1307.4e12;  // MI300X datasheet, dense bf16

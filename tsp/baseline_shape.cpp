@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "tspemu/tsp/strategy.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 
 namespace tspemu::tsp {
 

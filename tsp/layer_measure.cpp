@@ -63,7 +63,7 @@ LayerMeasure measure_layer(const ref::ModelConfig& model, int B, int S, const co
   if (const auto v =
           violation(cost::ModelShape::from(model, B, S), st, {.head_buckets = o.head_buckets}))
     throw std::invalid_argument(st.name() + ": " + v->message);
-  const StrategyInfo& info = strategy_info(st.scheme);
+  const StrategyBlocks& info = strategy_blocks(st.scheme);
   // A dry run's blocks never read the master weights (their constructors test dry_run()).
   const ref::LayerWeights<float> w =
       o.dry ? ref::LayerWeights<float>{} : ref::LayerWeights<float>::zeros(model);

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tspemu/tsp/strategy.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 
 namespace tspemu::tsp {
 

@@ -8,9 +8,9 @@
 
 #include "sequence_core.hpp"
 #include "tspemu/core/dry_run.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/runtime/sequence_heads_exchange.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::tsp {
 

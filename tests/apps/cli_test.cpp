@@ -21,8 +21,8 @@
 #include "plan_command.hpp"
 #include "problem_options.hpp"
 #include "run_memory.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
-#include "tspemu/tsp/strategy.hpp"
 
 namespace tspemu::app {
 namespace {

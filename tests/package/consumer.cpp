@@ -2,13 +2,17 @@
 // through find_package(tspemu) or `pkg-config --cflags --libs tspemu`. Exits 1 on a wrong result.
 //   runtime:   4 ranks all-reduce small integers (exact in float, so compared with ==);
 //   reference: one double GEMM of small integers (OpenBLAS and the oneTBB oracle path, exact);
+//   plan:      the strategy table's names and the cost model's forward volumes (TSP/TP = 1 at
+//              B·S = 8h for the paper's 7B-class model);
 //   tsp:       the zigzag sequence layout's positions.
 #include <array>
 #include <cstdint>
 #include <cstdio>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/runtime/all_reduce.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -53,6 +57,16 @@ void check_matmul() {
   expect(C == want, "ref::matmul_nt<double>: [[1,2,3],[4,5,6]] @ [[1,0,-1],[2,1,0]].T");
 }
 
+void check_plan() {
+  namespace cost = tspemu::tsp::cost;
+  expect(std::string(tspemu::tsp::strategy_named("tp-sp").title) == "TP+SP",
+         "strategy table: tp-sp is titled TP+SP");
+  const cost::ModelShape m = cost::paper_7b(1, 8 * 4096);  // B·S = 8h
+  expect(cost::paper_forward_elements(m, cost::Strategy::tsp(8)) ==
+             cost::paper_forward_elements(m, cost::Strategy::tp(8)),
+         "cost model: TSP's forward volume equals TP's at B·S = 8h (1/2 + 4h/(B·S) = 1)");
+}
+
 void check_layout() {
   const tspemu::tsp::SequenceLayout zigzag(tspemu::tsp::LayoutKind::zigzag, 4, 16);
   // 8 chunks of 2 tokens; rank 1 holds chunks 1 and 6.
@@ -65,8 +79,9 @@ void check_layout() {
 int main() {
   check_all_reduce();
   check_matmul();
+  check_plan();
   check_layout();
   if (failures == 0)
-    std::puts("consumer: runtime, reference and tsp from the installed package: ok");
+    std::puts("consumer: runtime, reference, plan and tsp from the installed package: ok");
   return failures == 0 ? 0 : 1;
 }

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "layer_measure_checks.hpp"
-#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/tsp/layer_measure.hpp"
 #include "tspemu/tsp/strategy.hpp"
 
@@ -492,17 +492,17 @@ TEST(CostModel, VocabTrafficIsTheTpGroupsStatisticsOrTheSpGroupsGradients) {
   using K = CollectiveKind;
   const cost::VocabTraffic tp = cost::vocab_traffic(m, cost::Strategy::tp(8), es);
   // embedding all_reduce of [S, h] + sum-exp and target logit all_reduces of [S]
-  EXPECT_EQ(tp.forward.calls_of(K::all_reduce), 3u);
+  EXPECT_EQ(tp.forward[K::all_reduce].calls, 3u);
   const std::uint64_t h = 4096, R = 4096, V = 32000;
-  EXPECT_EQ(tp.forward.received_of(K::all_reduce), 2 * 7 * (R * h + 2 * R) / 8 * 4);
-  EXPECT_EQ(tp.forward.received_of(K::all_gather), 7 * R * 4);  // per-token maxima
-  EXPECT_EQ(tp.backward.calls_of(K::all_reduce), 1u);  // the head input's gradient; no SP group
+  EXPECT_EQ(tp.forward[K::all_reduce].bytes_received, 2 * 7 * (R * h + 2 * R) / 8 * 4);
+  EXPECT_EQ(tp.forward[K::all_gather].bytes_received, 7 * R * 4);  // per-token maxima
+  EXPECT_EQ(tp.backward[K::all_reduce].calls, 1u);  // the head input's gradient; no SP group
   const cost::VocabTraffic sp = cost::vocab_traffic(m, cost::Strategy::sp(8), es);
   // the loss, one double: rank 0 holds its one-element chunk and receives the 7 others'
   EXPECT_EQ(sp.forward.total_received(), 7u * 8);
   // embedding and LM head gradients (V × h each) and the final norm's (h)
-  EXPECT_EQ(sp.backward.calls_of(K::all_reduce), 3u);
-  EXPECT_EQ(sp.backward.received_of(K::all_reduce), 2 * 7 * (2 * V * h + h) / 8 * 4);
+  EXPECT_EQ(sp.backward[K::all_reduce].calls, 3u);
+  EXPECT_EQ(sp.backward[K::all_reduce].bytes_received, 2 * 7 * (2 * V * h + h) / 8 * 4);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_measure_checks.hpp"
 #include "model_checks.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
@@ -75,7 +76,7 @@ LayerProblem problem_of(const ModelCase& mc) {
 
 ModelRun run_model(const ModelCase& mc, const ref::ModelWeights<float>& w) {
   const auto [tokens, targets] = batch_ids(mc);
-  const StrategyInfo& info = strategy_info(mc.st.scheme);
+  const StrategyBlocks& info = strategy_blocks(mc.st.scheme);
   const LayerProblem problem = problem_of(mc);
   const int n = mc.st.ranks();
   ModelRun r;
@@ -102,26 +103,6 @@ ModelRun run_model(const ModelCase& mc, const ref::ModelWeights<float>& w) {
       r.replica_grads[p].emplace_back(s.grad.begin(), s.grad.end());
   });
   return r;
-}
-
-void expect_traffic(const TrafficCounters& got, const cost::Traffic& want,
-                    const std::string& what) {
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    const std::string kind = collective_name(static_cast<CollectiveKind>(k));
-    EXPECT_EQ(got.by_kind[k].calls, want.calls[k]) << what << " " << kind << " calls";
-    EXPECT_EQ(got.by_kind[k].bytes_sent, want.sent[k]) << what << " " << kind << " sent";
-    EXPECT_EQ(got.by_kind[k].bytes_received, want.received[k]) << what << " " << kind << " recv";
-  }
-}
-
-cost::Traffic layers_plus(const cost::Traffic& layer, int L, const cost::Traffic& vocab) {
-  cost::Traffic t = vocab;
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    t.calls[k] += static_cast<std::uint64_t>(L) * layer.calls[k];
-    t.sent[k] += static_cast<std::uint64_t>(L) * layer.sent[k];
-    t.received[k] += static_cast<std::uint64_t>(L) * layer.received[k];
-  }
-  return t;
 }
 
 // The ranks holding the same parameters: the same column of the mesh (TSP: none).
@@ -155,10 +136,9 @@ void check_model(const ModelCase& mc) {
     const cost::LayerTraffic lt = cost::layer_traffic(ms, mc.st, es, {}, p);
     const cost::VocabTraffic vt = cost::vocab_traffic(ms, mc.st, es, p);
     const auto i = static_cast<std::size_t>(p);
-    expect_traffic(r.forward[i], layers_plus(lt.forward, mc.L, vt.forward),
-                   "rank " + std::to_string(p) + " forward");
-    expect_traffic(r.backward[i], layers_plus(lt.backward, mc.L, vt.backward),
-                   "rank " + std::to_string(p) + " backward");
+    const auto L = static_cast<std::uint64_t>(mc.L);
+    EXPECT_EQ(r.forward[i], lt.forward * L + vt.forward) << "rank " << p << " forward";
+    EXPECT_EQ(r.backward[i], lt.backward * L + vt.backward) << "rank " << p << " backward";
   }
 
   // Memory: weights and gradients by category, L × one dry layer + the model's own tensors.
@@ -222,7 +202,7 @@ TEST(MeshModel, RejectsAVocabularyNotDivisibleByTNamingTheValues) {
   World world({.ranks = 4});
   try {
     world.run([&](Rank& rank) {
-      strategy_info(mc.st.scheme)
+      strategy_blocks(mc.st.scheme)
           .make_model(rank, {.model = m, .B = 1, .S = 16, .tsp = {}}, mc.st, w);
     });
     FAIL() << "expected a rejection";
@@ -242,7 +222,7 @@ TEST(MeshModel, RejectsATokenOutsideTheVocabularyNamingRankAndId) {
   World world({.ranks = 4});
   try {
     world.run([&](Rank& rank) {
-      const auto model = strategy_info(mc.st.scheme).make_model(rank, problem_of(mc), mc.st, w);
+      const auto model = strategy_blocks(mc.st.scheme).make_model(rank, problem_of(mc), mc.st, w);
       model->forward(tokens, targets);
     });
     FAIL() << "expected a rejection";

@@ -8,11 +8,11 @@
 #include <memory>
 #include <random>
 
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
 #include "tspemu/reference/optimizer.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
 #include "tspemu/tsp/sharded_optimizer.hpp"
 #include "tspemu/tsp/strategy.hpp"
@@ -174,7 +174,7 @@ void check_stack(const cost::Strategy& st, const ref::OptimizerConfig& oc) {
   ref::ModelConfig m{
       .vocab = 4, .hidden = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn = 64};
   const int B = 1, S = 16, C = m.hidden;
-  const StrategyInfo& info = strategy_info(st.scheme);
+  const StrategyBlocks& info = strategy_blocks(st.scheme);
   const LayerProblem problem{m, B, S, {}};
   auto init = ref::convert_weights<float>(ref::init_weights<double>(m, 3));
   std::vector<ref::LayerWeights<float>> w32 = init.layers;

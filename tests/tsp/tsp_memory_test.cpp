@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "strategy_checks.hpp"
-#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/plan/cost_model.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
@@ -77,7 +77,7 @@ TEST(TspMemory, TheCostModelChargesTheOverlapsExtraBuffersAsMeasured) {
       measured[overlap] = peak(arenas(c)[0], Category::comm);
       cost::MemoryAssumptions as;
       as.precision = cost::PrecisionModel::fp32_emulator();
-      as.tsp = cost::CostOptions::from(s.options);
+      as.tsp = cost_options(s.options);
       modelled[overlap] = cost::layer_memory(cost::ModelShape::from(s.model, c.B, c.S),
                                              cost::Strategy::tsp(c.D), as)
                               .comm;

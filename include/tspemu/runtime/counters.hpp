@@ -62,11 +62,15 @@ constexpr const char* collective_name(CollectiveKind k) {
   return "?";
 }
 
+// The one description of traffic: what a rank's collectives moved (World::counters), and what the
+// planner's closed forms predict a rank moves (plan/cost_model.hpp), so the two compare with ==.
+// A value type: + adds two passes or parts, * scales by an integer (L layers of one layer).
 struct TrafficCounters {
   struct Entry {
     std::uint64_t calls = 0;
     std::uint64_t bytes_sent = 0;
     std::uint64_t bytes_received = 0;
+    friend bool operator==(const Entry&, const Entry&) = default;
   };
   std::array<Entry, kCollectiveKindCount> by_kind{};
 
@@ -75,6 +79,30 @@ struct TrafficCounters {
   std::uint64_t total_sent() const;
   std::uint64_t total_received() const;
   void clear() { by_kind = {}; }
+  // Adds n calls of kind k, each sending `sent` and receiving `received` bytes.
+  void add(CollectiveKind k, std::uint64_t n, std::uint64_t sent, std::uint64_t received) {
+    Entry& e = (*this)[k];
+    e.calls += n;
+    e.bytes_sent += n * sent;
+    e.bytes_received += n * received;
+  }
+
+  friend bool operator==(const TrafficCounters&, const TrafficCounters&) = default;
+  TrafficCounters& operator+=(const TrafficCounters& o) {
+    for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+      by_kind[k].calls += o.by_kind[k].calls;
+      by_kind[k].bytes_sent += o.by_kind[k].bytes_sent;
+      by_kind[k].bytes_received += o.by_kind[k].bytes_received;
+    }
+    return *this;
+  }
+  friend TrafficCounters operator+(TrafficCounters a, const TrafficCounters& b) { return a += b; }
+  // Every call and byte count times n.
+  friend TrafficCounters operator*(TrafficCounters a, std::uint64_t n) {
+    for (Entry& e : a.by_kind) e = {e.calls * n, e.bytes_sent * n, e.bytes_received * n};
+    return a;
+  }
+  friend TrafficCounters operator*(std::uint64_t n, const TrafficCounters& a) { return a * n; }
 };
 
 }  // namespace tspemu

@@ -13,7 +13,7 @@
 // gpus_per_node) or by node_of_rank; gpus_per_node 0 puts every rank on one node. Two ranks on one
 // node talk over the intra-node link (alpha_s, beta_bytes_s), else over the inter-node link
 // (inter_alpha_s, inter_beta_bytes_s: one NIC per device).
-// Algorithm convention (the same as the planner's cost model, tsp/cost_model.hpp "paper
+// Algorithm convention (the same as the planner's cost model, plan/cost_model.hpp "paper
 // convention"): every collective is a ring over its group's ranks in group order; a step moves
 // one block between neighbours and lasts as long as the slowest hop, so a group with members on
 // two nodes is charged the inter-node link for every step. n ranks, N = the call's bytes on this

@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp {

@@ -16,11 +16,9 @@
 #include <string>
 #include <vector>
 
-namespace tspemu::tsp {
+#include "tspemu/plan/layout_kind.hpp"
 
-enum class LayoutKind { contiguous, zigzag, striped };
-const char* layout_name(LayoutKind k);
-LayoutKind parse_layout(const std::string& name);  // throws std::invalid_argument
+namespace tspemu::tsp {
 
 class SequenceLayout {
  public:

@@ -1,79 +1,26 @@
-// The strategy table: everything tspemu knows about each parallel strategy, in one entry each —
-// its name as the CLI spells it, a one-line description, its mesh (how the ranks split into
-// TP × SP), its divisibility rules, its block and model factories (the per-rank layer and whole
-// model `run` builds) and its traffic formulas (the cost model's closed forms). The blocks'
-// validation (TspShape, BaselineShape, the Ulysses core), the cost model and the `tspemu` commands
-// all ask this table, so a rule or a name is stated once.
+// The blocks half of the strategy table: for each strategy (plan/strategy_table.hpp holds its
+// name, mesh, rules and traffic formulas), where a rank sits and the per-rank layer and whole model
+// `run` builds from the master weights. Indexed by cost::Scheme like the planner's table, so a
+// strategy is one entry in each; tsp/strategy.cpp holds the factories.
 //
-// Strategies (TSP-NOTES.md): tsp (D ranks on one folded axis), tp (Megatron, T = D), megatron-sp
-// (TP with Megatron sequence parallelism, T = D), sp (context parallel, Sp = D), ulysses and ring
-// (sequence-sharded attention cores, degree n = D, stored as Sp), tp-sp (a T × Sp mesh, every
-// factorization). Table order is the order `compare` and `plan` list them in.
-//
-// Requirements: a cost::Strategy's scheme is one of the table's (every cost::Scheme has exactly
-// one entry, checked at compile time: the table is indexed by the enum).
-// Guarantees: strategy_named() throws std::invalid_argument listing every known name for an
-// unknown one; violation() returns the first rule a shape breaks, with a message naming the
-// values ("T=4 does not divide n_heads=30 (each rank owns whole query heads)"), or nullopt.
-// Cost: a lookup is an array index (or a scan of the seven names); the rules are a few integer
-// divisions.
-//
-// Adding a strategy: a cost::Scheme value (cost_model.hpp, in table order) and its entry in
-// strategy.cpp. The entry points at functions: the divisibility rules and the paper-convention
-// forward volume live in strategy.cpp; the runtime-counted layer traffic is a cost-model function
-// per family of blocks (cost_model.hpp; each rejects a strategy outside its family), and the
-// block factory builds the blocks from tsp/*.hpp; the model factory wraps them in a whole model
-// (a mesh strategy: MeshModel, whose embedding/LM head/loss traffic is cost::mesh_vocab_traffic).
-// A strategy built from existing blocks needs nothing else: the commands, the option parser and
-// the blocks' validation read the table. A new family of blocks also needs its layer_traffic
-// closed form and, while `run` checks weights and gradients against the cost model's arena
-// replay (tsp_layer_memory, baseline_layer_memory), a replay of its allocations.
+// Requirements: a cost::Strategy whose rules hold (strategy_table.hpp's violation() is nullopt;
+// the whole model also with RuleOptions::whole_model).
+// Guarantees: strategy_blocks(s).scheme == s for every scheme (checked at compile time).
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
-#include <string>
-#include <string_view>
 #include <vector>
 
+#include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "tspemu/tsp/cost_model.hpp"
 #include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp {
-
-// ---- Divisibility rules ---------------------------------------------------------------------
-
-// What a rule found not divisible.
-enum class Quantity { heads, kv_heads, ffn, seq, head_buckets, vocab, degree };
-
-// Which degree of the strategy a rule's divisor comes from: the first axis (TSP's D, TP's T, the
-// degree n of Ulysses and ring) or the sequence-parallel axis Sp of a mesh.
-enum class Axis { first, sp };
-
-struct Violation {
-  Quantity quantity;
-  std::int64_t value = 0;     // the quantity's value (head_buckets: the KV heads of a shard)
-  std::int64_t divisor = 0;   // what must divide it (head_buckets: the bucket count)
-  std::string divisor_label;  // as in an equation: "D", "2·D", "T", "2·Sp", "n", "2·n"
-  Axis axis = Axis::first;
-  std::string purpose;  // why, for messages: "for the zigzag layout", "" ...
-  std::string message;  // the whole sentence: "T=4 does not divide n_heads=30 (...)"
-};
-
-struct RuleOptions {
-  // true: the rules of the blocks (TSP's layout; the zigzag rows of every sequence-sharded
-  // strategy need 2·degree | S). false: the cost model's view, degree | S only.
-  bool layout_rules = true;
-  LayoutKind tsp_layout = LayoutKind::zigzag;
-  int head_buckets = 1;      // TSP's K/V all-gathers per head shard
-  bool whole_model = false;  // the vocabulary shards of the embedding and LM head: D (T) | vocab
-};
 
 // ---- Block factory --------------------------------------------------------------------------
 
@@ -137,66 +84,25 @@ class RankModel {
   virtual std::vector<ParameterShard> parameters() = 0;
 };
 
-// ---- The table ------------------------------------------------------------------------------
+// ---- The blocks' table ----------------------------------------------------------------------
 
-// How the ranks form the strategy's mesh.
-enum class MeshKind {
-  one_axis,  // D ranks, one degree (--ranks)
-  grid,      // T × Sp ranks (--tp, --sp); at N ranks every factorization with T, Sp > 1
-};
-
-struct StrategyInfo {
+struct StrategyBlocks {
   cost::Scheme scheme;
-  const char* name;         // as the CLI spells it: "tp-sp"
-  const char* title;        // as reports print it: "TP+SP"
-  const char* description;  // one line, for --help
-  MeshKind mesh;
-  const char* degree_name;    // "the TSP degree" (the first axis' degree, for messages)
-  const char* degree_letter;  // "D", "T", "n" (first axis), labels "TSP D=4", "Ulysses n=4"
-  // Whether cost::device_memory (the whole-model estimate `plan` prints) models it.
-  bool device_estimate;
-
-  // The strategy of `ranks` ranks (one_axis) or of the tp × sp grid.
-  cost::Strategy (*make)(int ranks, int tp, int sp);
-  // The first rule the shape breaks, or nullopt.
-  std::optional<Violation> (*rules)(const cost::ModelShape& m, const cost::Strategy& st,
-                                    const RuleOptions& o);
-  // The paper convention's forward volume per layer per rank, elements (TSP-NOTES.md table).
-  double (*paper_forward_elements)(const cost::ModelShape& m, const cost::Strategy& st);
-  // One layer's traffic on `rank`, counted like the runtime (cost_model.hpp); unchecked input.
-  cost::LayerTraffic (*layer_traffic)(const cost::ModelShape& m, const cost::Strategy& st,
-                                      const cost::ElementSizes& es, const cost::CostOptions& o,
-                                      int rank);
-  // The block factory: where `rank` sits, and its layer built from the master weights.
+  // Where `rank` sits: its tokens and the weight shard it holds.
   RankPlacement (*place)(const LayerProblem& p, const cost::Strategy& st, int rank);
+  // The block factory: `rank`'s layer built from the master weights.
   std::unique_ptr<RankLayer> (*make_layer)(Rank& rank, const LayerProblem& p,
                                            const cost::Strategy& st,
                                            const ref::LayerWeights<float>& master);
   // The whole-model factory: `rank`'s model (p.model.n_layers layers of make_layer) from the
-  // master weights; the rules with RuleOptions::whole_model must hold.
+  // master weights; the rules with RuleOptions::whole_model must hold. Its traffic outside the
+  // layers is the planner table's vocab_traffic.
   std::unique_ptr<RankModel> (*make_model)(Rank& rank, const LayerProblem& p,
                                            const cost::Strategy& st,
                                            const ref::ModelWeights<float>& master);
-  // The traffic of the model's embedding, final norm, LM head and loss on `rank` (cost_model.hpp,
-  // the closed form of make_model's part outside the layers); unchecked input.
-  cost::VocabTraffic (*vocab_traffic)(const cost::ModelShape& m, const cost::Strategy& st,
-                                      const cost::ElementSizes& es, int rank);
 };
 
-// Every strategy, in table order.
-std::span<const StrategyInfo> strategies();
-const StrategyInfo& strategy_info(cost::Scheme s);
-// By CLI name; std::invalid_argument "unknown strategy 'x' (known: tsp, tp, ...)" otherwise.
-const StrategyInfo& strategy_named(std::string_view name);
-// "tsp, tp, megatron-sp, sp, ulysses, ring, tp-sp"
-std::string strategy_names();
-
-// The strategies at n ranks, in table order: one per one-axis entry, and every T × Sp
-// factorization with 1 < T < n of a grid entry.
-std::vector<cost::Strategy> strategies_at(int n);
-
-// strategy_info(st.scheme).rules, for the common case.
-std::optional<Violation> violation(const cost::ModelShape& m, const cost::Strategy& st,
-                                   const RuleOptions& o = {});
+// The blocks of scheme s; std::invalid_argument for a value outside the enum.
+const StrategyBlocks& strategy_blocks(cost::Scheme s);
 
 }  // namespace tspemu::tsp

@@ -9,6 +9,7 @@
 // D | vocab. The divisibility rules are the strategy table's (strategy.hpp).
 #pragma once
 
+#include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/model_config.hpp"
 #include "tspemu/tsp/sequence_layout.hpp"
 
@@ -36,6 +37,11 @@ struct TspOptions {
   // bucket of full-sequence K/V, 2·B·S·NKVb·hs (comm: the dK/dV send buffer).
   bool overlap = true;
 };
+
+// The cost model's view of the options (plan/cost_model.hpp): what changes bytes and memory.
+inline cost::CostOptions cost_options(const TspOptions& o) {
+  return {o.head_buckets, o.keep_attention_shards, o.keep_kv, o.overlap};
+}
 
 struct TspShape {
   ref::ModelConfig model;

@@ -42,7 +42,7 @@ float input(std::size_t i, int salt) {
 std::vector<std::vector<float>> run_layer(World& w, const cost::Strategy& st,
                                           const ref::LayerWeights<float>& master) {
   const LayerProblem p = problem();
-  const StrategyInfo& info = strategy_info(st.scheme);
+  const StrategyBlocks& info = strategy_blocks(st.scheme);
   std::vector<std::vector<float>> out(static_cast<std::size_t>(w.size()));
   w.run([&](Rank& r) {
     const RankPlacement place = info.place(p, st, r.id());

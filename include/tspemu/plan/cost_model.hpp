@@ -1,8 +1,9 @@
 // Analytic cost model of TSP and its baselines: closed forms of the bytes moved per collective
 // kind, per layer and per rank, forward and backward; and a whole-model per-device memory
-// estimate for real model sizes (`tspemu plan`). A plain library: no threads, no World, no Arena —
-// it only names the runtime's enums (CollectiveKind, Category) so results index like the
-// measured TrafficCounters and ArenaStats.
+// estimate for real model sizes (`tspemu plan`). A plain library in the leaf module plan/: no
+// threads, no World, no Arena, no blocks. Its traffic is the runtime's TrafficCounters
+// (counters.hpp), so a prediction compares with a measurement by ==; its time model reads the
+// simulated clock's link presets (sim_clock.hpp).
 //
 // Inputs
 //   ModelShape    B, S, hidden h, n_heads, n_kv_heads, ffn (the gated-MLP width F·h, absolute, as
@@ -45,7 +46,7 @@
 //                  (n-1)/n · B·(S/n)·(2h + 2h/g)       (Q and the output h wide, K and V h/g)
 //     Ring         n-1 hops of the K/V block: 2(n-1)/n · B·S·h/g (the SP volume, by sendrecv)
 //   so with g = 1, F = 4, D = T: TSP/TP = 1/2 + 4h/(B·S), below 1 exactly when B·S > 8h.
-//   Backward (derived, the adjoint; see tsp_attention.hpp, tsp_mlp.hpp, baseline_*.hpp):
+//   Backward (derived, the adjoint; see tsp/tsp_attention.hpp, tsp_mlp.hpp, baseline_*.hpp):
 //     TSP          re-broadcast (unless keep_attention_shards) + K/V re-gather (unless keep_kv)
 //                  + dK/dV reduce_scatter + attention dW reduce to owner + MLP ring: D-1 weight
 //                  hops and D gradient hops + 2 norm-gradient all-reduces of h
@@ -110,7 +111,7 @@
 //   overhead       a framework constant (GPU context, collective library buffers, allocator
 //                  reserve): 0 unless given, shown apart.
 // Ulysses and ring attention are not in this estimate (std::invalid_argument): their per-rank
-// memory comes from a dry run (layer_measure.hpp). Estimates, not measurements; `tspemu paper`
+// memory comes from a dry run (tsp/layer_measure.hpp). Estimates, not measurements; `tspemu paper`
 // sets them beside the published numbers.
 #pragma once
 
@@ -119,10 +120,9 @@
 #include <cstdint>
 #include <string>
 
-#include "tspemu/runtime/arena.hpp"
+#include "tspemu/reference/model_config.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/sim_clock.hpp"
-#include "tspemu/tsp/tsp_shape.hpp"
 
 namespace tspemu::tsp::cost {
 
@@ -163,7 +163,8 @@ struct ModelShape {
 };
 
 // The strategies; everything about each (names, mesh, rules, formulas, blocks) is its entry in the
-// strategy table (strategy.hpp), indexed by this enum in this order.
+// strategy table (strategy_table.hpp; the blocks: tsp/strategy.hpp), indexed by this enum in this
+// order.
 enum class Scheme { tsp, tp, megatron_sp, sp, ulysses, ring, tp_sp };
 // The table's title: "TSP", "TP", "TP+Megatron-SP", "SP", "Ulysses", "Ring attention", "TP+SP"
 const char* scheme_name(Scheme s);
@@ -198,34 +199,16 @@ struct ElementSizes {
   static ElementSizes fp32_emulator() { return {4, 4, 4, 0, 8}; }
 };
 
-struct CostOptions {  // mirrors TspOptions (tsp_shape.hpp)
+struct CostOptions {  // mirrors TspOptions (tsp/tsp_shape.hpp: tsp::cost_options converts)
   int head_buckets = 1;
   bool keep_attention_shards = false;
   bool keep_kv = false;
   // The overlapped attention schedule: two shard and two gradient buffers, and with head buckets
   // (K/V re-gathered in backward) the dK/dV send buffer, 2·B·S·NKVb·hs.
   bool overlap = true;
-  static CostOptions from(const TspOptions& o) {
-    return {o.head_buckets, o.keep_attention_shards, o.keep_kv, o.overlap};
-  }
 };
 
 // ---- Traffic --------------------------------------------------------------------------------
-
-// One rank, one pass (forward or backward) of one layer, counted like TrafficCounters.
-struct Traffic {
-  std::array<std::uint64_t, kCollectiveKindCount> calls{}, sent{}, received{};
-  std::uint64_t& received_of(CollectiveKind k) { return received[static_cast<std::size_t>(k)]; }
-  std::uint64_t received_of(CollectiveKind k) const {
-    return received[static_cast<std::size_t>(k)];
-  }
-  std::uint64_t sent_of(CollectiveKind k) const { return sent[static_cast<std::size_t>(k)]; }
-  std::uint64_t calls_of(CollectiveKind k) const { return calls[static_cast<std::size_t>(k)]; }
-  std::uint64_t total_received() const;
-  std::uint64_t total_sent() const;
-  // Adds `n` calls of collective k, each sending s and receiving r bytes.
-  void add(CollectiveKind k, std::uint64_t n, std::uint64_t s, std::uint64_t r);
-};
 
 // What backward keeps of the forward's activations: full recompute keeps each layer's input and
 // re-runs the layer's forward in backward (Korthikanti et al. 2022 §4); none keeps every
@@ -234,9 +217,9 @@ struct Traffic {
 enum class Recompute { none, selective, full };
 
 struct LayerTraffic {
-  Traffic forward, backward;  // runtime counting, this rank
-  double paper_forward = 0;   // ring cost model, bytes per rank (TSP-NOTES table)
-  double paper_backward = 0;  // ring cost model, derived adjoint
+  TrafficCounters forward, backward;  // runtime counting, this rank
+  double paper_forward = 0;           // ring cost model, bytes per rank (TSP-NOTES table)
+  double paper_backward = 0;          // ring cost model, derived adjoint
   // Ring cost model, bytes per rank: the forward collectives that recomputing the layer in
   // backward re-runs and paper_backward does not already hold (TP's all-reduces, Megatron-SP's
   // all-gather + reduce-scatter, Ulysses' output exchange, ring's K/V hops; 0 for TSP and SP,
@@ -283,7 +266,7 @@ LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy&
                                             int rank);
 
 // The whole model's parts outside the layers — embedding, final norm, LM head, loss — on one rank,
-// counted like the runtime (the strategy's RankModel, strategy.hpp). With Vl = V / vocab_shards
+// counted like the runtime (the strategy's RankModel, tsp/strategy.hpp). With Vl = V / vocab_shards
 // rows per shard, R = B·S/Sp row tokens (TSP: the shard of V/D × h weights):
 //   TSP (tsp_model.hpp)   forward: D broadcasts of the embedding shard and D of the LM head shard
 //                         (root rotating), the loss all_reduce of one double; backward: D head
@@ -303,7 +286,7 @@ LayerTraffic sequence_sharded_layer_traffic(const ModelShape& m, const Strategy&
 // Elements: activations es.activation (logits and their statistics too), weights es.weight,
 // gradients es.gradient, the loss 8 bytes (a double).
 struct VocabTraffic {
-  Traffic forward, backward;
+  TrafficCounters forward, backward;
 };
 // Requirements as layer_traffic, and vocab_shards(st) | m.vocab (std::invalid_argument).
 VocabTraffic vocab_traffic(const ModelShape& m, const Strategy& st, const ElementSizes& es,

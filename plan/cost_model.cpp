@@ -1,11 +1,11 @@
-#include "tspemu/tsp/cost_model.hpp"
+#include "tspemu/plan/cost_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <stdexcept>
 
-#include "tspemu/tsp/strategy.hpp"
+#include "tspemu/plan/strategy_table.hpp"
 
 namespace tspemu::tsp::cost {
 
@@ -29,8 +29,8 @@ void check_divides(i64 d, i64 n, const char* what_d, const char* what_n) {
            std::to_string(n));
 }
 
-// The model's own consistency, then the strategy's divisibility rules (strategy.hpp) without the
-// zigzag layout's 2·degree | S, which the byte counts do not need.
+// The model's own consistency, then the strategy's divisibility rules (strategy_table.hpp) without
+// the zigzag layout's 2·degree | S, which the byte counts do not need.
 void validate(const ModelShape& m, const Strategy& st, const CostOptions& opt) {
   if (m.B < 1 || m.S < 1 || m.hidden < 1 || m.n_heads < 1 || m.n_kv_heads < 1 || m.ffn < 1)
     reject("B, S, hidden, n_heads, n_kv_heads, ffn must be >= 1");
@@ -102,23 +102,6 @@ double LayerTraffic::paper_backward_under(Recompute rc) const {
                                                         : 0.0);
 }
 
-u64 Traffic::total_received() const {
-  u64 t = 0;
-  for (u64 v : received) t += v;
-  return t;
-}
-u64 Traffic::total_sent() const {
-  u64 t = 0;
-  for (u64 v : sent) t += v;
-  return t;
-}
-void Traffic::add(CollectiveKind k, u64 n, u64 s, u64 r) {
-  const auto i = static_cast<std::size_t>(k);
-  calls[i] += n;
-  sent[i] += n * s;
-  received[i] += n * r;
-}
-
 u64 all_reduce_bytes(u64 count, int n, int r, double element_bytes) {
   if (n <= 1) return 0;
   const u64 nn = static_cast<u64>(n), rr = static_cast<u64>(r);
@@ -153,16 +136,16 @@ LayerTraffic tsp_layer_traffic(const ModelShape& m, const Strategy& st, const El
   LayerTraffic t;
   // Forward: D broadcasts (this rank is root once: sends (D-1)·shard; receives the D-1 others),
   // D·nb K/V all-gathers, D-1 MLP ring hops.
-  Traffic& f = t.forward;
+  TrafficCounters& f = t.forward;
   f.add(K::broadcast, Du, 0, 0);
-  f.sent[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
-  f.received[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+  f[K::broadcast].bytes_sent = Dm1 * shard_w;
+  f[K::broadcast].bytes_received = Dm1 * shard_w;
   f.add(K::all_gather, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
   f.add(K::send, Dm1, ring_w, 0);
   f.add(K::recv, Dm1, 0, ring_w);
   // Backward: MLP ring (D-1 weight hops, D gradient hops when D > 1), norm-gradient all-reduce of
   // each block, attention re-broadcast and re-gather unless kept, dK/dV reduce-scatter, dW reduce.
-  Traffic& b = t.backward;
+  TrafficCounters& b = t.backward;
   const u64 grad_hops = D > 1 ? Du : 0;
   b.add(K::send, Dm1, ring_w, 0);
   b.add(K::recv, Dm1, 0, ring_w);
@@ -172,15 +155,15 @@ LayerTraffic tsp_layer_traffic(const ModelShape& m, const Strategy& st, const El
   b.add(K::all_reduce, 2, ar, ar);
   if (!o.keep_attention_shards) {
     b.add(K::broadcast, Du, 0, 0);
-    b.sent[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
-    b.received[static_cast<std::size_t>(K::broadcast)] = Dm1 * shard_w;
+    b[K::broadcast].bytes_sent = Dm1 * shard_w;
+    b[K::broadcast].bytes_received = Dm1 * shard_w;
   }
   if (!o.keep_kv) b.add(K::all_gather, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
   b.add(K::reduce_scatter, Du * static_cast<u64>(nb), Dm1 * kv, Dm1 * kv);
   // D reduces: this rank sends its partial to the D-1 other owners, receives D-1 partials once.
   b.add(K::reduce, Du, 0, 0);
-  b.sent[static_cast<std::size_t>(K::reduce)] = Dm1 * shard_g;
-  b.received[static_cast<std::size_t>(K::reduce)] = Dm1 * shard_g;
+  b[K::reduce].bytes_sent = Dm1 * shard_g;
+  b[K::reduce].bytes_received = Dm1 * shard_g;
 
   // Paper convention (ring model), bytes.
   const double Pa = static_cast<double>(m.attention_params()),
@@ -212,8 +195,8 @@ LayerTraffic mesh_layer_traffic(const ModelShape& m, const Strategy& st, const E
   const i64 kv_count = 2 * rows * m.kv_dim() / T;  // local K and V, local heads
   const u64 Tm1 = static_cast<u64>(T - 1), Spm1 = static_cast<u64>(Sp - 1);
   LayerTraffic t;
-  for (Traffic* pass : {&t.forward, &t.backward}) {
-    Traffic& x = *pass;
+  for (TrafficCounters* pass : {&t.forward, &t.backward}) {
+    TrafficCounters& x = *pass;
     const bool bwd = pass == &t.backward;
     if (msp) {
       // Per block: all_gather(tp) of the normed pieces (backward: of dY; called even when T = 1)
@@ -350,12 +333,12 @@ VocabTraffic tsp_vocab_traffic(const ModelShape& m, const Strategy& st, const El
   const i64 shard = m.vocab / D * m.hidden;
   const u64 others = static_cast<u64>(D - 1);
   // D calls rooted at each rank in turn: this rank is the root of one of them.
-  auto broadcasts = [&](Traffic& t) {
+  auto broadcasts = [&](TrafficCounters& t) {
     const u64 b = bytes_of(shard, es.weight);
     t.add(K::broadcast, 1, others * b, 0);
     t.add(K::broadcast, others, 0, b);
   };
-  auto reduces = [&](Traffic& t) {
+  auto reduces = [&](TrafficCounters& t) {
     const u64 b = bytes_of(shard, es.gradient);
     t.add(K::reduce, 1, 0, others * b);
     t.add(K::reduce, others, b, 0);
@@ -386,8 +369,8 @@ VocabTraffic mesh_vocab_traffic(const ModelShape& m, const Strategy& st, const E
   const u64 act = static_cast<u64>(R * m.hidden), Tm1 = static_cast<u64>(T - 1);
   const u64 piece = bytes_of(R * m.hidden / T, es.activation);
   VocabTraffic v;
-  Traffic& f = v.forward;
-  Traffic& b = v.backward;
+  TrafficCounters& f = v.forward;
+  TrafficCounters& b = v.backward;
   if (T > 1) {
     if (msp) {
       f.add(K::reduce_scatter, 1, Tm1 * piece, Tm1 * piece);  // embedding → pieces
@@ -648,10 +631,10 @@ StepTime step_time(const ModelShape& m, const Strategy& st, const DeviceModel& d
   // Latency: each call's steps by the simulated clock's convention (SimClockModel::latency_steps)
   // on the strategy's widest axis.
   const int axis = std::max(first, mesh ? st.Sp : 1);
-  auto steps = [axis](const Traffic& x) {
+  auto steps = [axis](const TrafficCounters& x) {
     double c = 0;
-    for (std::size_t k = 0; k < x.calls.size(); ++k)
-      c += static_cast<double>(x.calls[k]) *
+    for (std::size_t k = 0; k < x.by_kind.size(); ++k)
+      c += static_cast<double>(x.by_kind[k].calls) *
            SimClockModel::latency_steps(static_cast<CollectiveKind>(k), axis);
     return c;
   };
