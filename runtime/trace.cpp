@@ -6,8 +6,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "state.hpp"
+#include "op_hooks.hpp"
 #include "tspemu/core/atomic_file.hpp"
+#include "world_state.hpp"
 
 namespace tspemu {
 

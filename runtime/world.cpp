@@ -12,8 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "state.hpp"
+#include "op_hooks.hpp"
 #include "transport/dry.hpp"
+#include "transport/early_exposure.hpp"
+#include "wait.hpp"
+#include "world_state.hpp"
 #if TSPEMU_HAVE_MPI
 #include "transport/mpi.hpp"
 #endif

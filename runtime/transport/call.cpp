@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../state.hpp"
+#include "../op_hooks.hpp"
+#include "../wait.hpp"
+#include "../world_state.hpp"
 #include "deferred_calls.hpp"
 #include "tspemu/runtime/error.hpp"
 

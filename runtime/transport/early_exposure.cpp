@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "../dry_reservation.hpp"
-#include "../state.hpp"
+#include "../world_state.hpp"
 #include "deferred_calls.hpp"
 
 namespace tspemu::detail {

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "../dry_reservation.hpp"
-#include "../state.hpp"
+#include "../wait.hpp"
+#include "../world_state.hpp"
 #include "tspemu/runtime/error.hpp"
 
 namespace tspemu::detail {

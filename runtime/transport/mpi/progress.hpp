@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../../parker.hpp"
+#include "../../wait.hpp"
 #include "../mpi.hpp"
 #include "rings.hpp"
 #include "wire.hpp"
