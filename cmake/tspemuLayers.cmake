@@ -23,6 +23,8 @@ set(TSPEMU_LAYERS
     runtime/transport
     runtime/collectives
     runtime/world
+    runtime/nonblocking
+    runtime/observers
     reference
     plan
     tsp
@@ -44,12 +46,12 @@ set(TSPEMU_LAYER_runtime/api_MAY core)
 set(TSPEMU_LAYER_runtime/transport_DIRS runtime/transport)
 set(TSPEMU_LAYER_runtime/transport_MAY core runtime/api)
 set(TSPEMU_LAYER_runtime/transport_HEADERS
-    runtime/world_state.hpp
-    runtime/wait.hpp
-    runtime/op_hooks.hpp
-    runtime/observer.hpp
-    runtime/parker.hpp
-    runtime/dry_reservation.hpp)
+    runtime/world/world_state.hpp
+    runtime/world/wait.hpp
+    runtime/world/op_hooks.hpp
+    runtime/world/observer.hpp
+    runtime/world/parker.hpp
+    runtime/world/dry_reservation.hpp)
 
 # The collective algorithms, written against the transport's verbs (transport/call.hpp): not the
 # shared-memory or MPI transport, nor the world's state.
@@ -62,9 +64,20 @@ set(TSPEMU_LAYER_runtime/collectives_HEADERS
     runtime/transport/deferred_calls.hpp
     runtime/transport/early_exposure.hpp)
 
-# The world: ranks as threads, their state, the wait loop, the observers, World and Comm.
-set(TSPEMU_LAYER_runtime/world_DIRS runtime)
+# The world: ranks as threads, their state, the wait loop, the observer interface, World and Comm.
+set(TSPEMU_LAYER_runtime/world_DIRS runtime/world)
 set(TSPEMU_LAYER_runtime/world_MAY core runtime/api runtime/transport)
+
+# The non-blocking collectives' handles (nonblocking.hpp), on the collectives and the transport's
+# deferred calls and exposures.
+set(TSPEMU_LAYER_runtime/nonblocking_DIRS runtime/nonblocking)
+set(TSPEMU_LAYER_runtime/nonblocking_MAY core runtime/api runtime/collectives)
+set(TSPEMU_LAYER_runtime/nonblocking_HEADERS ${TSPEMU_LAYER_runtime/collectives_HEADERS})
+
+# What runs beside the operations: trace, flight recorder, simulated clock and streams, traffic
+# counters, fault injection (observer.hpp's hooks over the world's rank state).
+set(TSPEMU_LAYER_runtime/observers_DIRS runtime/observers)
+set(TSPEMU_LAYER_runtime/observers_MAY core runtime/api runtime/world)
 
 set(TSPEMU_LAYER_reference_DIRS reference include/tspemu/reference)
 set(TSPEMU_LAYER_reference_MAY core)

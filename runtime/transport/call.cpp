@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../op_hooks.hpp"
-#include "../wait.hpp"
-#include "../world_state.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/wait.hpp"
+#include "../world/world_state.hpp"
 #include "deferred_calls.hpp"
 #include "tspemu/runtime/error.hpp"
 

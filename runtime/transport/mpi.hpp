@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "../world_state.hpp"
+#include "../world/world_state.hpp"
 #include "shared_memory.hpp"
 
 namespace tspemu::detail {

@@ -1,4 +1,4 @@
-// The Parker's wake handshake (runtime/parker.hpp): membarrier-based when the kernel allows it,
+// The Parker's wake handshake (runtime/world/parker.hpp): membarrier-based when the kernel allows it,
 // seq_cst on both sides otherwise or when TSPEMU_MEMBARRIER=0 forces it (the ctest
 // runtime_tests_seq_cst_wake runs this whole binary so). Either way parked ranks are woken.
 #include <gtest/gtest.h>

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../parker.hpp"
-#include "../../wait.hpp"
+#include "../../world/parker.hpp"
+#include "../../world/wait.hpp"
 #include "../mpi.hpp"
 #include "rings.hpp"
 #include "wire.hpp"

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/op_ref.hpp"
+#include "../transport/op_ref.hpp"
 
 namespace tspemu::detail {
 

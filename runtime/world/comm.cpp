@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "transport/call.hpp"
-#include "transport/deferred_calls.hpp"
+#include "../transport/call.hpp"
+#include "../transport/deferred_calls.hpp"
 #include "world_state.hpp"
 
 namespace tspemu {

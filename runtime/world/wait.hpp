@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
+#include "../transport/op_ref.hpp"
 #include "parker.hpp"
-#include "transport/op_ref.hpp"
 #include "watchdog.hpp"
 #include "world_state.hpp"
 

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../world/world_state.hpp"
 #include "tspemu/runtime/world.hpp"
-#include "world_state.hpp"
 
 namespace tspemu {
 

@@ -6,9 +6,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "op_hooks.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/world_state.hpp"
 #include "tspemu/core/atomic_file.hpp"
-#include "world_state.hpp"
 
 namespace tspemu {
 

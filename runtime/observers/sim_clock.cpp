@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include "op_hooks.hpp"
-#include "world_state.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/world_state.hpp"
 
 namespace tspemu {
 
