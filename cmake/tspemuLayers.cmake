@@ -50,7 +50,6 @@ set(TSPEMU_LAYER_runtime/transport_HEADERS
     runtime/world/wait.hpp
     runtime/world/op_hooks.hpp
     runtime/world/observer.hpp
-    runtime/world/parker.hpp
     runtime/world/dry_reservation.hpp)
 
 # The collective algorithms, written against the transport's verbs (transport/call.hpp): not the

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "../transport/op_ref.hpp"
-#include "parker.hpp"
+#include "../transport/parker.hpp"
 #include "watchdog.hpp"
 #include "world_state.hpp"
 

@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
+#include "../transport/parker.hpp"
 #include "observer.hpp"
-#include "parker.hpp"
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"

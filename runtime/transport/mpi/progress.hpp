@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "../../world/parker.hpp"
 #include "../../world/wait.hpp"
 #include "../mpi.hpp"
+#include "../parker.hpp"
 #include "rings.hpp"
 #include "wire.hpp"
 
