@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../state.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/wait.hpp"
+#include "../world/world_state.hpp"
 #include "deferred_calls.hpp"
 #include "tspemu/runtime/error.hpp"
 

@@ -19,7 +19,7 @@
 #include <span>
 #include <string>
 
-#include "../observer.hpp"
+#include "../world/observer.hpp"
 #include "shared_memory.hpp"
 #include "transport.hpp"
 #include "tspemu/runtime/sim_streams.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "../dry_reservation.hpp"
+#include "../world/dry_reservation.hpp"
 #include "call.hpp"
 #include "early_exposure.hpp"
 

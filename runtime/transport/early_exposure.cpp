@@ -5,8 +5,8 @@
 #include <span>
 #include <thread>
 
-#include "../dry_reservation.hpp"
-#include "../state.hpp"
+#include "../world/dry_reservation.hpp"
+#include "../world/world_state.hpp"
 #include "deferred_calls.hpp"
 
 namespace tspemu::detail {

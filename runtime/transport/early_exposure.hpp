@@ -100,7 +100,8 @@ struct alignas(64) MemberExposures {
   void reset();  // only while no rank runs
 };
 
-// The issuer's side of one exposed all_gather (owned by its DeferredCall; nonblocking.cpp).
+// The issuer's side of one exposed all_gather (owned by its DeferredCall;
+// nonblocking/nonblocking.cpp).
 class EarlyExposure {
  public:
   // Computes the receive blocks' digests and publishes the operation if its entry is free (the

@@ -7,8 +7,9 @@
 #include <thread>
 #include <vector>
 
-#include "../dry_reservation.hpp"
-#include "../state.hpp"
+#include "../world/dry_reservation.hpp"
+#include "../world/wait.hpp"
+#include "../world/world_state.hpp"
 #include "tspemu/runtime/error.hpp"
 
 namespace tspemu::detail {

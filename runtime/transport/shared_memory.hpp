@@ -120,7 +120,7 @@ struct alignas(64) Slot {
   // also the poster's half of the Parker's Dekker handshake: store_waited (parker.hpp), a release
   // store and a compiler barrier when the waiters' side fences with membarrier, seq_cst otherwise.
   // (MpiTransport's progress thread and finish keep their own seq_cst stores: they are also
-  // halves of other store-then-load handshakes, mpi.cpp.)
+  // halves of other store-then-load handshakes, mpi/.)
   std::atomic<std::uint64_t> progress{0};
   // Owner only (and Group::reset between runs): calls #unmet_first .. #unmet_last were eager
   // broadcasts this rank has not yet seen every member enter (open_rooted); 0 when none. On their

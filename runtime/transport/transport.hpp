@@ -30,7 +30,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../watchdog.hpp"
+#include "op_ref.hpp"
 #include "tspemu/runtime/comm.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/dtype.hpp"

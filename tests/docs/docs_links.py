@@ -13,11 +13,6 @@ import os
 import re
 import sys
 
-# Pages that a concurrent change of issue 35 adds (the MPI transport's design essay, moved out of
-# runtime/transport/mpi.hpp). A link to one is accepted while it is missing, with a note; delete
-# the entry once the page is in the tree.
-PENDING = {"docs/design/mpi-transport.md"}
-
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -74,7 +69,7 @@ def pages(root):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), "..", ".."))
-    broken, checked, pending = [], 0, []
+    broken, checked = [], 0
     for page in pages(root):
         rel_page = os.path.relpath(page, root)
         for n, line in prose_lines(page):
@@ -88,9 +83,6 @@ def main():
                 rel_dest = os.path.relpath(dest, root)
                 where = f"{rel_page}:{n}: {target}"
                 if not os.path.exists(dest):
-                    if rel_dest in PENDING:
-                        pending.append(where)
-                        continue
                     broken.append(f"{where} (no such file: {rel_dest})")
                     continue
                 if anchor:
@@ -98,11 +90,9 @@ def main():
                         broken.append(f"{where} (anchor on a page that is not markdown)")
                     elif anchor not in anchors(dest):
                         broken.append(f"{where} (no heading with anchor #{anchor} in {rel_dest})")
-    for p in pending:
-        print(f"note: {p} (pending: added by a concurrent change)")
     for b in broken:
         print(b)
-    print(f"{checked} relative links checked, {len(broken)} broken, {len(pending)} pending")
+    print(f"{checked} relative links checked, {len(broken)} broken")
     return 1 if broken else 0
 
 

@@ -1,5 +1,5 @@
-// The Parker's wake handshake (runtime/parker.hpp): membarrier-based when the kernel allows it,
-// seq_cst on both sides otherwise or when TSPEMU_MEMBARRIER=0 forces it (the ctest
+// The Parker's wake handshake (runtime/transport/parker.hpp): membarrier-based when the kernel
+// allows it, seq_cst on both sides otherwise or when TSPEMU_MEMBARRIER=0 forces it (the ctest
 // runtime_tests_seq_cst_wake runs this whole binary so). Either way parked ranks are woken.
 #include <gtest/gtest.h>
 

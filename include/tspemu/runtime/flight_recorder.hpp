@@ -9,10 +9,10 @@
 // counter publishes), so it needs no atomics and no locks.
 // Guarantees: no allocation after construction; begin/end cost a clock read (raw ticks, scaled
 // only when read) and a few stores; an end the caller marks as taking no time (an operation that
-// neither waited nor moved more than a few KiB: see notify_end in runtime/state.hpp) reads no
-// clock and records the begin time as its end, so it prints "took 0.000 ms".
-// The ring is cleared at the start of each run: records name groups that live for one run.
-// Cost: O(1) per operation; memory N x 64 B (64 records: 4 KiB) per rank.
+// neither waited nor moved more than a few KiB: see notify_end in runtime/world/op_hooks.hpp) reads
+// no clock and records the begin time as its end, so it prints "took 0.000 ms". The ring is cleared
+// at the start of each run: records name groups that live for one run. Cost: O(1) per operation;
+// memory N x 64 B (64 records: 4 KiB) per rank.
 #pragma once
 
 #include <cstddef>

@@ -416,7 +416,7 @@ TEST_P(MpiWorld, SmallBroadcastWithTwoSelfNamedRootsInDifferentProcessesFailsAtT
   }
 }
 
-// A held open carries its calls' fingerprints as runs of equal ones (mpi.cpp: HeldRun): counts
+// A held open carries its calls' fingerprints as runs of equal ones (mpi/wire.hpp: HeldRun): counts
 // that change every call, every few calls and not at all within one hold must each reach the
 // other processes as they were, so a call that meets every member finds no difference where
 // there is none, and the run's end names the call where there is one, with its count.
@@ -495,7 +495,7 @@ TEST_P(MpiWorld, LongRunsOfSmallBroadcastsWithMessagesBetweenStayExact) {
     }
 }
 
-// Control messages travel on two tags (mpi.cpp): those of at most kPostedBytes (2 KiB) into
+// Control messages travel on two tags (mpi/wire.hpp): those of at most kPostedBytes (2 KiB) into
 // receives posted in advance, longer ones probed for. A point-to-point message above that size,
 // sent between small collectives whose opens take the other tag, still arrives whole and in its
 // pair's order, and the collectives' results stay exact.
@@ -529,7 +529,7 @@ TEST_P(MpiWorld, MessagesAboveThePostedReceiveSizeBetweenSmallCollectivesStayExa
     }
 }
 
-// Control messages between processes of one node go through rings (mpi.cpp: ControlRing) when the
+// Control messages between processes of one node go through rings (mpi/rings.hpp: ControlRing) when the
 // node's processes fit its cores or TSPEMU_MPI_CONTROL_RINGS=1; ctest also runs every test with
 // rings of 4 KiB (TSPEMU_MPI_CONTROL_RING_BYTES). 300 messages of 1 KiB to a rank that first sleeps
 // are many such rings' worth: a writer that finds its ring full waits for the reader's process to

@@ -21,22 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "../transport/op_ref.hpp"
+
 namespace tspemu::detail {
 
 struct Group;
 struct RankState;
 struct WorldShared;
 
-// Names the operation a rank is in, for error messages; formatted only when an error is raised,
-// so the hot path never builds strings.
-struct OpRef {
-  const char* what = "";  // "all_gather", "recv", ...
-  std::uint64_t seq = 0;  // collective number on the group, or message number
-  const Group* group = nullptr;
-  int peer_group_rank = -1;  // for point-to-point
-  const char* stage = "";    // what is awaited: "every member to enter", "the message", ...
-  std::uint64_t bytes = 0;   // the call's payload, count x element size
-};
 std::string describe(const OpRef& op);
 
 // What one rank is blocked on, published for the other ranks' watchdog scans. Written only by

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "state.hpp"
 #include "tspemu/runtime/error.hpp"
+#include "wait.hpp"
 
 namespace tspemu::detail {
 

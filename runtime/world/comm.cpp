@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "state.hpp"
-#include "transport/call.hpp"
-#include "transport/deferred_calls.hpp"
+#include "../transport/call.hpp"
+#include "../transport/deferred_calls.hpp"
+#include "world_state.hpp"
 
 namespace tspemu {
 

@@ -1,5 +1,6 @@
 // Shared state of a world and of its groups: the ranks, the run control, the groups (each with
-// its shared-memory mailbox, transport/shared_memory.hpp) and the transport the world uses.
+// its shared-memory mailbox, transport/shared_memory.hpp) and the transport the world uses. The
+// wait loop over it is wait.hpp; the hooks around every operation, op_hooks.hpp.
 #pragma once
 
 #include <atomic>
@@ -16,10 +17,8 @@
 #include <tuple>
 #include <vector>
 
+#include "../transport/parker.hpp"
 #include "observer.hpp"
-#include "parker.hpp"
-#include "transport/early_exposure.hpp"
-#include "transport/shared_memory.hpp"
 #include "tspemu/core/compute_span.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/counters.hpp"
@@ -34,6 +33,12 @@ namespace tspemu::detail {
 
 struct WorldShared;
 struct Group;
+// The shared-memory transport's parts a group holds (transport/shared_memory.hpp,
+// transport/early_exposure.hpp): held by pointer, so this header does not include them.
+struct Slot;
+struct Channel;
+struct MemberExposures;
+class SharedMemoryTransport;
 
 // The other processes of a world that spans several (WorldOptions::mpi, transport/mpi.hpp): what
 // the world tells them besides the transport's traffic. Absent (null) in a one-process world.
@@ -240,145 +245,5 @@ struct WorldShared {
             bool from_other_process = false);
   std::string first_failure();
 };
-
-inline bool observed(const RankState& self, const OpInfo& op, ObserverHook hook) {
-  return (self.world->observed[static_cast<int>(op.kind)] & hook) != 0;
-}
-// The flight recorder (flight_recorder.hpp) is built in: always on, so it is called directly
-// rather than through the observer lists (an indirect call per hook and a list walk cost more
-// than the record). A record opens at a collective, an isend or an irecv and closes at the
-// operation that completes it: anything but an irecv's post, and a send's isend only when it was
-// copied eagerly (else its wait or withdrawal closes it). It opens after the listed observers'
-// begin, so an injected delay is not part of the recorded operation.
-// The listed observers' hooks, out of line: a run with none of them selected never calls these,
-// and keeping the walks out of notify_* lets those inline into every operation.
-void run_begin_hooks(RankState& self, OpInfo& op);
-void run_end_hooks(RankState& self, OpInfo& op, bool ok);
-
-inline void notify_begin(RankState& self, OpInfo& op) {
-  if (observed(self, op, kHookBegin)) run_begin_hooks(self, op);
-  op.waits_at_begin = self.waits;
-  if (op.kind == OpInfo::Kind::collective || op.kind == OpInfo::Kind::send ||
-      op.kind == OpInfo::Kind::recv_post)
-    op.record = self.flight.begin(op.what, op.seq, &op.group->name, op.peer, op.root, op.bytes);
-}
-inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers) {
-  if (!observed(self, op, kHookMeet)) return;
-  for (Observer* o : self.world->on_meet) o->on_meet(self, op, headers);
-}
-// Closes the flight record of an operation that opened it itself (a collective, an eager send).
-// One that succeeded without waiting, with at most kSmallMessageBytes per rank, ran only its own
-// few hundred instructions and copies of at most a few KiB, well under the microsecond a record
-// prints: it is recorded as taking no time, which saves a clock read (a noticeable share of such a
-// call: docs/benchmarks.md). Only a preemption inside it goes unseen. Every other end reads the
-// clock (a receive's or a send's wait closes a record opened earlier, at irecv or isend).
-inline void end_own_record(RankState& self, std::uint64_t record, bool ok, std::uint64_t bytes,
-                           std::uint64_t waits_at_begin) {
-  self.flight.end(
-      record, ok,
-      /*took_no_time=*/ok && bytes <= kSmallMessageBytes && self.waits == waits_at_begin);
-}
-inline void notify_end(RankState& self, OpInfo& op, bool ok) {
-  if (op.kind == OpInfo::Kind::collective || (op.kind == OpInfo::Kind::send && op.completes_record))
-    end_own_record(self, op.record, ok, op.bytes, op.waits_at_begin);
-  else if (op.kind != OpInfo::Kind::recv_post && op.kind != OpInfo::Kind::send)
-    self.flight.end(op.record, ok);
-  if (observed(self, op, kHookEnd)) run_end_hooks(self, op, ok);
-}
-
-// The simulated-clock model of the world, or null (sim_clock.hpp).
-inline const SimClockModel* sim_model(const RankState& self) {
-  return self.world->opts.sim_clock ? &*self.world->opts.sim_clock : nullptr;
-}
-inline std::int64_t sim_ns_of(double seconds) {
-  return static_cast<std::int64_t>(seconds * 1e9);
-}
-
-// Tells the observers a wait outlasted its spin phase, and when it ends.
-class WaitScope {
- public:
-  WaitScope(RankState& self, const OpRef& op, int waits_for);
-  ~WaitScope();
-  WaitScope(const WaitScope&) = delete;
-  WaitScope& operator=(const WaitScope&) = delete;
-
- private:
-  RankState& self_;
-};
-
-// Waits until ready() holds: spins, yields, then parks, polling the abort flag, the departure of
-// `peer` (a world rank, or -1) and the hang timeout. `op` describes the wait for error messages.
-// Throws PeerFailure or HangError (after raising the world's abort).
-template <class Ready>
-void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready);
-
-// Throws PeerFailure naming the first failure if the world is aborting.
-void check_abort(RankState& self, const OpRef& op);
-// Raises a runtime failure detected by this rank: records it, aborts the world, throws it.
-template <class E>
-[[noreturn]] void raise(RankState& self, const E& error) {
-  self.world->fail(self.rank, error.what(), std::make_exception_ptr(error));
-  throw error;
-}
-
-[[noreturn]] void throw_departed(RankState& self, int peer, const OpRef& op);
-// Prints a hang diagnosis to stderr at once: a rank busy outside the runtime may keep World::run
-// from returning (and so the error from its caller) for as long as it computes.
-void report_hang_now(const std::string& diagnosis);
-[[noreturn]] void throw_hang(RankState& self, int peer, const OpRef& op,
-                             std::chrono::steady_clock::duration waited);
-
-// Longest time wait_until spends yielding before it parks (and starts polling the abort flag).
-inline constexpr std::chrono::microseconds kMaxYieldPhase{20000};
-
-template <class Ready>
-void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
-  if (ready()) return;
-  ++self.waits;
-  WorldShared& w = *self.world;
-  for (int i = 0; i < w.spin_iterations; ++i) {
-    cpu_relax();
-    if (ready()) return;
-  }
-  auto start = std::chrono::steady_clock::now();
-  auto before = start;
-  // From here on the wait is visible to the observers (the watchdog's scans of pending waits).
-  WaitScope pending(self, op, peer);
-  for (int i = 0; i < w.yield_iterations; ++i) {
-    std::this_thread::yield();
-    if (ready()) return;
-    // A yield can give the core away for a whole time slice when other threads want it: park
-    // instead once that happens (long_yield), and bound the phase in time so the abort flag
-    // (polled below) is seen well within the 100 ms abort bound.
-    const auto after = std::chrono::steady_clock::now();
-    if (after - before > w.long_yield || after - start > kMaxYieldPhase) break;
-    before = after;
-  }
-  for (;;) {
-    self.parker.prepare();
-    if (ready()) {
-      self.parker.cancel();
-      return;
-    }
-    check_abort(self, op);
-    // acquire: pairs with the release store in the departing rank's worker loop; everything it
-    // published before leaving is visible, so the recheck below is final.
-    if (peer >= 0 &&
-        w.ranks[static_cast<std::size_t>(peer)]->exited.load(std::memory_order_acquire)) {
-      self.parker.cancel();
-      if (ready()) return;
-      throw_departed(self, peer, op);
-    }
-    auto waited = std::chrono::steady_clock::now() - start;
-    if (waited >= w.opts.hang_timeout) {
-      self.parker.cancel();
-      throw_hang(self, peer, op, waited);
-    }
-    if (w.opts.watchdog_timeout.count() > 0 && waited >= w.opts.watchdog_timeout)
-      watchdog_poll(self);
-    auto left = w.opts.hang_timeout - waited;
-    self.parker.park(std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(20)));
-  }
-}
 
 }  // namespace tspemu::detail

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "state.hpp"
+#include "../world/world_state.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu {

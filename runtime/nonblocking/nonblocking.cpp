@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 
+#include "../collectives/arguments.hpp"
 #include "../transport/deferred_calls.hpp"
 #include "../transport/early_exposure.hpp"
-#include "arguments.hpp"
 #include "tspemu/runtime/all_gather.hpp"
 #include "tspemu/runtime/all_reduce.hpp"
 #include "tspemu/runtime/broadcast.hpp"

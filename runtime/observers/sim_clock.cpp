@@ -4,7 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include "state.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/world_state.hpp"
 
 namespace tspemu {
 

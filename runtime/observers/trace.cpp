@@ -6,7 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "state.hpp"
+#include "../world/op_hooks.hpp"
+#include "../world/world_state.hpp"
 #include "tspemu/core/atomic_file.hpp"
 
 namespace tspemu {

@@ -3,7 +3,7 @@
 // — attached to every operation through one interface, so neither the collective algorithms nor
 // the transport name any of them. Adding an observer touches only WorldShared's constructor
 // (world.cpp) and the observer's own file. The flight recorder, always on, is the one built-in
-// exception: notify_begin/notify_end (state.hpp) call it directly, after the begin hooks and
+// exception: notify_begin/notify_end (op_hooks.hpp) call it directly, after the begin hooks and
 // before the end hooks of the listed observers.
 //
 // Cost: World::run lists, per hook, only the observers the run's options enable (hooks()), so a
@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "transport/transport.hpp"
+#include "../transport/transport.hpp"
 
 namespace tspemu::detail {
 
@@ -52,7 +52,7 @@ struct OpInfo {
   // Set by the operation before end:
   bool completes_record = true;  // send: the message was copied at isend (eager)
   // Observers' state, carried from begin to end (and by a handle from isend/irecv to its wait):
-  std::uint64_t record = 0;          // flight recorder id (notify_begin, state.hpp)
+  std::uint64_t record = 0;          // flight recorder id (notify_begin, op_hooks.hpp)
   std::uint64_t waits_at_begin = 0;  // RankState::waits at begin (notify_begin)
   std::int64_t trace_begin_ns = 0;
   std::int64_t sim_begin_ns = -1;
@@ -97,16 +97,16 @@ class Observer {
 // This call's header as the observers need it at the meet.
 CallHeader call_header(const RankState& self);
 
-// The world's observers (WorldShared::observers) run over one operation (inline in state.hpp:
+// The world's observers (WorldShared::observers) run over one operation (inline in op_hooks.hpp:
 // with nothing attached to a hook, its cost is one empty-list test).
 inline void notify_begin(RankState& self, OpInfo& op);
 inline void notify_meet(RankState& self, OpInfo& op, const MemberHeaders& headers);
 inline void notify_end(RankState& self, OpInfo& op, bool ok);
 
 // Each observer lives beside what it observes.
-std::unique_ptr<Observer> make_injection_observer();     // injection.cpp
-std::unique_ptr<Observer> make_sim_clock_observer();     // sim_clock.cpp
-std::unique_ptr<Observer> make_trace_observer();         // trace.cpp
+std::unique_ptr<Observer> make_injection_observer();     // observers/injection.cpp
+std::unique_ptr<Observer> make_sim_clock_observer();     // observers/sim_clock.cpp
+std::unique_ptr<Observer> make_trace_observer();         // observers/trace.cpp
 std::unique_ptr<Observer> make_pending_wait_observer();  // watchdog.cpp
 
 }  // namespace tspemu::detail

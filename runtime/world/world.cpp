@@ -12,10 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "state.hpp"
-#include "transport/dry.hpp"
+#include "../transport/dry.hpp"
+#include "../transport/early_exposure.hpp"
+#include "op_hooks.hpp"
+#include "wait.hpp"
+#include "world_state.hpp"
 #if TSPEMU_HAVE_MPI
-#include "transport/mpi.hpp"
+#include "../transport/mpi.hpp"
 #endif
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/runtime/error.hpp"
