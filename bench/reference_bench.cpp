@@ -7,13 +7,25 @@
 // 4·NH·hs·(visible query-key pairs, T(T+1)/2 per sequence); backward counted as 2x forward (the
 // recomputed Q·Kᵀ in the attention backward is overhead, not counted).
 // Compare with PyTorch on the same machine: /usr/bin/python3 bench/torch_layer_bench.py.
+//
+// BM_DecodeStep: one reference decode step (decode.hpp), fp32, B=1, of the same layer (L=1, V=32)
+// against a cache of S=2048 positions; the cache grows by one position per iteration over the
+// whole program (S = 2048..~2100, < 3 %). Its memory-traffic bound is the bytes a step must read,
+// weights (4·C² + 3·C·F floats at this MHA shape) plus the cache (2·S·NKV·hs floats), over the
+// memcpy bandwidth measured in the same run (STREAM's Copy convention: bytes read + bytes written
+// over time, median of 5 copies of 128 MiB, 4x a 32 MiB L3); counters bound_ms and
+// x_bound = time / bound. PyTorch's KV-cached step:
+// /usr/bin/python3 bench/torch_decode_bench.py.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "blas_main.hpp"
+#include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
@@ -110,6 +122,64 @@ BENCHMARK(BM_LayerForwardBackward)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+// Bytes per second moved by std::memcpy over a buffer far larger than the caches, counting the
+// bytes read and the bytes written (as STREAM's Copy): median of 5 copies.
+double memcpy_bandwidth() {
+  const std::size_t n = std::size_t(128) << 20;
+  std::vector<char> src(n, 1), dst(n, 0);
+  std::vector<double> secs;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst.data(), src.data(), n);
+    benchmark::DoNotOptimize(dst.data());
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return 2.0 * double(n) / secs[2];
+}
+
+struct DecodeFixture {
+  ModelConfig cfg = layer_config();
+  ModelWeights<float> w = init_weights<float>(cfg, 1);
+  KvCache<float> cache;
+  DecodeFixture() {
+    const std::vector<std::vector<std::int32_t>> prompt{std::vector<std::int32_t>(kT, 3)};
+    cache = prefill(w, prompt).cache;
+  }
+  double step_bytes() const {
+    const double C = cfg.hidden, F = cfg.ffn, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+    const double weights = 2 * C * qd + 2 * C * kvd + 3 * C * F;
+    return sizeof(float) * (weights + 2.0 * double(cache.length(0)) * kvd);
+  }
+};
+
+void BM_DecodeStep(benchmark::State& state) {
+  static DecodeFixture f;  // one prefill for every repetition
+  static const double bandwidth = memcpy_bandwidth();
+  const std::int32_t token = 5;
+  double bound_s = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    bound_s += f.step_bytes() / bandwidth;
+    auto logits = decode_step(f.w, f.cache, std::span<const std::int32_t>(&token, 1));
+    benchmark::DoNotOptimize(logits.data());
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double iters = double(state.iterations());
+  state.counters["bound_ms"] = 1e3 * bound_s / iters;
+  state.counters["x_bound"] = secs / bound_s;  // includes the bound's own arithmetic (negligible)
+  state.counters["memcpy_GB/s"] = bandwidth / 1e9;
+  state.counters["bytes/step"] = f.step_bytes();
+}
+
+BENCHMARK(BM_DecodeStep)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(10)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 

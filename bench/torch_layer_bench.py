@@ -5,30 +5,20 @@ Usage: /usr/bin/python3 bench/torch_layer_bench.py [--reps N]
 
 Same shape as the C++ benchmark (C=1024, NH=NKV=16, F=2816, T=2048, B=1) and the same layer as
 tests/reference/torch_reference.py (whose helpers it imports). Runs PyTorch in its best
-single-thread configuration: OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1, torch.set_num_threads(1),
-and MALLOC_MMAP_MAX_=0 so large tensors reuse heap pages instead of faulting in fresh mmap pages
-every call. The environment must be set before torch loads, so the script re-executes itself.
+single-thread configuration (one BLAS/OpenMP thread, MALLOC_MMAP_MAX_=0: torch_one_thread.py)
+with torch.set_num_threads(1).
 Attention is the standard eager formulation (masked softmax over the full T x T scores; this
 torch has no scaled_dot_product_attention). Prints median milliseconds of forward (no_grad) and
 forward+backward.
 """
 import math
-import os
 import statistics
 import sys
 import time
 
-ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-       "MALLOC_MMAP_MAX_": "0"}
-if any(os.environ.get(k) != v for k, v in ENV.items()):
-    os.environ.update(ENV)
-    os.execv(sys.executable, [sys.executable] + sys.argv)
-
+import torch_one_thread  # noqa: F401  (first: sets the environment, may re-execute)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "reference"))
 from torch_reference import rms_norm, rope_cos_sin, rotate_half  # noqa: E402
 
 C, NH, NKV, FFN, T, B = 1024, 16, 16, 2816, 2048, 1

@@ -44,17 +44,8 @@ struct Case {
 };
 
 Case gqa_case() {
-  ModelConfig c;
-  c.vocab = 37;
-  c.hidden = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn = 48;
-  c.rope_base = 500.0;
-  c.norm_eps = 1e-5;
-  c.tie_embeddings = false;
-  return {"gqa_rope", c, 2, 19, 5};  // positions 5..23: RoPE and the mask use given positions
+  return {"gqa_rope", testing::torch_gqa_config(), 2, 19,
+          5};  // positions 5..23: RoPE and the mask use given positions
 }
 
 Case tied_case() {

@@ -31,6 +31,16 @@ inline ModelConfig tiny_gqa_config() {
   return c;
 }
 
+// The PyTorch cross-checks' model (conformance_test.cpp, decode_torch_test.cpp): tiny_gqa_config
+// widened to hs=8, V=37, F=48.
+inline ModelConfig torch_gqa_config() {
+  ModelConfig c = tiny_gqa_config();
+  c.vocab = 37;
+  c.hidden = 32;
+  c.ffn = 48;
+  return c;
+}
+
 inline ModelConfig tiny_tied_config() {
   ModelConfig c = tiny_gqa_config();
   c.n_kv_heads = 4;

@@ -7,7 +7,8 @@
 //   attention.hpp, silu_mul.hpp and matmul.hpp on their shards and are checked against these
 //   entry points block by block.
 // What it refuses to do: no threads, no fused or reordered arithmetic beyond GEMM, no dropout,
-//   no KV cache, no mixed precision. T = float is "the fp32 reference"; T = double is the oracle.
+//   no KV cache (decoding with one is decode.hpp, on these blocks), no mixed precision. T = float
+//   is "the fp32 reference"; T = double is the oracle.
 // Requirements: a validated ModelConfig; weights shaped as ModelWeights::zeros(config).
 //   Weight layout is PyTorch Linear: W is [out, in] and y = x · Wᵀ.
 // Guarantees:
