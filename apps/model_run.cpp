@@ -38,13 +38,12 @@ TokenBatch seeded_batch(const StackConfig& c) {
 double run_parallel(const StackConfig& c, const tsp::LayerProblem& problem,
                     const ref::ModelWeights<float>& w32, const TokenBatch& batch, StackResult& out,
                     ref::ModelWeights<float>& gt) {
-  const tsp::StrategyInfo& strategy = tsp::strategy_info(c.strategy.scheme);
+  const tsp::StrategyBlocks& blocks = tsp::strategy_blocks(c.strategy.scheme);
   double loss_parallel = 0;
   World world(stack_world_options(c, c.strategy.ranks()));
   world.run([&](Rank& rank) {
     const int p = rank.id();
-    const auto model =
-        tsp::strategy_blocks(c.strategy.scheme).make_model(rank, problem, c.strategy, w32);
+    const auto model = blocks.make_model(rank, problem, c.strategy, w32);
     rank.arena().reset_peaks();
     StepClock clock(rank, out);
     clock.start();

@@ -3,7 +3,7 @@
 #   1. the whole suite (ctest) in a RelWithDebInfo build, then `cmake --install` of it and the
 #      out-of-tree consumer tests/package built against the install, by find_package and by
 #      pkg-config;
-#   2. clang-tidy with the curated checks of .clang-tidy over apps/ runtime/ tsp/ reference/
+#   2. clang-tidy with the curated checks of .clang-tidy over apps/ runtime/ plan/ tsp/ reference/
 #      check/ (findings listed and counted by check; any finding fails), then the runtime tests
 #      and the TSP, baseline and sequence-attention block tests under ThreadSanitizer;
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer;
@@ -50,7 +50,7 @@ echo "package step: $((SECONDS - started)) s"
 echo "== clang-tidy: .clang-tidy's curated checks over the first-party sources"
 started=$SECONDS
 tidy_status=0
-run-clang-tidy -quiet -p build -j "$jobs" "^$PWD/(apps|runtime|tsp|reference|check)/.*\.cpp\$" \
+run-clang-tidy -quiet -p build -j "$jobs" "^$PWD/(apps|runtime|plan|tsp|reference|check)/.*\.cpp\$" \
   >build/clang-tidy.log 2>&1 || tidy_status=$?
 # A finding in a header is reported once per file that includes it: counted once.
 findings=$(grep -E "(warning|error): " build/clang-tidy.log | sed 's/\x1b\[[0-9;]*m//g' | sort -u || true)
