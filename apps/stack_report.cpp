@@ -13,8 +13,6 @@
 
 namespace tspemu::app {
 
-namespace cost = tsp::cost;
-
 namespace {
 
 unsigned long long ull(std::uint64_t v) {

@@ -24,6 +24,7 @@ void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<f
   for (std::size_t i = 0; const auto& entry : grads.named())
     if (ref::kLayerTensors[i++].block == ref::LayerBlock::attention) named.push_back(entry);
   std::vector<std::span<float>> buffers;
+  buffers.reserve(named.size());
   for (const auto& [name, g] : named) buffers.emplace_back(*g);
   if (reduce_gradients) all_reduce_buffers<float>(rb.comm(), buffers);
   for (const auto& [name, g] : named) rb.gradient(name, *g, replicated());
