@@ -529,8 +529,8 @@ TEST_P(MpiWorld, MessagesAboveThePostedReceiveSizeBetweenSmallCollectivesStayExa
     }
 }
 
-// Control messages between processes of one node go through rings (mpi/rings.hpp: ControlRing) when the
-// node's processes fit its cores or TSPEMU_MPI_CONTROL_RINGS=1; ctest also runs every test with
+// Control messages between processes of one node go through rings (mpi/rings.hpp: ControlRing) when
+// the node's processes fit its cores or TSPEMU_MPI_CONTROL_RINGS=1; ctest also runs every test with
 // rings of 4 KiB (TSPEMU_MPI_CONTROL_RING_BYTES). 300 messages of 1 KiB to a rank that first sleeps
 // are many such rings' worth: a writer that finds its ring full waits for the reader's process to
 // take records out, and every message arrives whole and in its pair's order.
