@@ -1,0 +1,220 @@
+// Decode (and prefill) cost model of the inference schedules: per rank, the weights, the KV cache
+// of a batch, the bytes of every collective of one decode step, the HBM bytes one step reads and
+// the longest context a memory budget holds. A plain library in the leaf module plan/, beside the
+// training closed forms (cost_model.hpp, whose ModelShape and ring conventions it uses).
+//
+// What
+//   Schedules (DecodeScheme): TP (T), SP / context parallel (Σ, pass-Q decode, weights
+//   replicated), the TP+SP mesh (T × Σ), Helix (KVP × TP_A on the same N ranks), TSP-M and TSP-W
+//   (D). Notation as ../shared/INFERENCE-NOTES.md §1.4: h hidden, L layers, n_h / n_kv heads,
+//   d = h / n_h, g = n_h / n_kv, F = ffn / h, β bytes per element, B new tokens (one per
+//   sequence), S_b the cached tokens of sequence b that the step attends to (its new token
+//   included).
+//
+// The schedules as modelled (one decode step; per layer unless said; "AR" all-reduce):
+//   TP (T)        hidden state replicated; column W_Q/K/V, gate/up, row W_O, down; 2 AR of [B, h]
+//                 over T. Each rank holds max(n_kv/T, 1) KV heads: past T = n_kv the KV heads
+//                 (W_K/W_V columns and cache) are duplicated T/n_kv times. Vocabulary-parallel
+//                 embedding (AR of [B, h]) and LM head (all-gather of [B, V/T]) once per step.
+//   SP (Σ)        weights replicated, every rank computes Q/K/V of the B new tokens redundantly
+//                 (the new token's K/V is kept by its owner: no traffic); partial attention over
+//                 the local S/Σ keys; merge: all-gather of the partials' LSE (B·n_h fp32 per
+//                 rank) then an AR of the rescaled outputs [B, h]. 2 collectives (1 + LSE).
+//   TP+SP (T×Σ)   TP over each row of T, SP over each column of Σ on the head shard: 2 AR of
+//                 [B, h] over T, AR of [B, h/T] and the LSE all-gather (B·n_h/T) over Σ.
+//   Helix (KVP×TP_A = N)  attention: W_Q/K/V split over TP_A (replicated over KVP), partial
+//                 attention over the local S/KVP keys, all-to-all over KVP of the [B, h/TP_A]
+//                 partials and their LSE to the head owners; W_O row-parallel over all N and
+//                 AR of [B, h] over N; dense FFN over N and AR of [B, h] over N. Vocabulary over N.
+//   TSP-M (D)     the training loop: D broadcasts of the packed attention shards (root rotating),
+//                 D−1 ring hops of the MLP shards; per head shard the owners' queries all-gathered
+//                 and the partials (+ LSE) sent back to the token owners (all-to-all). The token's
+//                 owner computes every shard's K/V for its token: no routing. Embedding and LM head
+//                 as in training: D broadcasts of each vocabulary shard per step.
+//   TSP-W (D)     weights in place (TSP's shards are Megatron's): rank r computes Q/K/V of head
+//                 shard r for the B new tokens; routes each new token's K/V head slice to the
+//                 token's cache owner (send/recv, or optionally an all-gather); all-gathers Q;
+//                 partial attention over its local keys for all heads; all-to-all of (out, LSE)
+//                 partials to the head owners; row-parallel W_O + AR of [B, h]; MLP column/row
+//                 + AR of [B, h]. Embedding via vocabulary-sharded rows (AR of [B, h]), LM head
+//                 all-gather of [B, V/D] logits. 5 collectives per layer (4 without the route).
+//
+// Formulas as pinned (ring convention, bytes per device per layer, β per element; LSE fp32, 4 B;
+// the notes' table states the same unless marked *):
+//   TP      4(T−1)/T·B·h·β
+//   SP      2(Σ−1)/Σ·B·h·β            + LSE (Σ−1)·B·n_h·4 *
+//   TP+SP   4(T−1)/T·B·h·β + 2(Σ−1)/Σ·B·(h/T)·β  + LSE (Σ−1)·B·(n_h/T)·4 *
+//   Helix   (KVP−1)/KVP·B·(h/TP_A)·β + 4(N−1)/N·B·h·β  + LSE (KVP−1)/KVP·B·(n_h/TP_A)·4
+//   TSP-M   (D−1)/D·[P_attn + P_mlp + 2·B·h]·β  + LSE (D−1)/D·B·n_h·4
+//   TSP-W   (D−1)/D·B·h·(6 + 2/(g·D))·β         + LSE (D−1)/D·B·n_h·4
+//   * SP's and the mesh's LSE are all-gathers, so every rank receives Σ−1 blocks: (Σ−1)·B·n_h,
+//     not the notes' generic "(D−1)/D·B·n_h" (which is the all-to-all's of TSP-W and Helix).
+//   The notes' worked numbers (§1.5) exclude the LSE term; comm_per_step() does too, lse_per_step()
+//   gives it apart.
+//   Weights per rank per layer (elements; norms 2h replicated everywhere):
+//     TP, TP+SP  (W_Q + W_O)/T + (W_K + W_V)·max(n_kv/T, 1)/n_kv + P_mlp/T
+//     SP         P_attn + P_mlp
+//     Helix      (W_Q)/TP_A + (W_K + W_V)·max(n_kv/TP_A, 1)/n_kv + W_O/N + P_mlp/N *
+//     TSP-M/W    (P_attn + P_mlp)/D  (TSP-M adds one attention and one MLP shard in flight)
+//   * the notes' table writes P_attn/TP_A: after Helix's all-to-all each rank holds n_h/N heads
+//     of the attention output, so W_O is row-parallel over all N (it is what makes the following
+//     all-reduce over N correct), and only W_Q/K/V are split over TP_A.
+//   KV cache per rank per layer: 2·d·β·(KV heads held)·Σ_b ceil(S_b / token shards), with
+//     KV heads held: TP, TP+SP max(n_kv/T, 1); Helix max(n_kv/TP_A, 1); SP, TSP all n_kv;
+//     token shards: TP 1; SP, TP+SP Σ; Helix KVP; TSP D. ceil: the most loaded rank of a balanced
+//     layout; exact for every rank when the shards divide S_b.
+//   HBM bytes read per step per rank: the weights the rank's GEMMs read (TSP-M: every shard
+//     passes through every rank, so all of P, not P/D) + its KV cache.
+//   S_max for a budget M per device (B = 1): shards · floor((M − weights − buffers) / (2·L·d·β·
+//     KV heads held)), the tokens a sequence spreads over its token shards.
+//   Prefill per layer per device (ring convention, the training forward): TSP (D−1)/D·[(2 + 2/g
+//     + 3F)h² + 2·B·S·h/g], TP 4(T−1)/T·B·S·h; with g = 1, F = 4, D = T, TSP < TP iff B·S > 8h.
+//
+// Requirements (std::invalid_argument naming the schedule and values): degrees >= 1; TP, TP+SP
+//   T | n_h, T | ffn, and T | n_kv (T <= n_kv) or n_kv | T (T > n_kv); Helix the same for TP_A,
+//   and N | n_h, N | ffn; TSP D | n_h, D | kv_dim (TSP's column split), D | ffn. Vocabulary rows
+//   are split in ceil(V / n) (padded, as Megatron pads its vocabulary).
+// Guarantees: bytes are exact integers (uint64) wherever the convention gives an integer; the
+//   ring-convention per-device figures are doubles ((n−1)/n·N). tspw_decode_step_traffic and
+//   decode_step_traffic count as the runtime's TrafficCounters (counters.hpp), per rank, so a
+//   measured decode step compares with ==.
+// Cost: O(number of collectives + B) per call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tspemu/plan/cost_model.hpp"
+#include "tspemu/runtime/counters.hpp"
+
+namespace tspemu::tsp::cost {
+
+enum class DecodeScheme { tp, sp, tp_sp, helix, tsp_m, tsp_w };
+// "TP", "SP", "TP+SP", "Helix", "TSP-M", "TSP-W"
+const char* decode_scheme_name(DecodeScheme s);
+
+struct DecodeStrategy {
+  DecodeScheme scheme = DecodeScheme::tsp_w;
+  int T = 1;   // TP degree (tp, tp_sp); Helix's TP_A
+  int Sp = 1;  // SP degree Σ (sp, tp_sp); Helix's KVP
+  int D = 1;   // TSP degree (tsp_m, tsp_w)
+
+  static DecodeStrategy tp(int T) { return {DecodeScheme::tp, T, 1, 1}; }
+  static DecodeStrategy sp(int Sp) { return {DecodeScheme::sp, 1, Sp, 1}; }
+  static DecodeStrategy tp_sp(int T, int Sp) { return {DecodeScheme::tp_sp, T, Sp, 1}; }
+  static DecodeStrategy helix(int kvp, int tpa) { return {DecodeScheme::helix, tpa, kvp, 1}; }
+  static DecodeStrategy tsp_m(int D) { return {DecodeScheme::tsp_m, 1, 1, D}; }
+  static DecodeStrategy tsp_w(int D) { return {DecodeScheme::tsp_w, 1, 1, D}; }
+  bool tsp() const { return scheme == DecodeScheme::tsp_m || scheme == DecodeScheme::tsp_w; }
+  int ranks() const { return tsp() ? D : T * Sp; }
+  int token_shards() const;  // TP 1; SP, TP+SP Σ; Helix KVP; TSP D
+  int head_shards() const;   // the degree splitting the KV heads: TP, TP+SP T; Helix TP_A; else 1
+  std::string name() const;  // e.g. "TP T=8", "TP+SP T=2×Σ=4", "Helix KVP=4×TP_A=2", "TSP-W D=8"
+};
+
+// Every schedule on n ranks, in table order: TP n, SP n, each TP+SP T×Σ = n (1 < T, Σ), each
+// Helix KVP×TP_A = n (KVP > 1), TSP-M n, TSP-W n.
+std::vector<DecodeStrategy> decode_strategies_at(int n);
+
+// Throws std::invalid_argument when the model's shape does not suit the schedule (see above).
+void check_decode_shape(const ModelShape& m, const DecodeStrategy& st);
+
+// One collective of the decode step, as the schedule calls it.
+struct DecodeCollective {
+  std::string what;  // e.g. "Q all-gather", "W_O all-reduce", "LSE all-gather"
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int group = 1;            // ranks taking part
+  std::uint64_t calls = 0;  // per layer (per_layer) or per step
+  // Payload per call, bytes: all_reduce its input; all_gather its whole output; all_to_all one
+  // rank's input; broadcast the message; TSP-W's route one rank's K/V slices of the B tokens;
+  // TSP-M's ring hop one MLP shard.
+  std::uint64_t payload = 0;
+  std::uint64_t element_bytes = 0;  // β, or 4 for the LSE
+  double per_device = 0;            // ring convention, bytes per device per call
+  bool lse = false;                 // the fp32 log-sum-exp term
+  bool packed = false;    // travels in the call of the entry before it (no call of its own)
+  bool per_layer = true;  // false: once per step (embedding, LM head)
+  enum class Group { tp, sp, all } axis = Group::all;  // the T group, the Σ group, every rank
+};
+
+struct DecodeCost {
+  DecodeStrategy st;
+  // Parameters per rank (elements): one layer; embedding + LM head (unless tied) + final norm.
+  std::uint64_t layer_params = 0, vocab_params = 0;
+  std::uint64_t weight_bytes = 0;  // (L·layer + vocab)·β
+  std::uint64_t buffer_bytes = 0;  // TSP-M: one attention and one MLP shard in flight, all layers
+                                   // share them (bytes, not per layer)
+  std::int64_t kv_heads_held = 0;  // KV heads of the cache per rank
+  double kv_duplication = 1;       // copies of each K/V element over the ranks
+  std::uint64_t kv_tokens = 0;     // Σ_b ceil(S_b / token shards), the most loaded rank
+  std::uint64_t kv_bytes_per_layer = 0, kv_bytes = 0;  // per rank; kv_bytes = L × per layer
+  std::uint64_t hbm_read_bytes = 0;                    // per rank per step
+  std::vector<DecodeCollective> comm;
+  // Ring convention bytes per device: the layers' (L × per layer) without the LSE; the LSE apart;
+  // the vocabulary parts (per step).
+  double comm_per_layer(bool with_lse = false) const;
+  double comm_per_step() const;  // L × comm_per_layer(false)
+  double lse_per_step() const;   // L × the LSE collectives
+  double vocab_per_step() const;
+  std::uint64_t layer_collectives() const;  // calls per layer
+  std::uint64_t layers = 0;
+};
+
+// The cost of one decode step of `lengths.size()` sequences (B >= 1, each S_b >= 1), elements of
+// `beta` bytes (weights, activations, KV), the LSE in fp32.
+DecodeCost decode_cost(const ModelShape& m, const DecodeStrategy& st,
+                       const std::vector<std::int64_t>& lengths, std::uint64_t beta);
+
+// Bytes of K and V of one token of one layer on one rank holding it: 2·d·KV heads held·β.
+std::uint64_t kv_bytes_per_token_layer(const ModelShape& m, const DecodeStrategy& st,
+                                       std::uint64_t beta);
+
+// The longest context one sequence (B = 1) can cache when each rank has `budget` bytes: token
+// shards · floor((budget − weights − buffers) / (L·kv_bytes_per_token_layer)); 0 if the weights
+// alone exceed the budget.
+std::int64_t decode_max_context(const ModelShape& m, const DecodeStrategy& st, std::uint64_t budget,
+                                std::uint64_t beta);
+
+// Prefill per layer per device, ring convention, elements (the training forward of the matching
+// training strategy, cost_model.hpp's paper_forward_elements over m.B, m.S): TP → TP, SP → SP
+// (pass-KV), TP+SP → TP+SP, Helix → TP+SP with T = TP_A, Σ = KVP (its cache's layout), TSP-M and
+// TSP-W → TSP.
+double prefill_elements(const ModelShape& m, const DecodeStrategy& st);
+
+// ---- Runtime counting (TrafficCounters) ------------------------------------------------------
+
+// How TSP-W moves the new tokens' K/V head slices to their owners.
+enum class KvRoute {
+  send_recv,   // one send per other owner of >= 1 new token (its tokens' slices, packed), one
+               // recv per other rank on each rank owning >= 1 new token
+  all_gather,  // every rank gathers every head slice of the B tokens (keeps its own tokens')
+};
+struct TspwDecodeOptions {
+  KvRoute route = KvRoute::send_recv;
+  bool lse_packed = true;  // out and LSE in one all_to_all (else a second all_to_all of the LSE)
+  bool vocab = true;       // the embedding all-reduce and the LM head all-gather
+};
+
+// One TSP-W decode step as `rank` (0 <= rank < D) counts it: B = owners.size() new tokens,
+// owners[b] the rank caching token b's K/V. Per layer: all_gather Q (block B·h/D·β); the route;
+// all_to_all of the partials (block B·(h/D)·β + B·(n_h/D)·4); two all_reduce of B·h elements.
+// Per step: all_reduce of the embedding's [B, h], all_gather of the logits (block B·(V/D)·β).
+// Requirements: check_decode_shape(tsp_w(D)); D | V when opt.vocab; owners in [0, D).
+TrafficCounters tspw_decode_layer_traffic(const ModelShape& m, int D,
+                                          const std::vector<int>& owners, std::uint64_t beta,
+                                          int rank, const TspwDecodeOptions& opt = {});
+TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::vector<int>& owners,
+                                         std::uint64_t beta, int rank,
+                                         const TspwDecodeOptions& opt = {});
+
+// The mesh schedules (TP, SP, TP+SP, Helix) as `rank` counts them, all layers and the vocabulary
+// parts, from decode_cost's collectives: ranks as baseline_shape.hpp (rank = row·T + col, the T
+// group a row, the Σ group a column; Helix: T = TP_A, Σ = KVP). all_reduce by the runtime's
+// balanced chunks (all_reduce_bytes); all_gather and all_to_all (n − 1) blocks each way.
+// TSP-M and TSP-W are refused (std::invalid_argument): TSP-W's counts depend on the token owners
+// (tspw_decode_step_traffic); TSP-M has no runtime schedule.
+TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
+                                    std::uint64_t beta, int rank);
+
+}  // namespace tspemu::tsp::cost
