@@ -70,6 +70,18 @@
 //   Prefill per layer per device (ring convention, the training forward): TSP (D−1)/D·[(2 + 2/g
 //     + 3F)h² + 2·B·S·h/g], TP 4(T−1)/T·B·S·h; with g = 1, F = 4, D = T, TSP < TP iff B·S > 8h.
 //
+// Where this differs from INFERENCE-NOTES.md §1.4 (each re-derived from the schedule above):
+//   - SP's and TP+SP's LSE term (all-gathers, see *), Helix's W_O over N (see *);
+//   - HBM reads of TSP-M: P per step, not P/D (the notes' weights/rank + KV/rank holds for the
+//     others);
+//   - TSP-M's collectives per layer: 4D − 1 calls (D broadcasts, D − 1 hops, D Q all-gathers, D
+//     partial all-to-alls, the LSE riding with them), where the notes count ≈ 2D (the weights');
+//   - the notes' 1.43 MB (TSP-W), 0.46 MB (SP8), 0.72 MB (TP2×SP4) per step exclude the LSE; with
+//     it they are 1.44, 0.49 and 0.73 MB;
+//   - the notes' P (8.59 B parameters of the 7B-class model) is the layers' only: the S_max and
+//     weights per rank they print hold for the layers, not with the 32000-row vocabulary, which
+//     decode_cost adds (ceil(V/n) rows per rank).
+//
 // Requirements (std::invalid_argument naming the schedule and values): degrees >= 1; TP, TP+SP
 //   T | n_h, T | ffn, and T | n_kv (T <= n_kv) or n_kv | T (T > n_kv); Helix the same for TP_A,
 //   and N | n_h, N | ffn; TSP D | n_h, D | kv_dim (TSP's column split), D | ffn. Vocabulary rows
