@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "output_files.hpp"
+#include "plan_inference.hpp"
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
@@ -464,20 +465,14 @@ nlohmann::json report_json(const PlanReport& r) {
   const PlanArgs& a = *r.args;
   const cost::ModelShape& m = r.m;
   nlohmann::json j = document("plan");
-  j["config"] = {{"preset", a.preset},
-                 {"hidden", m.hidden},
-                 {"layers", m.layers},
-                 {"heads", m.n_heads},
-                 {"kv_heads", m.n_kv_heads},
-                 {"ffn", m.ffn},
-                 {"vocab", m.vocab},
-                 {"devices", a.devices},
-                 {"device_bytes", r.capacity},
-                 {"batch", m.B},
-                 {"recompute", recompute_name(r.as.recompute)},
-                 {"assume", a.assumptions.assume},
-                 {"assumptions", describe(r.as)},
-                 {"units", a.assumptions.units}};
+  j["config"] = plan_model_json(a, m);
+  j["config"].update({{"devices", a.devices},
+                      {"device_bytes", r.capacity},
+                      {"batch", m.B},
+                      {"recompute", recompute_name(r.as.recompute)},
+                      {"assume", a.assumptions.assume},
+                      {"assumptions", describe(r.as)},
+                      {"units", a.assumptions.units}});
   j["tables"] = nlohmann::json::array();
   for (const PlanTable& t : r.tables) j["tables"].push_back(table_json(r, t));
   if (!a.sweep.empty()) j["svg"] = a.svg_path;
@@ -523,6 +518,12 @@ void write_sweep_svg(const PlanReport& r) {
 }
 
 }  // namespace
+
+nlohmann::json plan_model_json(const PlanArgs& a, const cost::ModelShape& m) {
+  return {{"preset", a.preset}, {"hidden", m.hidden},       {"layers", m.layers},
+          {"heads", m.n_heads}, {"kv_heads", m.n_kv_heads}, {"ffn", m.ffn},
+          {"vocab", m.vocab}};
+}
 
 std::vector<std::string> plan_presets() {
   std::vector<std::string> v;
@@ -708,10 +709,18 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
                 "buffers, accounting only): per-rank peak memory by category "
                 "and bytes per "
                 "collective vs the closed forms");
+  cmd->add_flag("--inference", a.inference,
+                "report the inference schedules instead (TP, SP, TP+SP, Helix, TSP-M, TSP-W): "
+                "weights and KV cache per rank, max context, bytes per decode step per "
+                "collective, for --batch sequences of --seq cached tokens");
+  cmd->add_option("--element-bytes", a.element_bytes,
+                  "with --inference: bytes per weight, activation and KV element (1, 2 or 4)")
+      ->capture_default_str();
   return cmd;
 }
 
 int plan_command(const PlanArgs& a, std::ostream& out) {
+  if (a.inference) return plan_inference_command(a, out);
   check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   const PlanReport r = plan_report(a);
   print_report(r, out);

@@ -6,7 +6,8 @@
 // communication vs S, with the device-capacity line). --dry-run adds, per length, one layer of each
 // strategy's real blocks run dry (tsp/layer_measure.hpp: accounting-only arenas, no arithmetic):
 // per-rank peak memory by category and bytes per collective measured from the schedule code, next
-// to the closed-form traffic, with the time each took and the process's max RSS.
+// to the closed-form traffic, with the time each took and the process's max RSS. --inference
+// reports the inference schedules' decode costs instead (plan_inference.hpp).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "memory_assumptions.hpp"
 #include "tspemu/plan/cost_model.hpp"
@@ -39,6 +41,9 @@ struct PlanArgs {
   std::string device = "mi300x";  // mi300x | h100
   std::optional<double> mfu;      // the device preset's 0.4 otherwise
   int total_devices = 0;          // 0: --devices (one replica)
+  // --inference: the decode cost model's report instead (plan_inference.hpp).
+  bool inference = false;
+  int element_bytes = 2;  // β of weights, activations and the KV cache (bf16)
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
@@ -61,5 +66,7 @@ tsp::cost::ModelShape preset_shape(const std::string& name);
 // kv heads | heads, and every product the cost model forms of B, S, h, ffn, vocab and L inside
 // int64 (ConfigError naming the flags and values otherwise).
 tsp::cost::ModelShape plan_shape(const PlanArgs& a, std::int64_t B, std::int64_t S);
+// The model's part of the report's "config": the preset's name and m's shape.
+nlohmann::json plan_model_json(const PlanArgs& a, const tsp::cost::ModelShape& m);
 
 }  // namespace tspemu::app
