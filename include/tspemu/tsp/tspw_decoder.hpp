@@ -33,10 +33,10 @@
 //     mlp:      n = rmsnorm(mid); all_reduce of (silu(n·W_gate^(r)ᵀ) ⊙ n·W_up^(r)ᵀ)·W_down^(r)ᵀ;
 //               x = mid + sum
 //   lm_head: rmsnorm of each sequence's last new row; logits of r's Vl ids; all_gather -> [B, V]
-// Seven kinds of collective per step: 1 + 5·L + 1 (the route is an all-gather, so each rank
-//   receives the K/V of all N tokens for head shards it does not own and keeps only its own
-//   tokens': (D-1)/D · 2·N·NKV·hs elements, where a variable all-to-all would move 1/D of that;
-//   the runtime has no all_to_allv yet). last_traffic() reports what each stage moved.
+// Collectives per step: 2 + 5·L in 7 stages (last_traffic()). The route is an all-gather, so
+//   each rank receives the K/V of all N tokens for the head shards it does not own and keeps only
+//   its own tokens': (D-1)/D · 2·N·NKV·hs elements, where a variable all-to-all would move 1/D of
+//   that (the runtime has no all_to_allv yet).
 // Prefill is this same step with all prompt tokens as queries. A prefill through the training
 //   forward (TspAttention with a hook that captures each rank's zigzag K/V) is the alternative,
 //   left for later: it would leave the cache where KvOwnership puts a zigzag prompt.
