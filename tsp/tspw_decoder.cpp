@@ -210,204 +210,254 @@ std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> to
   return logits;
 }
 
+// The step's dimensions and buffers (arena: workspace, and comm for what collectives move).
+template <class T>
+struct BasicTspwDecoder<T>::Scratch {
+  int D, r, B, N, C, NH, NKV, hs, NHl, NKVl, Fl, Vl;
+  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud, block;  // block: one all_to_all block
+  std::vector<std::int64_t> rotation;                  // [N] RoPE's positions
+  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, send, recv, att,
+      att_lse, partial, gate, up, h, krow, vrow;
+
+  Scratch(Arena& a, const DecodeShape& s, int rank, const Step& st) {
+    const ref::ModelConfig& m = s.model;
+    D = s.D, r = rank, B = s.batch, N = st.rows(), C = m.hidden, NH = m.n_heads;
+    NKV = m.n_kv_heads, hs = m.head_size(), NHl = NH / D, NKVl = NKV / D, Fl = m.ffn / D;
+    Vl = m.vocab / D;
+    rows = static_cast<std::size_t>(N), Cz = static_cast<std::size_t>(C);
+    ud = static_cast<std::size_t>(D);
+    qdl = static_cast<std::size_t>(NHl) * hs;   // q columns of a head shard
+    kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns of a head shard
+    qd = static_cast<std::size_t>(NH) * hs, kvd = static_cast<std::size_t>(NKV) * hs;
+    block = rows * qdl + rows * static_cast<std::size_t>(NHl);
+    const std::size_t NF = rows * static_cast<std::size_t>(Fl);
+    x = a.allocate<T>(rows * Cz, Category::workspace, /*zero=*/true);
+    mid = a.allocate<T>(rows * Cz, Category::workspace);
+    xn = a.allocate<T>(rows * Cz, Category::workspace);
+    rstd = a.allocate<T>(rows, Category::workspace);
+    qloc = a.allocate<T>(rows * qdl, Category::workspace);
+    kloc = a.allocate<T>(rows * kvl, Category::workspace);
+    vloc = a.allocate<T>(rows * kvl, Category::workspace);
+    kvsend = a.allocate<T>(rows * 2 * kvl, Category::comm);
+    kvall = a.allocate<T>(ud * rows * 2 * kvl, Category::comm);
+    qall = a.allocate<T>(ud * rows * qdl, Category::comm);
+    q = a.allocate<T>(rows * qd, Category::workspace);
+    out = a.allocate<T>(rows * qd, Category::workspace);
+    lse = a.allocate<T>(static_cast<std::size_t>(NH) * rows, Category::workspace);
+    send = a.allocate<T>(ud * block, Category::comm);
+    recv = a.allocate<T>(ud * block, Category::comm);
+    att = a.allocate<T>(rows * qdl, Category::workspace);
+    att_lse = a.allocate<T>(static_cast<std::size_t>(NHl) * rows, Category::workspace);
+    partial = a.allocate<T>(rows * Cz, Category::workspace);
+    gate = a.allocate<T>(NF, Category::workspace);
+    up = a.allocate<T>(NF, Category::workspace);
+    h = a.allocate<T>(NF, Category::workspace);
+    krow = a.allocate<T>(kvd, Category::workspace);
+    vrow = a.allocate<T>(kvd, Category::workspace);
+  }
+};
+
+template <class T>
+void BasicTspwDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
+  const TrafficCounters before = rank_.counters();
+  collective();
+  into += difference(rank_.counters(), before);
+}
+
 template <class T>
 std::vector<T> BasicTspwDecoder<T>::run(const Step& st) {
+  Scratch sc(rank_.arena(), s_, rank_.id(), st);
+  traffic_ = {};
+  // RoPE's positions: the global ones; the fault uses a token's index among its owner's keys.
+  sc.rotation = st.positions;
+  if (fault_ == TspwFault::rope_local_positions) {
+    const KvOwnership& own = cache_->ownership();
+    for (int b = 0; b < sc.B; ++b)
+      for (int i = 0; i < st.count[static_cast<std::size_t>(b)]; ++i) {
+        const std::size_t n = st.offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(i);
+        sc.rotation[n] = own.count(own.owner(b, st.positions[n]), b, st.positions[n]);
+      }
+  }
+  embed(st, sc);
+  for (int l = 0; l < s_.model.n_layers; ++l) {
+    attention(l, st, sc);
+    mlp(l, st, sc);
+  }
+  return lm_head(st, sc);
+}
+
+// x = embed_tokens(tokens): the owner of each id's row writes it, the others zeros; the
+// all-reduce adds exact zeros, so x is the embedding row bit for bit.          [N, C]
+template <class T>
+void BasicTspwDecoder<T>::embed(const Step& st, Scratch& sc) {
+  for (std::size_t n = 0; n < sc.rows; ++n) {
+    const int t = st.tokens[n];
+    if (t / sc.Vl == sc.r)
+      std::copy_n(w_->embed.data() + static_cast<std::size_t>(t - sc.r * sc.Vl) * sc.Cz, sc.Cz,
+                  sc.x.data() + n * sc.Cz);
+  }
+  measured(traffic_.embedding, [&] { all_reduce<T>(rank_.comm(), sc.x.span()); });
+}
+
+// The attention block of layer l: mid = x + o_proj(attention), every stage of the header.
+template <class T>
+void BasicTspwDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
   const ref::ModelConfig& m = s_.model;
   const Weights& w = *w_;
   Comm& comm = rank_.comm();
-  Arena& a = rank_.arena();
-  const int D = s_.D, r = rank_.id(), B = s_.batch, N = st.rows();
-  const int C = m.hidden, NH = m.n_heads, NKV = m.n_kv_heads, hs = m.head_size();
-  const int NHl = NH / D, NKVl = NKV / D, Fl = m.ffn / D, Vl = m.vocab / D;
-  const std::size_t n_rows = static_cast<std::size_t>(N);
-  const std::size_t qdl = static_cast<std::size_t>(NHl) * hs;   // q columns per head shard
-  const std::size_t kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns per shard
-  const std::size_t qd = static_cast<std::size_t>(NH) * hs,
-                    kvd = static_cast<std::size_t>(NKV) * hs;
-  const std::size_t Cz = static_cast<std::size_t>(C);
-  const auto ud = static_cast<std::size_t>(D);
-  traffic_ = {};
-  auto measured = [this](TrafficCounters& into, const std::function<void()>& collective) {
-    const TrafficCounters before = rank_.counters();
-    collective();
-    into += difference(rank_.counters(), before);
-  };
+  const auto lz = static_cast<std::size_t>(l);
+  const std::size_t qdl = sc.qdl, kvl = sc.kvl, qd = sc.qd, Cz = sc.Cz, rows = sc.rows;
   auto rows_of = [&st](int b) { return st.count[static_cast<std::size_t>(b)]; };
   auto first_of = [&st](int b) { return st.offset[static_cast<std::size_t>(b)]; };
-  // RoPE's positions: the global ones; the fault uses a token's index among its owner's keys.
-  std::vector<std::int64_t> rotation = st.positions;
-  if (fault_ == TspwFault::rope_local_positions) {
-    const KvOwnership& own = cache_->ownership();
-    for (int b = 0; b < B; ++b)
-      for (int i = 0; i < rows_of(b); ++i) {
-        const std::size_t n = first_of(b) + static_cast<std::size_t>(i);
-        rotation[n] = own.count(own.owner(b, st.positions[n]), b, st.positions[n]);
-      }
+  const auto aw = attention_view(static_cast<const T*>(w.attention[lz].data()), w.packing);
+  // n = input_layernorm(x); q, k, v of head shard r; rope at the global positions
+  ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.x.data(), w.input_norm[lz].data(), sc.N,
+                       sc.C, m.norm_eps);
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    const int n = rows_of(b);
+    const T* xn = sc.xn.data() + o * Cz;
+    ref::matmul_nt(sc.qloc.data() + o * qdl, xn, aw.wq, n, static_cast<int>(qdl), sc.C);
+    ref::matmul_nt(sc.kloc.data() + o * kvl, xn, aw.wk, n, static_cast<int>(kvl), sc.C);
+    ref::matmul_nt(sc.vloc.data() + o * kvl, xn, aw.wv, n, static_cast<int>(kvl), sc.C);
+    const std::int64_t* rot = sc.rotation.data() + o;
+    ref::rope_forward(sc.qloc.data() + o * qdl, rot, 1, n, sc.NHl, sc.hs, m.rope_base);
+    ref::rope_forward(sc.kloc.data() + o * kvl, rot, 1, n, sc.NKVl, sc.hs, m.rope_base);
   }
-
-  // x = embed_tokens(tokens): the owner of each id's row writes it, the others zeros; the
-  // all-reduce adds exact zeros, so x is the embedding row bit for bit.        [N, C]
-  auto x = a.allocate<T>(n_rows * Cz, Category::workspace, /*zero=*/true);
-  for (std::size_t n = 0; n < n_rows; ++n) {
-    const int t = st.tokens[n];
-    if (t / Vl == r)
-      std::copy_n(w.embed.data() + static_cast<std::size_t>(t - r * Vl) * Cz, Cz,
-                  x.data() + n * Cz);
+  route(l, st, sc);
+  // q gather: every query's NH heads on every rank, [N, NH, hs]
+  measured(traffic_.q_gather, [&] {
+    all_gather<T>(comm, std::span<const T>(sc.qloc.data(), sc.qloc.size()), sc.qall.span());
+  });
+  for (std::size_t p = 0; p < sc.ud; ++p)
+    for (std::size_t n = 0; n < rows; ++n)
+      std::copy_n(sc.qall.data() + (p * rows + n) * qdl, qdl, sc.q.data() + n * qd + p * qdl);
+  // attend: each sequence's queries over this rank's keys of it, masked by global position
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    const auto keys = cache_->positions(l, b);
+    ref::causal_attention_forward(
+        sc.out.data() + o * qd, sc.lse.data() + static_cast<std::size_t>(sc.NH) * o,
+        sc.q.data() + o * qd, cache_->keys(l, b), cache_->values(l, b), st.positions.data() + o,
+        keys.data(),
+        ref::AttentionDims{1, rows_of(b), static_cast<int>(keys.size()), sc.NH, sc.NKV, sc.hs});
   }
-  measured(traffic_.embedding, [&] { all_reduce<T>(comm, x.span()); });
-
-  auto mid = a.allocate<T>(n_rows * Cz, Category::workspace);
-  auto xn = a.allocate<T>(n_rows * Cz, Category::workspace);
-  auto rstd = a.allocate<T>(n_rows, Category::workspace);
-  auto qloc = a.allocate<T>(n_rows * qdl, Category::workspace);
-  auto kloc = a.allocate<T>(n_rows * kvl, Category::workspace);
-  auto vloc = a.allocate<T>(n_rows * kvl, Category::workspace);
-  auto kvsend = a.allocate<T>(n_rows * 2 * kvl, Category::comm);
-  auto kvall = a.allocate<T>(ud * n_rows * 2 * kvl, Category::comm);
-  auto qall = a.allocate<T>(ud * n_rows * qdl, Category::comm);
-  auto q = a.allocate<T>(n_rows * qd, Category::workspace);
-  auto out = a.allocate<T>(n_rows * qd, Category::workspace);
-  auto lse = a.allocate<T>(static_cast<std::size_t>(NH) * n_rows, Category::workspace);
-  const std::size_t block = n_rows * qdl + n_rows * static_cast<std::size_t>(NHl);
-  auto send = a.allocate<T>(ud * block, Category::comm);
-  auto recv = a.allocate<T>(ud * block, Category::comm);
-  auto att = a.allocate<T>(n_rows * qdl, Category::workspace);
-  auto att_lse = a.allocate<T>(static_cast<std::size_t>(NHl) * n_rows, Category::workspace);
-  auto partial = a.allocate<T>(n_rows * Cz, Category::workspace);
-  const std::size_t NF = n_rows * static_cast<std::size_t>(Fl);
-  auto gate = a.allocate<T>(NF, Category::workspace);
-  auto up = a.allocate<T>(NF, Category::workspace);
-  auto h = a.allocate<T>(NF, Category::workspace);
-  auto krow = a.allocate<T>(kvd, Category::workspace);
-  auto vrow = a.allocate<T>(kvd, Category::workspace);
-
-  for (int l = 0; l < m.n_layers; ++l) {
-    const auto lz = static_cast<std::size_t>(l);
-    const auto aw = attention_view(static_cast<const T*>(w.attention[lz].data()), w.packing);
-    // n = input_layernorm(x); q, k, v of head shard r; rope at the global positions
-    ref::rmsnorm_forward(xn.data(), rstd.data(), x.data(), w.input_norm[lz].data(), N, C,
-                         m.norm_eps);
-    for (int b = 0; b < B; ++b) {
-      const std::size_t o = first_of(b);
-      const int n = rows_of(b);
-      ref::matmul_nt(qloc.data() + o * qdl, xn.data() + o * Cz, aw.wq, n, static_cast<int>(qdl), C);
-      ref::matmul_nt(kloc.data() + o * kvl, xn.data() + o * Cz, aw.wk, n, static_cast<int>(kvl), C);
-      ref::matmul_nt(vloc.data() + o * kvl, xn.data() + o * Cz, aw.wv, n, static_cast<int>(kvl), C);
-      const std::int64_t* rot = rotation.data() + o;
-      ref::rope_forward(qloc.data() + o * qdl, rot, 1, n, NHl, hs, m.rope_base);
-      ref::rope_forward(kloc.data() + o * kvl, rot, 1, n, NKVl, hs, m.rope_base);
-    }
-    // route: every rank gets head shard q's K/V of every new token; the owner keeps its tokens'
-    for (std::size_t n = 0; n < n_rows; ++n) {
-      std::copy_n(kloc.data() + n * kvl, kvl, kvsend.data() + n * 2 * kvl);
-      std::copy_n(vloc.data() + n * kvl, kvl, kvsend.data() + n * 2 * kvl + kvl);
-    }
-    measured(traffic_.kv_route, [&] {
-      all_gather<T>(comm, std::span<const T>(kvsend.data(), kvsend.size()), kvall.span());
-    });
-    for (int b = 0; b < B; ++b) {
-      for (int i = 0; i < rows_of(b); ++i) {
-        const std::size_t n = first_of(b) + static_cast<std::size_t>(i);
-        const std::int64_t pos = st.positions[n];
-        int owner = cache_->ownership().owner(b, pos);
-        if (fault_ == TspwFault::kv_wrong_owner && !st.prefill) owner = (owner + 1) % D;
-        if (owner != r) continue;
-        for (std::size_t p = 0; p < ud; ++p) {
-          const T* src = kvall.data() + (p * n_rows + n) * 2 * kvl;
-          std::copy_n(src, kvl, krow.data() + p * kvl);
-          std::copy_n(src + kvl, kvl, vrow.data() + p * kvl);
-        }
-        cache_->append(l, b, pos, krow.data(), vrow.data());
-      }
-    }
-    // q gather: every query's NH heads on every rank, [N, NH, hs]
-    measured(traffic_.q_gather, [&] {
-      all_gather<T>(comm, std::span<const T>(qloc.data(), qloc.size()), qall.span());
-    });
-    for (std::size_t p = 0; p < ud; ++p)
-      for (std::size_t n = 0; n < n_rows; ++n)
-        std::copy_n(qall.data() + (p * n_rows + n) * qdl, qdl, q.data() + n * qd + p * qdl);
-    // attend: each sequence's queries over this rank's keys of it, masked by global position
-    for (int b = 0; b < B; ++b) {
-      const std::size_t o = first_of(b);
-      const int n = rows_of(b);
-      const auto keys = cache_->positions(l, b);
-      ref::causal_attention_forward(
-          out.data() + o * qd, lse.data() + static_cast<std::size_t>(NH) * o, q.data() + o * qd,
-          cache_->keys(l, b), cache_->values(l, b), st.positions.data() + o, keys.data(),
-          ref::AttentionDims{1, n, static_cast<int>(keys.size()), NH, NKV, hs});
-    }
-    // partials to the head owners: block p = heads p·NHl.. of every row: out [N, NHl, hs], then
-    // lse per sequence [NHl, n_b]
-    for (std::size_t p = 0; p < ud; ++p) {
-      T* blk = send.data() + p * block;
-      for (std::size_t n = 0; n < n_rows; ++n)
-        std::copy_n(out.data() + n * qd + p * qdl, qdl, blk + n * qdl);
-      for (int b = 0; b < B; ++b) {
-        const std::size_t o = first_of(b), nb = static_cast<std::size_t>(rows_of(b));
-        std::copy_n(lse.data() + static_cast<std::size_t>(NH) * o + p * NHl * nb, NHl * nb,
-                    blk + n_rows * qdl + static_cast<std::size_t>(NHl) * o);
-      }
-    }
-    measured(traffic_.partials, [&] {
-      all_to_all<T>(comm, std::span<const T>(send.data(), send.size()), recv.span());
-    });
-    std::fill(att.begin(), att.end(), T(0));
-    std::fill(att_lse.begin(), att_lse.end(), -std::numeric_limits<T>::infinity());
-    for (int b = 0; b < B; ++b) {
-      const std::size_t o = first_of(b);
-      const ref::AttentionDims md{1, rows_of(b), 0, NHl, NHl, hs};
-      for (std::size_t p = 0; p < ud; ++p) {  // rank order: the same sums on every head owner
-        const T* blk = recv.data() + p * block;
-        ref::merge_attention_partials(
-            att.data() + o * qdl, att_lse.data() + static_cast<std::size_t>(NHl) * o, blk + o * qdl,
-            blk + n_rows * qdl + static_cast<std::size_t>(NHl) * o, md);
-      }
-    }
-    // o_proj, row-parallel: mid = x + Σ_r att^(r) · W_O^(r)ᵀ
-    for (int b = 0; b < B; ++b) {
-      const std::size_t o = first_of(b);
-      ref::matmul_nt(partial.data() + o * Cz, att.data() + o * qdl, aw.wo, rows_of(b), C,
-                     static_cast<int>(qdl));
-    }
-    measured(traffic_.o_proj, [&] { all_reduce<T>(comm, partial.span()); });
-    for (std::size_t i = 0; i < n_rows * Cz; ++i) mid[i] = x[i] + partial[i];
-    // MLP, column gate/up and row down: x = mid + Σ_r down^(r)(silu(gate^(r)) ⊙ up^(r))
-    const auto mw = mlp_view(static_cast<const T*>(w.mlp[lz].data()), w.packing);
-    ref::rmsnorm_forward(xn.data(), rstd.data(), mid.data(), w.post_norm[lz].data(), N, C,
-                         m.norm_eps);
-    for (int b = 0; b < B; ++b) {
-      const std::size_t o = first_of(b);
-      const int n = rows_of(b);
-      const std::size_t f = o * static_cast<std::size_t>(Fl);
-      ref::matmul_nt(gate.data() + f, xn.data() + o * Cz, mw.gate, n, Fl, C);
-      ref::matmul_nt(up.data() + f, xn.data() + o * Cz, mw.up, n, Fl, C);
-      ref::silu_mul_forward(h.data() + f, gate.data() + f, up.data() + f,
-                            static_cast<std::size_t>(n) * Fl);
-      ref::matmul_nt(partial.data() + o * Cz, h.data() + f, mw.down, n, C, Fl);
-    }
-    measured(traffic_.mlp, [&] { all_reduce<T>(comm, partial.span()); });
-    for (std::size_t i = 0; i < n_rows * Cz; ++i) x[i] = mid[i] + partial[i];
+  merge_partials(st, sc);
+  // o_proj, row-parallel: mid = x + Σ_r att^(r) · W_O^(r)ᵀ
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    ref::matmul_nt(sc.partial.data() + o * Cz, sc.att.data() + o * qdl, aw.wo, rows_of(b), sc.C,
+                   static_cast<int>(qdl));
   }
+  measured(traffic_.o_proj, [&] { all_reduce<T>(comm, sc.partial.span()); });
+  for (std::size_t i = 0; i < rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
+}
 
-  // LM head: final norm of each sequence's last row, this rank's V/D logits, all-gathered.
-  const std::size_t Vz = static_cast<std::size_t>(Vl), Bz = static_cast<std::size_t>(B);
+// route: every rank gets head shard p's K/V of every new token; each token's owner appends the
+// D slices as one row [NKV, hs].
+template <class T>
+void BasicTspwDecoder<T>::route(int l, const Step& st, Scratch& sc) {
+  const std::size_t kvl = sc.kvl, rows = sc.rows;
+  for (std::size_t n = 0; n < rows; ++n) {
+    std::copy_n(sc.kloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl);
+    std::copy_n(sc.vloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl + kvl);
+  }
+  measured(traffic_.kv_route, [&] {
+    all_gather<T>(rank_.comm(), std::span<const T>(sc.kvsend.data(), sc.kvsend.size()),
+                  sc.kvall.span());
+  });
+  for (int b = 0; b < sc.B; ++b)
+    for (int i = 0; i < st.count[static_cast<std::size_t>(b)]; ++i) {
+      const std::size_t n = st.offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(i);
+      const std::int64_t pos = st.positions[n];
+      int owner = cache_->ownership().owner(b, pos);
+      if (fault_ == TspwFault::kv_wrong_owner && !st.prefill) owner = (owner + 1) % sc.D;
+      if (owner != sc.r) continue;
+      for (std::size_t p = 0; p < sc.ud; ++p) {
+        const T* src = sc.kvall.data() + (p * rows + n) * 2 * kvl;
+        std::copy_n(src, kvl, sc.krow.data() + p * kvl);
+        std::copy_n(src + kvl, kvl, sc.vrow.data() + p * kvl);
+      }
+      cache_->append(l, b, pos, sc.krow.data(), sc.vrow.data());
+    }
+}
+
+// partials to the head owners: block p = heads p·NHl.. of every row: out [N, NHl, hs], then lse
+// per sequence [NHl, n_b]; merged into att [N, NHl·hs] by log-sum-exp in rank order.
+template <class T>
+void BasicTspwDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
+  const std::size_t qdl = sc.qdl, qd = sc.qd, rows = sc.rows,
+                    NHl = static_cast<std::size_t>(sc.NHl);
+  for (std::size_t p = 0; p < sc.ud; ++p) {
+    T* blk = sc.send.data() + p * sc.block;
+    for (std::size_t n = 0; n < rows; ++n)
+      std::copy_n(sc.out.data() + n * qd + p * qdl, qdl, blk + n * qdl);
+    for (int b = 0; b < sc.B; ++b) {
+      const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+      const auto nb = static_cast<std::size_t>(st.count[static_cast<std::size_t>(b)]);
+      std::copy_n(sc.lse.data() + static_cast<std::size_t>(sc.NH) * o + p * NHl * nb, NHl * nb,
+                  blk + rows * qdl + NHl * o);
+    }
+  }
+  measured(traffic_.partials, [&] {
+    all_to_all<T>(rank_.comm(), std::span<const T>(sc.send.data(), sc.send.size()), sc.recv.span());
+  });
+  std::fill(sc.att.begin(), sc.att.end(), T(0));
+  std::fill(sc.att_lse.begin(), sc.att_lse.end(), -std::numeric_limits<T>::infinity());
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+    const ref::AttentionDims md{1, st.count[static_cast<std::size_t>(b)], 0, sc.NHl, sc.NHl, sc.hs};
+    for (std::size_t p = 0; p < sc.ud; ++p) {  // rank order: the same sums on every head owner
+      const T* blk = sc.recv.data() + p * sc.block;
+      ref::merge_attention_partials(sc.att.data() + o * qdl, sc.att_lse.data() + NHl * o,
+                                    blk + o * qdl, blk + rows * qdl + NHl * o, md);
+    }
+  }
+}
+
+// The MLP block of layer l, column gate/up and row down: x = mid + Σ_r down^(r)(silu(gate^(r)) ⊙
+// up^(r)).
+template <class T>
+void BasicTspwDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
+  const auto lz = static_cast<std::size_t>(l);
+  const auto mw = mlp_view(static_cast<const T*>(w_->mlp[lz].data()), w_->packing);
+  ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.mid.data(), w_->post_norm[lz].data(), sc.N,
+                       sc.C, s_.model.norm_eps);
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+    const int n = st.count[static_cast<std::size_t>(b)];
+    const std::size_t f = o * static_cast<std::size_t>(sc.Fl);
+    ref::matmul_nt(sc.gate.data() + f, sc.xn.data() + o * sc.Cz, mw.gate, n, sc.Fl, sc.C);
+    ref::matmul_nt(sc.up.data() + f, sc.xn.data() + o * sc.Cz, mw.up, n, sc.Fl, sc.C);
+    ref::silu_mul_forward(sc.h.data() + f, sc.gate.data() + f, sc.up.data() + f,
+                          static_cast<std::size_t>(n) * sc.Fl);
+    ref::matmul_nt(sc.partial.data() + o * sc.Cz, sc.h.data() + f, mw.down, n, sc.C, sc.Fl);
+  }
+  measured(traffic_.mlp, [&] { all_reduce<T>(rank_.comm(), sc.partial.span()); });
+  for (std::size_t i = 0; i < sc.rows * sc.Cz; ++i) sc.x[i] = sc.mid[i] + sc.partial[i];
+}
+
+// LM head: final norm of each sequence's last row, this rank's V/D logits, all-gathered [B, V].
+template <class T>
+std::vector<T> BasicTspwDecoder<T>::lm_head(const Step& st, Scratch& sc) {
+  Arena& a = rank_.arena();
+  const std::size_t Vz = static_cast<std::size_t>(sc.Vl), Bz = static_cast<std::size_t>(sc.B);
+  const auto V = static_cast<std::size_t>(s_.model.vocab);
   auto mine = a.allocate<T>(Bz * Vz, Category::workspace);
-  auto all = a.allocate<T>(ud * Bz * Vz, Category::comm);
-  for (int b = 0; b < B; ++b) {
-    const std::size_t last = first_of(b) + static_cast<std::size_t>(rows_of(b)) - 1;
-    ref::rmsnorm_forward(xn.data(), rstd.data(), x.data() + last * Cz, w.final_norm.data(), 1, C,
-                         m.norm_eps);
-    ref::matmul_nt(mine.data() + static_cast<std::size_t>(b) * Vz, xn.data(), w.head_rows(), 1, Vl,
-                   C);
+  auto all = a.allocate<T>(sc.ud * Bz * Vz, Category::comm);
+  for (std::size_t b = 0; b < Bz; ++b) {
+    const std::size_t last = st.offset[b] + static_cast<std::size_t>(st.count[b]) - 1;
+    ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.x.data() + last * sc.Cz,
+                         w_->final_norm.data(), 1, sc.C, s_.model.norm_eps);
+    ref::matmul_nt(mine.data() + b * Vz, sc.xn.data(), w_->head_rows(), 1, sc.Vl, sc.C);
   }
-  measured(traffic_.lm_head,
-           [&] { all_gather<T>(comm, std::span<const T>(mine.data(), mine.size()), all.span()); });
-  std::vector<T> logits(Bz * static_cast<std::size_t>(m.vocab));
-  for (std::size_t p = 0; p < ud; ++p)
+  measured(traffic_.lm_head, [&] {
+    all_gather<T>(rank_.comm(), std::span<const T>(mine.data(), mine.size()), all.span());
+  });
+  std::vector<T> logits(Bz * V);
+  for (std::size_t p = 0; p < sc.ud; ++p)
     for (std::size_t b = 0; b < Bz; ++b)
-      std::copy_n(all.data() + (p * Bz + b) * Vz, Vz,
-                  logits.data() + b * static_cast<std::size_t>(m.vocab) + p * Vz);
+      std::copy_n(all.data() + (p * Bz + b) * Vz, Vz, logits.data() + b * V + p * Vz);
   return logits;
 }
 

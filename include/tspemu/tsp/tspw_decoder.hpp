@@ -61,6 +61,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -124,7 +125,16 @@ class BasicTspwDecoder {
  private:
   struct Weights;
   struct Step;
+  struct Scratch;
   std::vector<T> run(const Step& step);
+  void embed(const Step& st, Scratch& sc);
+  void attention(int layer, const Step& st, Scratch& sc);
+  void route(int layer, const Step& st, Scratch& sc);
+  void merge_partials(const Step& st, Scratch& sc);
+  void mlp(int layer, const Step& st, Scratch& sc);
+  std::vector<T> lm_head(const Step& st, Scratch& sc);
+  // Runs one collective, adding what it moved on this rank to `into`.
+  void measured(TrafficCounters& into, const std::function<void()>& collective);
 
   Rank& rank_;
   DecodeShape s_;
