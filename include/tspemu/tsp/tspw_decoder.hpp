@@ -46,7 +46,9 @@
 //   depend on its batch-mates, bitwise.
 // Requirements: DecodeShape::validate(); world of D ranks; the master weights shaped as
 //   ModelWeights::zeros(model); the same calls with the same arguments on every rank; prefill
-//   before decode_step (a new prefill starts a new batch); not in a dry run.
+//   before decode_step (a new prefill starts a new batch); not in a dry run. A decoder holds its
+//   Rank and arena buffers, so it lives inside one World::run (construct, prefill and decode
+//   there).
 // Guarantees:
 //   - logits [B, V] are bitwise identical on every rank (every value is all-reduced or
 //     all-gathered), and runs are bitwise repeatable.
