@@ -354,8 +354,9 @@ void print_dry_run(const DryRun& run, std::ostream& out) {
          "(cost::layer_traffic):\n";
   out << fmt("%-20s %7s %8s", "strategy", "time s", "peak");
   // Category columns, in Category order, short enough for 8 characters.
-  static_assert(kCategoryCount == 8);
-  for (const char* c : {"weights", "grads", "optim", "activ", "kv", "comm", "work", "other"})
+  static_assert(kCategoryCount == 9);
+  for (const char* c :
+       {"weights", "grads", "optim", "activ", "kv", "comm", "work", "other", "kv_cache"})
     out << fmt(" %8s", c);
   out << fmt(" %10s %10s %6s\n", "fwd MiB/r0", "bwd MiB/r0", "model");
   for (const DryRow& d : run.rows) print_dry_row(d, out);

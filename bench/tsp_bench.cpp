@@ -8,6 +8,9 @@
 // in_gemm = GEMM time summed over ranks / (ranks × wall time) — with more ranks than cores this
 // includes time a rank was descheduled inside a GEMM; peak_MiB = the largest per-rank arena peak.
 // Ratios (D=2 vs reference, D=8 vs D=2): bench/report_tsp.py.
+// BM_TspwDecodeStep: one TSP-W decode step (tspw_decoder.hpp) at D ranks against the reference
+// decode step (reference/decode.hpp) of the same batch, timed in the same iteration; counter
+// x_reference = TSP-W seconds / reference seconds per step (the same-run ratio).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -25,12 +28,14 @@
 #include "layer_fixture.hpp"
 #include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/attention.hpp"
+#include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/tsp_layer.hpp"
+#include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace {
 
@@ -380,6 +385,71 @@ void BM_TspGemmShare(benchmark::State& state) {
   if (!backward) state.counters["attn_outside_gemm"] = D * softmax / med.seconds;
 }
 
+// ---- TSP-W decode step vs the reference decode step (issue 36) --------------------------------
+//
+// A small GQA model (C=512, 8 heads, 4 KV heads, F=1408, L=2, V=512, fp32), B=4 sequences with
+// prompts of 256 tokens. Each iteration: the reference prefills and times kDecodeSteps steps; one
+// World::run in which every rank builds its decoder and prefills (untimed), meets at a barrier,
+// then rank 0 times the same kDecodeSteps steps up to a closing barrier. Reported time: TSP-W
+// per step; counters: reference_ms per step and x_reference (their ratio, the same run).
+constexpr int kDecodeSteps = 8, kDecodeB = 4, kDecodePrompt = 256;
+
+ref::ModelConfig decode_config() {
+  ref::ModelConfig c;
+  c.vocab = 512;
+  c.hidden = 512;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.ffn = 1408;
+  return c;
+}
+
+void BM_TspwDecodeStep(benchmark::State& state) {
+  const int D = static_cast<int>(state.range(0));
+  static const ref::ModelConfig cfg = decode_config();
+  static const auto weights = ref::init_weights<float>(cfg, 3);
+  const std::vector<std::vector<std::int32_t>> prompts(kDecodeB,
+                                                       std::vector<std::int32_t>(kDecodePrompt, 7));
+  const std::vector<std::int32_t> tokens(kDecodeB, 11);
+  tsp::DecodeShape s;
+  s.model = cfg;
+  s.D = D;
+  s.batch = kDecodeB;
+  s.max_context = kDecodePrompt + kDecodeSteps;
+  s.validate();
+  World& w = world(D);
+  double reference_s = 0, tspw_s = 0;
+  for (auto _ : state) {
+    auto pre = ref::prefill(weights, prompts);
+    const auto r0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kDecodeSteps; ++i)
+      benchmark::DoNotOptimize(ref::decode_step(weights, pre.cache, tokens).data());
+    const double ref_step =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count() / kDecodeSteps;
+    double step = 0;
+    w.run([&](Rank& r) {
+      tsp::TspwDecoder dec(r, s, weights);
+      dec.prefill(prompts);
+      barrier(r.comm());
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kDecodeSteps; ++i)
+        benchmark::DoNotOptimize(dec.decode_step(tokens).data());
+      barrier(r.comm());
+      if (r.id() == 0)
+        step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+               kDecodeSteps;
+    });
+    state.SetIterationTime(step);
+    reference_s += ref_step;
+    tspw_s += step;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["reference_ms"] = 1e3 * reference_s / iters;
+  state.counters["x_reference"] = tspw_s / reference_s;
+  state.counters["tokens_per_s"] = kDecodeB * iters / tspw_s;  // one token per sequence per step
+}
+
 BENCHMARK(BM_ReferenceLayer)
     ->ArgName("backward")
     ->Arg(0)
@@ -401,6 +471,14 @@ BENCHMARK(BM_TspGemmShare)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
+BENCHMARK(BM_TspwDecodeStep)
+    ->ArgName("D")
+    ->Arg(4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 }  // namespace
 

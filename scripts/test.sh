@@ -66,7 +66,7 @@ if [ "$count" -gt 0 ] || [ "$tidy_status" -ne 0 ]; then
   exit 1
 fi
 
-echo "== runtime tests, the TSP, baseline and sequence-attention block tests and the whole models under ThreadSanitizer"
+echo "== runtime tests, the TSP, baseline and sequence-attention block tests, the whole models and TSP-W decoding under ThreadSanitizer"
 # Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/.
 started=$SECONDS
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
@@ -75,7 +75,7 @@ cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 ctest --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
 ctest --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
-  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.'
+  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|KvOwnership|RankKvCache'
 unset TSAN_OPTIONS
 echo "ThreadSanitizer step: $((SECONDS - started)) s"
 

@@ -28,6 +28,8 @@ const char* category_name(Category c) {
       return "comm";
     case Category::workspace:
       return "workspace";
+    case Category::kv_cache:
+      return "kv_cache";
     case Category::other:
       return "other";
   }

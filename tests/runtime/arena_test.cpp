@@ -60,6 +60,27 @@ TEST(Arena, CurrentPeakAndCategoriesAreChargedRoundedUpTo64) {
   EXPECT_EQ(a.stats().category_peak[k], 0u);
 }
 
+TEST(Arena, KvCacheIsItsOwnCategoryApartFromTransientKvAndEveryCategoryHasADistinctName) {
+  Arena a(0, kCap);
+  const auto k = static_cast<std::size_t>(Category::kv);
+  const auto c = static_cast<std::size_t>(Category::kv_cache);
+  {
+    auto cache = a.allocate<float>(100, Category::kv_cache);  // 400 -> 448
+    auto gathered = a.allocate<float>(16, Category::kv);      // 64
+    EXPECT_EQ(a.stats().category_current[c], 448u);
+    EXPECT_EQ(a.stats().category_current[k], 64u);
+  }
+  EXPECT_EQ(a.stats().category_peak[c], 448u);
+  EXPECT_EQ(std::string(category_name(Category::kv_cache)), "kv_cache");
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < kCategoryCount; ++i) {
+    names.emplace_back(category_name(static_cast<Category>(i)));
+    EXPECT_NE(names.back(), "?") << "category " << i << " has no name";
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end()) << "duplicate name";
+}
+
 TEST(Arena, PhasePeaksAreRecordedPerNameAndNest) {
   Arena a(0, kCap);
   auto base = a.allocate<std::byte>(1000, Category::weights);  // 1024

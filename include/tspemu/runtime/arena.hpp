@@ -41,12 +41,13 @@ enum class Category : unsigned char {
   gradients,
   optimizer,
   activations,  // kept for the backward pass
-  kv,           // gathered keys/values
+  kv,           // gathered keys/values (transient, within one attention call)
   comm,         // shards in flight, receive buffers
   workspace,    // transient scratch
   other,
+  kv_cache,  // decoding's key/value cache: persistent rank state between steps (tsp_kv_cache.hpp)
 };
-inline constexpr std::size_t kCategoryCount = 8;
+inline constexpr std::size_t kCategoryCount = 9;
 const char* category_name(Category c);
 
 struct ArenaStats {

@@ -1,0 +1,536 @@
+// TSP-W decoding (tspw_decoder.hpp) against the reference decoder (reference/decode.hpp) and the
+// fp64 oracle (the double reference), token by token.
+//
+// Shapes: small GQA models (g = 2) with D | NH, NKV, F, V: D = 2 and 4 on NH=8, NKV=4 (two and one
+// KV heads per rank), D = 3 on NH=6, NKV=3, D = 8 on NH=16, NKV=8; L=2, F=V=96. One batch of five
+// prompts of lengths 1 (shorter than D: ranks without a key of it at first), 7 and 13 (prime), 12
+// and 16 (zigzag where 2D divides them, blocks elsewhere). Interleave I = 1, 3 (D=3), 2 (D=8).
+//
+// Bounds:
+//   - float logits per step: the project's rule (reference/numerics.hpp), teacher-forced on the
+//     oracle's greedy tokens so errors do not compound: err(TSP-W fp32) <= 3·err(reference fp32)
+//     + tiny, against the double reference.
+//   - double greedy tokens: equal to the double reference's for 256 steps (a near-tie would need a
+//     top-1/top-2 margin below ~1e-12 of the logits; none occurs, and a schedule bug moves logits
+//     by O(1)).
+//   - double KV cache contents: layer 0's keys and values are computed by the same arithmetic as
+//     the reference's (the embedding row is exact, the per-row norm is the same, and each
+//     K/V element is one dot product over C of the same operands: a column shard of the reference's
+//     GEMM; RoPE at the same global position), so they are compared for equality; later layers see
+//     a residual whose o_proj and down sums are split over D ranks and added in rank order, so they
+//     differ by reordered double sums: <= 1e-13 of the largest magnitude (kCacheRtol: the argument
+//     of tests/reference/decode_test.cpp's kCachedRtol; the D-way split adds one more reordered
+//     sum of D terms per block, far below its slack; measured ~1.3e-15).
+#include "tspemu/tsp/tspw_decoder.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tspemu/reference/decode.hpp"
+#include "tspemu/reference/init.hpp"
+#include "tspemu/reference/numerics.hpp"
+#include "tspemu/reference/sampling.hpp"
+#include "tspemu/runtime/error.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu::tsp {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+using Prompts = std::vector<std::vector<std::int32_t>>;
+
+constexpr double kOracleFactor = 3.0;  // as the other block checks (sequence_attention_test.cpp)
+constexpr double kCacheRtol = 1e-13;   // derived in the file comment
+constexpr int kGreedySteps = 256;
+constexpr int kForcedSteps = 24;
+
+ref::ModelConfig model_for(int D) {
+  ref::ModelConfig c;
+  c.vocab = 96;
+  c.n_layers = 2;
+  c.ffn = 96;
+  c.rope_base = 500.0;
+  c.n_heads = D == 3 ? 6 : (D == 8 ? 16 : 8);
+  c.n_kv_heads = c.n_heads / 2;
+  c.hidden = D == 3 ? 48 : 64;
+  return c;
+}
+
+int interleave_for(int D) {
+  return D == 3 ? 3 : (D == 8 ? 2 : 1);
+}
+
+Prompts prompts_for(const ref::ModelConfig& c, unsigned seed = 5) {
+  std::mt19937 gen(seed);
+  Prompts p;
+  for (const int len : {1, 7, 13, 12, 16}) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(len));
+    for (auto& x : t) x = static_cast<std::int32_t>(gen() % static_cast<unsigned>(c.vocab));
+    p.push_back(t);
+  }
+  return p;
+}
+
+std::int64_t longest(const Prompts& p) {
+  std::size_t n = 0;
+  for (const auto& s : p) n = std::max(n, s.size());
+  return static_cast<std::int64_t>(n);
+}
+
+DecodeShape shape_for(int D, int B, std::int64_t max_context) {
+  DecodeShape s;
+  s.model = model_for(D);
+  s.D = D;
+  s.batch = B;
+  s.max_context = max_context;
+  s.interleave = interleave_for(D);
+  return s;
+}
+
+// What one rank saw: the logits of the prefill and of every decode step ([steps + 1] of [B, V]).
+template <class T>
+struct RankRun {
+  std::vector<std::vector<T>> logits;
+  std::size_t kv_cache_bytes = 0;
+  std::size_t arena_kv_cache = 0;
+  TspwTraffic traffic;  // of the last decode step
+};
+
+// Prefill, then `steps` decode steps on D ranks. feed[i] ([B]) is fed at step i; without it, each
+// rank feeds the greedy tokens of its own previous logits. `inspect` sees each rank's decoder at
+// the end, inside the run.
+template <class T>
+std::vector<RankRun<T>> run_tspw(
+    const DecodeShape& s, const ref::ModelWeights<T>& w, const Prompts& prompts, int steps,
+    const std::vector<std::vector<std::int32_t>>* feed = nullptr,
+    const std::function<void(Rank&, const BasicTspwDecoder<T>&)>& inspect = {},
+    TspwFault fault = TspwFault::none) {
+  std::vector<RankRun<T>> runs(static_cast<std::size_t>(s.D));
+  World world({.ranks = s.D});
+  world.run([&](Rank& rank) {
+    RankRun<T>& out = runs[static_cast<std::size_t>(rank.id())];
+    BasicTspwDecoder<T> dec(rank, s, w, fault);
+    out.logits.push_back(dec.prefill(prompts));
+    ref::Sampler greedy = ref::Sampler::greedy();
+    for (int i = 0; i < steps; ++i) {
+      const std::vector<std::int32_t> next =
+          feed ? (*feed)[static_cast<std::size_t>(i)]
+               : greedy.sample(std::span<const T>(out.logits.back()), s.batch, s.model.vocab);
+      out.logits.push_back(dec.decode_step(next));
+    }
+    out.kv_cache_bytes = dec.kv_cache_bytes();
+    out.arena_kv_cache =
+        rank.arena().stats().category_current[static_cast<std::size_t>(Category::kv_cache)];
+    out.traffic = dec.last_traffic();
+    if (inspect) inspect(rank, dec);
+  });
+  return runs;
+}
+
+// The greedy tokens of every step's logits: [steps + 1][B].
+template <class T>
+std::vector<std::vector<std::int32_t>> greedy_tokens(const std::vector<std::vector<T>>& logits,
+                                                     int B, int V) {
+  ref::Sampler greedy = ref::Sampler::greedy();
+  std::vector<std::vector<std::int32_t>> t;
+  for (const auto& l : logits) t.push_back(greedy.sample(std::span<const T>(l), B, V));
+  return t;
+}
+
+// The largest |K| or |V| of a reference cache.
+double max_magnitude(const ref::KvCache<double>& cache) {
+  double max_mag = 0;
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int b = 0; b < cache.batch(); ++b)
+      for (std::int64_t p = 0; p < cache.length(b); ++p)
+        for (const bool is_k : {true, false})
+          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
+            max_mag = std::max(max_mag, std::abs(x));
+  return max_mag;
+}
+
+// One line per position where rank `rank`'s cache disagrees with the reference's: held by the
+// wrong rank, a count that is not the map's, or K/V beyond the bound of the file comment (layer 0:
+// exact; later layers kCacheRtol · max_mag). worst: the largest relative difference of layers >= 1.
+std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
+                                          const ref::KvCache<double>& want, double max_mag,
+                                          double& worst) {
+  std::vector<std::string> errors;
+  const KvOwnership& own = kv.ownership();
+  for (int l = 0; l < want.n_layers(); ++l)
+    for (int b = 0; b < want.batch(); ++b) {
+      for (std::int64_t p = 0; p < want.length(b); ++p) {
+        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
+        if (kv.holds(l, b, p) != (own.owner(b, p) == rank)) {
+          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
+                           " but owned by rank " + std::to_string(own.owner(b, p)));
+          continue;
+        }
+        if (!kv.holds(l, b, p)) continue;
+        for (const bool is_k : {true, false}) {
+          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
+          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double d = std::abs(got[i] - ref_row[i]);
+            if (l > 0) worst = std::max(worst, d / max_mag);
+            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
+              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
+                               "]: " + std::to_string(got[i]) + " vs reference " +
+                               std::to_string(ref_row[i]));
+              break;
+            }
+          }
+        }
+      }
+      if (kv.held(l, b) != own.count(rank, b, want.length(b)))
+        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
+                         std::to_string(b));
+    }
+  return errors;
+}
+
+// ---------------------------------------------------------------- shape validation
+
+TEST(TspwDecodeShape, RefusesDNotDividingKvHeadsNamingDAndNkv) {
+  DecodeShape s = shape_for(4, 1, 8);
+  s.D = 8;
+  s.model.n_heads = 8;
+  s.model.n_kv_heads = 4;
+  EXPECT_THAT([&] { s.validate(); },
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("D=8"), HasSubstr("NKV=4"))));
+  World world({.ranks = 8});
+  const auto w = ref::init_weights<float>(s.model, 1);
+  EXPECT_THROW(world.run([&](Rank& r) { TspwDecoder dec(r, s, w); }), std::exception);
+}
+
+TEST(TspwDecodeShape, RefusesEveryOtherBadValueNamingIt) {
+  const DecodeShape good = shape_for(4, 2, 8);
+  auto fails = [](DecodeShape s, const char* what) {
+    EXPECT_THAT([&] { s.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr(what)));
+  };
+  DecodeShape s = good;
+  s.model.vocab = 98;
+  fails(s, "V=98");
+  s = good;
+  s.model.ffn = 90;
+  fails(s, "F=90");
+  s = good;
+  s.max_context = 0;
+  fails(s, "max_context=0");
+  s = good;
+  s.interleave = 0;
+  fails(s, "I=0");
+  s = good;
+  s.batch = 0;
+  fails(s, "B=0");
+}
+
+TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
+  const DecodeShape s = shape_for(2, 2, 8);
+  const auto w = ref::init_weights<float>(s.model, 2);
+  World world({.ranks = 2});
+  world.run([&](Rank& r) {
+    TspwDecoder dec(r, s, w);
+    const std::vector<std::int32_t> two{1, 2};
+    EXPECT_THAT([&] { dec.decode_step(two); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr("before prefill")));
+    EXPECT_THAT(
+        [&] {
+          dec.prefill({{1, 2}, {}});
+        },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
+    EXPECT_THAT(
+        [&] {
+          dec.prefill({{1, 96}, {3}});
+        },
+        ThrowsMessage<std::invalid_argument>(
+            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
+    EXPECT_THAT(
+        [&] {
+          dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
+        },
+        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
+    dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
+    const std::vector<std::int32_t> bad{1, -1};
+    EXPECT_THAT(
+        [&] { dec.decode_step(bad); },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
+    dec.decode_step(two);  // sequence 0 now holds positions 0..7
+    EXPECT_THAT([&] { dec.decode_step(two); },
+                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+  });
+}
+
+// ---------------------------------------------------------------- float, teacher-forced
+
+class TspwFloat : public ::testing::TestWithParam<int> {};
+
+TEST_P(TspwFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
+  const int D = GetParam();
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg);
+  const int B = static_cast<int>(prompts.size()), V = cfg.vocab;
+  const DecodeShape s = shape_for(D, B, longest(prompts) + kForcedSteps + 1);
+  const auto w64 = ref::init_weights<double>(cfg, 11);
+  const auto w32 = ref::init_weights<float>(cfg, 11);
+  // The oracle's greedy run picks the tokens every side is fed.
+  ref::Sampler greedy = ref::Sampler::greedy();
+  const auto oracle = ref::generate(w64, prompts, kForcedSteps + 1, greedy, s.max_context);
+  std::vector<std::vector<std::int32_t>> feed(kForcedSteps, std::vector<std::int32_t>(B));
+  for (int i = 0; i < kForcedSteps; ++i)
+    for (int b = 0; b < B; ++b)
+      feed[static_cast<std::size_t>(i)][static_cast<std::size_t>(b)] =
+          oracle.tokens[static_cast<std::size_t>(b)][static_cast<std::size_t>(i)];
+  std::vector<std::vector<float>> ref32;
+  auto pre = ref::prefill(w32, prompts, s.max_context);
+  ref32.push_back(pre.logits);
+  for (const auto& t : feed) ref32.push_back(ref::decode_step(w32, pre.cache, t));
+  const auto runs = run_tspw<float>(s, w32, prompts, kForcedSteps, &feed);
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < ref32.size(); ++i) {
+    const auto v =
+        ref::check_close("D=" + std::to_string(D) + " step " + std::to_string(i) + " logits",
+                         runs[0].logits[i], ref32[i], oracle.logits[i], kOracleFactor);
+    EXPECT_TRUE(v) << v.report;
+    if (v.reference.max_abs > 0)
+      worst_ratio = std::max(worst_ratio, v.candidate.max_abs / v.reference.max_abs);
+    for (int r = 1; r < D; ++r)
+      EXPECT_EQ(std::memcmp(runs[static_cast<std::size_t>(r)].logits[i].data(),
+                            runs[0].logits[i].data(), runs[0].logits[i].size() * sizeof(float)),
+                0)
+          << "rank " << r << " step " << i << ": logits differ from rank 0's";
+  }
+  std::cout << "D=" << D << ": worst err(TSP-W fp32)/err(reference fp32) over " << ref32.size()
+            << " steps " << worst_ratio << "\n";
+  (void)V;
+}
+
+INSTANTIATE_TEST_SUITE_P(D, TspwFloat, ::testing::Values(2, 3, 4, 8));
+
+// ---------------------------------------------------------------- double, free-running greedy
+
+struct GreedyCase {
+  DecodeShape shape;
+  Prompts prompts;
+  ref::Generation<double> oracle;
+  std::vector<RankRun<double>> runs;
+  std::vector<std::string> cache_errors;  // one line per mismatch, per rank
+  double cache_worst_rel = 0;             // layers >= 1, relative to the tensor's max magnitude
+};
+
+GreedyCase greedy_case(int D) {
+  GreedyCase c;
+  const ref::ModelConfig cfg = model_for(D);
+  c.prompts = prompts_for(cfg, 7);
+  const int B = static_cast<int>(c.prompts.size());
+  c.shape = shape_for(D, B, longest(c.prompts) + kGreedySteps + 3);
+  const auto w = ref::init_weights<double>(cfg, 13);
+  ref::Sampler greedy = ref::Sampler::greedy();
+  c.oracle = ref::generate(w, c.prompts, kGreedySteps + 1, greedy, c.shape.max_context);
+  std::mutex m;
+  const double max_mag = max_magnitude(c.oracle.cache);
+  auto inspect = [&](Rank& rank, const BasicTspwDecoder<double>& dec) {
+    double worst = 0;
+    const auto errors = cache_mismatches(rank.id(), dec.cache(), c.oracle.cache, max_mag, worst);
+    const std::lock_guard lock(m);
+    c.cache_errors.insert(c.cache_errors.end(), errors.begin(), errors.end());
+    c.cache_worst_rel = std::max(c.cache_worst_rel, worst);
+  };
+  c.runs = run_tspw<double>(c.shape, w, c.prompts, kGreedySteps, nullptr, inspect);
+  return c;
+}
+
+class TspwGreedy : public ::testing::TestWithParam<int> {};
+
+// One double run of 256 free-running greedy steps per D, checked four ways: the tokens against
+// the reference's, every rank's logits against rank 0's (bitwise), every rank's KV cache against
+// the reference cache, and each rank's kv_cache_bytes against the closed form and its arena.
+TEST_P(TspwGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
+  const GreedyCase c = greedy_case(GetParam());
+  const DecodeShape& s = c.shape;
+  const int B = s.batch;
+  const auto tokens = greedy_tokens(c.runs[0].logits, B, s.model.vocab);
+  ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kGreedySteps + 1));
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (int b = 0; b < B; ++b)
+      ASSERT_EQ(tokens[i][static_cast<std::size_t>(b)],
+                c.oracle.tokens[static_cast<std::size_t>(b)][i])
+          << "D=" << s.D << " step " << i << " sequence " << b;
+
+  for (std::size_t r = 1; r < c.runs.size(); ++r)
+    for (std::size_t i = 0; i < c.runs[0].logits.size(); ++i)
+      ASSERT_EQ(std::memcmp(c.runs[r].logits[i].data(), c.runs[0].logits[i].data(),
+                            c.runs[0].logits[i].size() * sizeof(double)),
+                0)
+          << "rank " << r << " step " << i << ": logits differ from rank 0's";
+
+  for (const std::string& e : c.cache_errors) ADD_FAILURE() << e;
+  std::cout << "D=" << s.D << ": KV cache, layers >= 1, worst |TSP-W - reference| / max "
+            << c.cache_worst_rel << " (layer 0 exact)\n";
+
+  std::vector<std::int64_t> lengths;
+  for (const auto& p : c.prompts) lengths.push_back(static_cast<std::int64_t>(p.size()));
+  const KvOwnership own(s.D, s.interleave, lengths);
+  for (int r = 0; r < s.D; ++r) {
+    std::size_t positions = 0;  // owned below max_context, by the position -> rank map
+    for (int b = 0; b < B; ++b)
+      for (std::int64_t p = 0; p < s.max_context; ++p) positions += own.owner(b, p) == r ? 1 : 0;
+    const std::size_t raw = 2 * static_cast<std::size_t>(s.model.n_layers) *
+                            static_cast<std::size_t>(s.model.kv_dim()) * sizeof(double) * positions;
+    const std::size_t want = (raw + 63) / 64 * 64;
+    const RankRun<double>& run = c.runs[static_cast<std::size_t>(r)];
+    EXPECT_EQ(run.kv_cache_bytes, want) << "rank " << r;
+    EXPECT_EQ(run.arena_kv_cache, want) << "rank " << r;
+  }
+  const TrafficCounters t = c.runs[0].traffic.total();
+  std::cout << "D=" << s.D << " B=" << B
+            << ": decode step traffic on rank 0: " << t.total_received() << " B received, "
+            << t.total_sent() << " B sent; kv cache " << c.runs[0].kv_cache_bytes
+            << " B per rank\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(D, TspwGreedy, ::testing::Values(2, 3, 4, 8));
+
+// ---------------------------------------------------------------- determinism, independence
+
+TEST(TspwDecoder, TwoRunsAreBitwiseIdentical) {
+  const int D = 3;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg, 9);
+  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const auto w = ref::init_weights<float>(cfg, 17);
+  const auto a = run_tspw<float>(s, w, prompts, 16);
+  const auto b = run_tspw<float>(s, w, prompts, 16);
+  for (std::size_t i = 0; i < a[0].logits.size(); ++i)
+    ASSERT_EQ(std::memcmp(a[0].logits[i].data(), b[0].logits[i].data(),
+                          a[0].logits[i].size() * sizeof(float)),
+              0)
+        << "step " << i;
+}
+
+// One decode step's bytes per stage on every rank equal the closed forms of tspw_decoder.hpp's
+// Cost line (what the planner's decode branch compares last_traffic() with).
+TEST(TspwDecoder, DecodeStepTrafficOfEveryStageEqualsTheHeaderClosedForm) {
+  const int D = 4;
+  const ref::ModelConfig cfg = model_for(D);
+  Prompts prompts = prompts_for(cfg, 4);
+  prompts.resize(3);
+  const std::uint64_t B = prompts.size(), L = static_cast<std::uint64_t>(cfg.n_layers);
+  const std::uint64_t d = D, f = sizeof(float), C = static_cast<std::uint64_t>(cfg.hidden);
+  const std::uint64_t NH = static_cast<std::uint64_t>(cfg.n_heads);
+  const std::uint64_t NKV = static_cast<std::uint64_t>(cfg.n_kv_heads);
+  const std::uint64_t hs = static_cast<std::uint64_t>(cfg.head_size());
+  const std::uint64_t V = static_cast<std::uint64_t>(cfg.vocab);
+  const auto w = ref::init_weights<float>(cfg, 23);
+  const auto runs =
+      run_tspw<float>(shape_for(D, static_cast<int>(B), longest(prompts) + 2), w, prompts, 1);
+  const std::uint64_t all_reduce_bytes = 2 * (d - 1) * B * C / d * f;  // ring volume, D | B·C
+  for (int r = 0; r < D; ++r) {
+    const TspwTraffic& t = runs[static_cast<std::size_t>(r)].traffic;
+    const std::string at = "rank " + std::to_string(r);
+    EXPECT_EQ(t.embedding[CollectiveKind::all_reduce].bytes_received, all_reduce_bytes) << at;
+    EXPECT_EQ(t.kv_route[CollectiveKind::all_gather].bytes_received,
+              L * (d - 1) * B * 2 * NKV / d * hs * f)
+        << at;
+    EXPECT_EQ(t.q_gather[CollectiveKind::all_gather].bytes_received,
+              L * (d - 1) * B * NH / d * hs * f)
+        << at;
+    EXPECT_EQ(t.partials[CollectiveKind::all_to_all].bytes_received,
+              L * (d - 1) * B * NH / d * (hs + 1) * f)
+        << at;
+    EXPECT_EQ(t.o_proj[CollectiveKind::all_reduce].bytes_received, L * all_reduce_bytes) << at;
+    EXPECT_EQ(t.mlp[CollectiveKind::all_reduce].bytes_received, L * all_reduce_bytes) << at;
+    EXPECT_EQ(t.lm_head[CollectiveKind::all_gather].bytes_received, (d - 1) * B * V / d * f) << at;
+    std::uint64_t calls = 0;
+    for (const auto& e : t.total().by_kind) calls += e.calls;
+    EXPECT_EQ(calls, 2 + 5 * L) << at;
+  }
+}
+
+TEST(TspwDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
+  const int D = 4, steps = 24;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg, 3);
+  const int B = static_cast<int>(prompts.size()), V = cfg.vocab;
+  const auto w = ref::init_weights<double>(cfg, 19);
+  const auto batch =
+      run_tspw<double>(shape_for(D, B, longest(prompts) + steps + 1), w, prompts, steps);
+  for (const int b : {0, 2}) {
+    const Prompts alone{prompts[static_cast<std::size_t>(b)]};
+    const auto single =
+        run_tspw<double>(shape_for(D, 1, longest(prompts) + steps + 1), w, alone, steps);
+    for (std::size_t i = 0; i < single[0].logits.size(); ++i)
+      ASSERT_EQ(std::memcmp(single[0].logits[i].data(),
+                            batch[0].logits[i].data() + static_cast<std::size_t>(b) * V,
+                            static_cast<std::size_t>(V) * sizeof(double)),
+                0)
+          << "sequence " << b << " step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tspemu::tsp
+
+namespace tspemu::tsp {
+namespace {
+
+// ---------------------------------------------------------------- broken schedules
+
+// RoPE at a token's index among its owner's keys instead of its global position (SGLang PR
+// #32098's class of bug): the cache check names the first rank, layer, sequence and position
+// whose key is wrong.
+TEST(TspwFault, RopeWithLocalPositionsIsCaughtByTheCacheCheckNamingRankLayerSequencePosition) {
+  const int D = 4, steps = 3;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg, 7);
+  const int B = static_cast<int>(prompts.size());
+  const DecodeShape s = shape_for(D, B, longest(prompts) + steps + 1);
+  const auto w = ref::init_weights<double>(cfg, 13);
+  ref::Sampler greedy = ref::Sampler::greedy();
+  const auto oracle = ref::generate(w, prompts, steps + 1, greedy, s.max_context);
+  const double max_mag = max_magnitude(oracle.cache);
+  std::mutex m;
+  std::vector<std::string> errors;
+  auto inspect = [&](Rank& rank, const BasicTspwDecoder<double>& dec) {
+    double worst = 0;
+    const auto e = cache_mismatches(rank.id(), dec.cache(), oracle.cache, max_mag, worst);
+    const std::lock_guard lock(m);
+    errors.insert(errors.end(), e.begin(), e.end());
+  };
+  run_tspw<double>(s, w, prompts, steps, nullptr, inspect, TspwFault::rope_local_positions);
+  ASSERT_FALSE(errors.empty()) << "the broken RoPE went unnoticed";
+  EXPECT_THAT(errors.front(), AllOf(HasSubstr("rank "), HasSubstr(" layer "),
+                                    HasSubstr(" sequence "), HasSubstr(" position ")));
+  std::cout << errors.size() << " mismatches; first: " << errors.front() << "\n";
+}
+
+// A generated token's K/V stored by the rank after its owner: the cache refuses it, naming rank,
+// layer, sequence and position, and the run fails instead of attending a misplaced key.
+TEST(TspwFault, GeneratedKvWrittenToTheWrongOwnerFailsNamingRankLayerSequencePosition) {
+  const int D = 3;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg, 7);
+  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 4);
+  const auto w = ref::init_weights<double>(cfg, 13);
+  EXPECT_THAT(
+      [&] { run_tspw<double>(s, w, prompts, 2, nullptr, {}, TspwFault::kv_wrong_owner); },
+      ThrowsMessage<RankFailure>(AllOf(HasSubstr("layer 0 sequence "), HasSubstr(" position "),
+                                       HasSubstr("is not this rank's to hold"))));
+}
+
+}  // namespace
+}  // namespace tspemu::tsp

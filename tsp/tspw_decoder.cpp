@@ -1,0 +1,467 @@
+#include "tspemu/tsp/tspw_decoder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "tspemu/core/dry_run.hpp"
+#include "tspemu/reference/attention.hpp"
+#include "tspemu/reference/matmul.hpp"
+#include "tspemu/reference/rmsnorm.hpp"
+#include "tspemu/reference/rope.hpp"
+#include "tspemu/reference/silu_mul.hpp"
+#include "tspemu/runtime/collectives.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
+
+namespace tspemu::tsp {
+
+namespace {
+
+[[noreturn]] void reject(const std::string& why) {
+  throw std::invalid_argument("TSP-W decode: " + why);
+}
+
+std::string str(std::int64_t v) {
+  return std::to_string(v);
+}
+
+void require_divides(int D, int n, const char* name, const char* why) {
+  if (n % D != 0) {
+    reject("D=" + str(D) + " does not divide " + name + "=" + str(n) + " (" + why + ")");
+  }
+}
+
+// after - before, kind by kind (the counters only grow within a run).
+TrafficCounters difference(const TrafficCounters& after, const TrafficCounters& before) {
+  TrafficCounters d;
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    d.by_kind[k] = {after.by_kind[k].calls - before.by_kind[k].calls,
+                    after.by_kind[k].bytes_sent - before.by_kind[k].bytes_sent,
+                    after.by_kind[k].bytes_received - before.by_kind[k].bytes_received};
+  }
+  return d;
+}
+
+}  // namespace
+
+void DecodeShape::validate() const {
+  model.validate();
+  if (D < 1) reject("D=" + str(D) + " must be >= 1");
+  if (batch < 1) reject("batch B=" + str(batch) + " must be >= 1");
+  if (max_context < 1) reject("max_context=" + str(max_context) + " must be > 0");
+  if (interleave < 1) reject("interleave I=" + str(interleave) + " must be >= 1");
+  require_divides(D, model.n_heads, "NH", "each rank owns NH/D query heads");
+  require_divides(D, model.n_kv_heads, "NKV",
+                  "each rank owns whole KV heads; D > NKV would need duplicated KV heads");
+  require_divides(D, model.ffn, "F", "each rank owns F/D MLP columns");
+  require_divides(D, model.vocab, "V", "each rank owns V/D vocabulary rows");
+}
+
+template <class T>
+struct BasicTspwDecoder<T>::Weights {
+  TspShape packing;  // the dimensions packed_shards.hpp cuts by
+  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
+  Buffer<T> embed;                                               // [V/D, C] rows r·V/D..
+  Buffer<T> head;        // [V/D, C]; empty when tied (the embedding's rows serve)
+  Buffer<T> final_norm;  // [C]
+  const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
+};
+
+// The new tokens of one step, sequence-major: sequence b's count[b] tokens at global positions
+// start[b].. are rows offset[b].. of the step's N rows.
+template <class T>
+struct BasicTspwDecoder<T>::Step {
+  std::vector<std::int32_t> tokens;     // [N]
+  std::vector<int> count;               // [B]
+  std::vector<std::size_t> offset;      // [B]
+  std::vector<std::int64_t> positions;  // [N] global
+  bool prefill = false;
+  int rows() const { return static_cast<int>(tokens.size()); }
+};
+
+template <class T>
+BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
+                                      const ref::ModelWeights<T>& master, TspwFault fault)
+    : rank_(rank), s_(shape), fault_(fault), w_(std::make_unique<Weights>()) {
+  s_.validate();
+  if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but D=" + str(s_.D));
+  if (dry_run()) throw std::logic_error("TSP-W decode: a dry run is not supported");
+  const ref::ModelConfig& m = s_.model;
+  const std::size_t C = static_cast<std::size_t>(m.hidden);
+  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
+  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
+      master.layers.size() != static_cast<std::size_t>(m.n_layers))
+    reject("master weights do not match the model " + m.to_string());
+  Weights& w = *w_;
+  w.packing.model = m;
+  w.packing.D = s_.D;
+  w.packing.S = 2 * s_.D;
+  Arena& a = rank.arena();
+  const int r = rank.id();
+  for (const auto& layer : master.layers) {
+    w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
+    pack_attention_shard(layer, w.packing, r, w.attention.back().data());
+    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
+    pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
+    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
+    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
+    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
+    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
+  }
+  const std::size_t shard = VC / static_cast<std::size_t>(s_.D);
+  const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * shard);
+  w.embed = a.allocate<T>(shard, Category::weights);
+  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
+  if (!m.tie_embeddings) {
+    w.head = a.allocate<T>(shard, Category::weights);
+    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
+  }
+  w.final_norm = a.allocate<T>(C, Category::weights);
+  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
+}
+
+template <class T>
+BasicTspwDecoder<T>::~BasicTspwDecoder() = default;
+
+template <class T>
+const RankKvCache<T>& BasicTspwDecoder<T>::cache() const {
+  if (!cache_) throw std::logic_error("TSP-W decode: no cache before prefill");
+  return *cache_;
+}
+
+template <class T>
+std::size_t BasicTspwDecoder<T>::kv_cache_bytes() const {
+  return cache_ ? cache_->bytes() : 0;
+}
+
+template <class T>
+std::int64_t BasicTspwDecoder<T>::length(int seq) const {
+  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
+    throw std::out_of_range("TSP-W decode: sequence " + str(seq) + " outside [0, " +
+                            str(static_cast<std::int64_t>(lengths_.size())) + ")");
+  return lengths_[static_cast<std::size_t>(seq)];
+}
+
+template <class T>
+std::vector<T> BasicTspwDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
+  const int B = s_.batch, V = s_.model.vocab;
+  if (prompts.size() != static_cast<std::size_t>(B))
+    reject("prefill: " + str(static_cast<std::int64_t>(prompts.size())) +
+           " prompts for batch B=" + str(B));
+  Step step;
+  step.prefill = true;
+  std::vector<std::int64_t> lengths;
+  for (int b = 0; b < B; ++b) {
+    const auto& p = prompts[static_cast<std::size_t>(b)];
+    if (p.empty()) reject("prefill: prompt of sequence " + str(b) + " is empty");
+    if (static_cast<std::int64_t>(p.size()) > s_.max_context)
+      throw std::length_error("TSP-W decode: prefill: sequence " + str(b) + "'s prompt of " +
+                              str(static_cast<std::int64_t>(p.size())) +
+                              " positions exceeds max_context=" + str(s_.max_context));
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if (p[i] < 0 || p[i] >= V)
+        reject("prefill: sequence " + str(b) + " position " + str(static_cast<std::int64_t>(i)) +
+               " has token " + str(p[i]) + " outside [0, " + str(V) + ")");
+    step.offset.push_back(step.tokens.size());
+    step.count.push_back(static_cast<int>(p.size()));
+    step.tokens.insert(step.tokens.end(), p.begin(), p.end());
+    for (std::size_t i = 0; i < p.size(); ++i)
+      step.positions.push_back(static_cast<std::int64_t>(i));
+    lengths.push_back(static_cast<std::int64_t>(p.size()));
+  }
+  cache_.reset();  // a new batch: the old reservation goes back to the arena first
+  cache_ =
+      std::make_unique<RankKvCache<T>>(rank_.arena(), rank_.id(), s_.model,
+                                       KvOwnership(s_.D, s_.interleave, lengths), s_.max_context);
+  lengths_ = lengths;
+  auto phase = rank_.arena().phase("tspw.prefill");
+  return run(step);
+}
+
+template <class T>
+std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
+  const int B = s_.batch, V = s_.model.vocab;
+  if (!cache_) reject("decode_step before prefill");
+  if (tokens.size() != static_cast<std::size_t>(B))
+    reject("decode_step: " + str(static_cast<std::int64_t>(tokens.size())) +
+           " tokens for batch B=" + str(B) + " (one per sequence)");
+  Step step;
+  for (int b = 0; b < B; ++b) {
+    const std::int64_t pos = lengths_[static_cast<std::size_t>(b)];
+    const std::int32_t t = tokens[static_cast<std::size_t>(b)];
+    if (t < 0 || t >= V)
+      reject("decode_step: sequence " + str(b) + " position " + str(pos) + " has token " + str(t) +
+             " outside [0, " + str(V) + ")");
+    if (pos >= s_.max_context)
+      throw std::length_error("TSP-W decode: decode_step: sequence " + str(b) +
+                              " would hold position " + str(pos) +
+                              ", beyond max_context=" + str(s_.max_context));
+    step.offset.push_back(static_cast<std::size_t>(b));
+    step.count.push_back(1);
+    step.tokens.push_back(t);
+    step.positions.push_back(pos);
+  }
+  auto phase = rank_.arena().phase("tspw.decode");
+  std::vector<T> logits = run(step);
+  for (std::int64_t& n : lengths_) ++n;
+  return logits;
+}
+
+// The step's dimensions and buffers (arena: workspace, and comm for what collectives move).
+template <class T>
+struct BasicTspwDecoder<T>::Scratch {
+  int D, r, B, N, C, NH, NKV, hs, NHl, NKVl, Fl, Vl;
+  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud, block;  // block: one all_to_all block
+  std::vector<std::int64_t> rotation;                  // [N] RoPE's positions
+  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, send, recv, att,
+      att_lse, partial, gate, up, h, krow, vrow;
+
+  Scratch(Arena& a, const DecodeShape& s, int rank, const Step& st) {
+    const ref::ModelConfig& m = s.model;
+    D = s.D, r = rank, B = s.batch, N = st.rows(), C = m.hidden, NH = m.n_heads;
+    NKV = m.n_kv_heads, hs = m.head_size(), NHl = NH / D, NKVl = NKV / D, Fl = m.ffn / D;
+    Vl = m.vocab / D;
+    rows = static_cast<std::size_t>(N), Cz = static_cast<std::size_t>(C);
+    ud = static_cast<std::size_t>(D);
+    qdl = static_cast<std::size_t>(NHl) * hs;   // q columns of a head shard
+    kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns of a head shard
+    qd = static_cast<std::size_t>(NH) * hs, kvd = static_cast<std::size_t>(NKV) * hs;
+    block = rows * qdl + rows * static_cast<std::size_t>(NHl);
+    const std::size_t NF = rows * static_cast<std::size_t>(Fl);
+    x = a.allocate<T>(rows * Cz, Category::workspace, /*zero=*/true);
+    mid = a.allocate<T>(rows * Cz, Category::workspace);
+    xn = a.allocate<T>(rows * Cz, Category::workspace);
+    rstd = a.allocate<T>(rows, Category::workspace);
+    qloc = a.allocate<T>(rows * qdl, Category::workspace);
+    kloc = a.allocate<T>(rows * kvl, Category::workspace);
+    vloc = a.allocate<T>(rows * kvl, Category::workspace);
+    kvsend = a.allocate<T>(rows * 2 * kvl, Category::comm);
+    kvall = a.allocate<T>(ud * rows * 2 * kvl, Category::comm);
+    qall = a.allocate<T>(ud * rows * qdl, Category::comm);
+    q = a.allocate<T>(rows * qd, Category::workspace);
+    out = a.allocate<T>(rows * qd, Category::workspace);
+    lse = a.allocate<T>(static_cast<std::size_t>(NH) * rows, Category::workspace);
+    send = a.allocate<T>(ud * block, Category::comm);
+    recv = a.allocate<T>(ud * block, Category::comm);
+    att = a.allocate<T>(rows * qdl, Category::workspace);
+    att_lse = a.allocate<T>(static_cast<std::size_t>(NHl) * rows, Category::workspace);
+    partial = a.allocate<T>(rows * Cz, Category::workspace);
+    gate = a.allocate<T>(NF, Category::workspace);
+    up = a.allocate<T>(NF, Category::workspace);
+    h = a.allocate<T>(NF, Category::workspace);
+    krow = a.allocate<T>(kvd, Category::workspace);
+    vrow = a.allocate<T>(kvd, Category::workspace);
+  }
+};
+
+template <class T>
+void BasicTspwDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
+  const TrafficCounters before = rank_.counters();
+  collective();
+  into += difference(rank_.counters(), before);
+}
+
+template <class T>
+std::vector<T> BasicTspwDecoder<T>::run(const Step& st) {
+  Scratch sc(rank_.arena(), s_, rank_.id(), st);
+  traffic_ = {};
+  // RoPE's positions: the global ones; the fault uses a token's index among its owner's keys.
+  sc.rotation = st.positions;
+  if (fault_ == TspwFault::rope_local_positions) {
+    const KvOwnership& own = cache_->ownership();
+    for (int b = 0; b < sc.B; ++b)
+      for (int i = 0; i < st.count[static_cast<std::size_t>(b)]; ++i) {
+        const std::size_t n = st.offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(i);
+        sc.rotation[n] = own.count(own.owner(b, st.positions[n]), b, st.positions[n]);
+      }
+  }
+  embed(st, sc);
+  for (int l = 0; l < s_.model.n_layers; ++l) {
+    attention(l, st, sc);
+    mlp(l, st, sc);
+  }
+  return lm_head(st, sc);
+}
+
+// x = embed_tokens(tokens): the owner of each id's row writes it, the others zeros; the
+// all-reduce adds exact zeros, so x is the embedding row bit for bit.          [N, C]
+template <class T>
+void BasicTspwDecoder<T>::embed(const Step& st, Scratch& sc) {
+  for (std::size_t n = 0; n < sc.rows; ++n) {
+    const int t = st.tokens[n];
+    if (t / sc.Vl == sc.r)
+      std::copy_n(w_->embed.data() + static_cast<std::size_t>(t - sc.r * sc.Vl) * sc.Cz, sc.Cz,
+                  sc.x.data() + n * sc.Cz);
+  }
+  measured(traffic_.embedding, [&] { all_reduce<T>(rank_.comm(), sc.x.span()); });
+}
+
+// The attention block of layer l: mid = x + o_proj(attention), every stage of the header.
+template <class T>
+void BasicTspwDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
+  const ref::ModelConfig& m = s_.model;
+  const Weights& w = *w_;
+  Comm& comm = rank_.comm();
+  const auto lz = static_cast<std::size_t>(l);
+  const std::size_t qdl = sc.qdl, kvl = sc.kvl, qd = sc.qd, Cz = sc.Cz, rows = sc.rows;
+  auto rows_of = [&st](int b) { return st.count[static_cast<std::size_t>(b)]; };
+  auto first_of = [&st](int b) { return st.offset[static_cast<std::size_t>(b)]; };
+  const auto aw = attention_view(static_cast<const T*>(w.attention[lz].data()), w.packing);
+  // n = input_layernorm(x); q, k, v of head shard r; rope at the global positions
+  ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.x.data(), w.input_norm[lz].data(), sc.N,
+                       sc.C, m.norm_eps);
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    const int n = rows_of(b);
+    const T* xn = sc.xn.data() + o * Cz;
+    ref::matmul_nt(sc.qloc.data() + o * qdl, xn, aw.wq, n, static_cast<int>(qdl), sc.C);
+    ref::matmul_nt(sc.kloc.data() + o * kvl, xn, aw.wk, n, static_cast<int>(kvl), sc.C);
+    ref::matmul_nt(sc.vloc.data() + o * kvl, xn, aw.wv, n, static_cast<int>(kvl), sc.C);
+    const std::int64_t* rot = sc.rotation.data() + o;
+    ref::rope_forward(sc.qloc.data() + o * qdl, rot, 1, n, sc.NHl, sc.hs, m.rope_base);
+    ref::rope_forward(sc.kloc.data() + o * kvl, rot, 1, n, sc.NKVl, sc.hs, m.rope_base);
+  }
+  route(l, st, sc);
+  // q gather: every query's NH heads on every rank, [N, NH, hs]
+  measured(traffic_.q_gather, [&] {
+    all_gather<T>(comm, std::span<const T>(sc.qloc.data(), sc.qloc.size()), sc.qall.span());
+  });
+  for (std::size_t p = 0; p < sc.ud; ++p)
+    for (std::size_t n = 0; n < rows; ++n)
+      std::copy_n(sc.qall.data() + (p * rows + n) * qdl, qdl, sc.q.data() + n * qd + p * qdl);
+  // attend: each sequence's queries over this rank's keys of it, masked by global position
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    const auto keys = cache_->positions(l, b);
+    ref::causal_attention_forward(
+        sc.out.data() + o * qd, sc.lse.data() + static_cast<std::size_t>(sc.NH) * o,
+        sc.q.data() + o * qd, cache_->keys(l, b), cache_->values(l, b), st.positions.data() + o,
+        keys.data(),
+        ref::AttentionDims{1, rows_of(b), static_cast<int>(keys.size()), sc.NH, sc.NKV, sc.hs});
+  }
+  merge_partials(st, sc);
+  // o_proj, row-parallel: mid = x + Σ_r att^(r) · W_O^(r)ᵀ
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = first_of(b);
+    ref::matmul_nt(sc.partial.data() + o * Cz, sc.att.data() + o * qdl, aw.wo, rows_of(b), sc.C,
+                   static_cast<int>(qdl));
+  }
+  measured(traffic_.o_proj, [&] { all_reduce<T>(comm, sc.partial.span()); });
+  for (std::size_t i = 0; i < rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
+}
+
+// route: every rank gets head shard p's K/V of every new token; each token's owner appends the
+// D slices as one row [NKV, hs].
+template <class T>
+void BasicTspwDecoder<T>::route(int l, const Step& st, Scratch& sc) {
+  const std::size_t kvl = sc.kvl, rows = sc.rows;
+  for (std::size_t n = 0; n < rows; ++n) {
+    std::copy_n(sc.kloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl);
+    std::copy_n(sc.vloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl + kvl);
+  }
+  measured(traffic_.kv_route, [&] {
+    all_gather<T>(rank_.comm(), std::span<const T>(sc.kvsend.data(), sc.kvsend.size()),
+                  sc.kvall.span());
+  });
+  for (int b = 0; b < sc.B; ++b)
+    for (int i = 0; i < st.count[static_cast<std::size_t>(b)]; ++i) {
+      const std::size_t n = st.offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(i);
+      const std::int64_t pos = st.positions[n];
+      int owner = cache_->ownership().owner(b, pos);
+      if (fault_ == TspwFault::kv_wrong_owner && !st.prefill) owner = (owner + 1) % sc.D;
+      if (owner != sc.r) continue;
+      for (std::size_t p = 0; p < sc.ud; ++p) {
+        const T* src = sc.kvall.data() + (p * rows + n) * 2 * kvl;
+        std::copy_n(src, kvl, sc.krow.data() + p * kvl);
+        std::copy_n(src + kvl, kvl, sc.vrow.data() + p * kvl);
+      }
+      cache_->append(l, b, pos, sc.krow.data(), sc.vrow.data());
+    }
+}
+
+// partials to the head owners: block p = heads p·NHl.. of every row: out [N, NHl, hs], then lse
+// per sequence [NHl, n_b]; merged into att [N, NHl·hs] by log-sum-exp in rank order.
+template <class T>
+void BasicTspwDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
+  const std::size_t qdl = sc.qdl, qd = sc.qd, rows = sc.rows,
+                    NHl = static_cast<std::size_t>(sc.NHl);
+  for (std::size_t p = 0; p < sc.ud; ++p) {
+    T* blk = sc.send.data() + p * sc.block;
+    for (std::size_t n = 0; n < rows; ++n)
+      std::copy_n(sc.out.data() + n * qd + p * qdl, qdl, blk + n * qdl);
+    for (int b = 0; b < sc.B; ++b) {
+      const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+      const auto nb = static_cast<std::size_t>(st.count[static_cast<std::size_t>(b)]);
+      std::copy_n(sc.lse.data() + static_cast<std::size_t>(sc.NH) * o + p * NHl * nb, NHl * nb,
+                  blk + rows * qdl + NHl * o);
+    }
+  }
+  measured(traffic_.partials, [&] {
+    all_to_all<T>(rank_.comm(), std::span<const T>(sc.send.data(), sc.send.size()), sc.recv.span());
+  });
+  std::fill(sc.att.begin(), sc.att.end(), T(0));
+  std::fill(sc.att_lse.begin(), sc.att_lse.end(), -std::numeric_limits<T>::infinity());
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+    const ref::AttentionDims md{1, st.count[static_cast<std::size_t>(b)], 0, sc.NHl, sc.NHl, sc.hs};
+    for (std::size_t p = 0; p < sc.ud; ++p) {  // rank order: the same sums on every head owner
+      const T* blk = sc.recv.data() + p * sc.block;
+      ref::merge_attention_partials(sc.att.data() + o * qdl, sc.att_lse.data() + NHl * o,
+                                    blk + o * qdl, blk + rows * qdl + NHl * o, md);
+    }
+  }
+}
+
+// The MLP block of layer l, column gate/up and row down: x = mid + Σ_r down^(r)(silu(gate^(r)) ⊙
+// up^(r)).
+template <class T>
+void BasicTspwDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
+  const auto lz = static_cast<std::size_t>(l);
+  const auto mw = mlp_view(static_cast<const T*>(w_->mlp[lz].data()), w_->packing);
+  ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.mid.data(), w_->post_norm[lz].data(), sc.N,
+                       sc.C, s_.model.norm_eps);
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+    const int n = st.count[static_cast<std::size_t>(b)];
+    const std::size_t f = o * static_cast<std::size_t>(sc.Fl);
+    ref::matmul_nt(sc.gate.data() + f, sc.xn.data() + o * sc.Cz, mw.gate, n, sc.Fl, sc.C);
+    ref::matmul_nt(sc.up.data() + f, sc.xn.data() + o * sc.Cz, mw.up, n, sc.Fl, sc.C);
+    ref::silu_mul_forward(sc.h.data() + f, sc.gate.data() + f, sc.up.data() + f,
+                          static_cast<std::size_t>(n) * sc.Fl);
+    ref::matmul_nt(sc.partial.data() + o * sc.Cz, sc.h.data() + f, mw.down, n, sc.C, sc.Fl);
+  }
+  measured(traffic_.mlp, [&] { all_reduce<T>(rank_.comm(), sc.partial.span()); });
+  for (std::size_t i = 0; i < sc.rows * sc.Cz; ++i) sc.x[i] = sc.mid[i] + sc.partial[i];
+}
+
+// LM head: final norm of each sequence's last row, this rank's V/D logits, all-gathered [B, V].
+template <class T>
+std::vector<T> BasicTspwDecoder<T>::lm_head(const Step& st, Scratch& sc) {
+  Arena& a = rank_.arena();
+  const std::size_t Vz = static_cast<std::size_t>(sc.Vl), Bz = static_cast<std::size_t>(sc.B);
+  const auto V = static_cast<std::size_t>(s_.model.vocab);
+  auto mine = a.allocate<T>(Bz * Vz, Category::workspace);
+  auto all = a.allocate<T>(sc.ud * Bz * Vz, Category::comm);
+  for (std::size_t b = 0; b < Bz; ++b) {
+    const std::size_t last = st.offset[b] + static_cast<std::size_t>(st.count[b]) - 1;
+    ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.x.data() + last * sc.Cz,
+                         w_->final_norm.data(), 1, sc.C, s_.model.norm_eps);
+    ref::matmul_nt(mine.data() + b * Vz, sc.xn.data(), w_->head_rows(), 1, sc.Vl, sc.C);
+  }
+  measured(traffic_.lm_head, [&] {
+    all_gather<T>(rank_.comm(), std::span<const T>(mine.data(), mine.size()), all.span());
+  });
+  std::vector<T> logits(Bz * V);
+  for (std::size_t p = 0; p < sc.ud; ++p)
+    for (std::size_t b = 0; b < Bz; ++b)
+      std::copy_n(all.data() + (p * Bz + b) * Vz, Vz, logits.data() + b * V + p * Vz);
+  return logits;
+}
+
+template class BasicTspwDecoder<float>;
+template class BasicTspwDecoder<double>;
+
+}  // namespace tspemu::tsp
