@@ -261,14 +261,15 @@ std::string describe_range(const OptionRule& r) {
 std::string option_error(const OptionRule& r, const std::string& given, std::string* normalized) {
   const std::string text = trimmed(given);
   const std::string flag(r.flag);
-  const std::string kind_error = flag + " " + shown(given) + ": must be " + describe_range(r);
+  // Not const: returned by move.
+  std::string kind_error = flag + " " + shown(given) + ": must be " + describe_range(r);
   switch (r.kind) {
     case K::integer: {
       long long v = 0;
       if (!whole_integer(text, v)) {
         double d = 0;  // a number that is no integer: say which bound, if any, it also breaks
-        if (whole_number(text, d) && !range_error(r, given, d).empty())
-          return range_error(r, given, d);
+        if (whole_number(text, d))
+          if (std::string e = range_error(r, given, d); !e.empty()) return e;
         return kind_error;
       }
       return range_error(r, given, static_cast<double>(v));
