@@ -21,7 +21,6 @@ void add_checkpoint_options(CLI::App& sub, CheckpointArgs& a) {
   sub.add_option("--save-shard-size", a.save_shard_bytes,
                  "--save: shard the weights into model-0000i-of-0000n.safetensors with an index "
                  "when they pass this many bytes (suffixes kB, MB, GB, KiB, MiB, GiB); 0: one file")
-      ->transform(CLI::AsSizeValue(true))
       ->capture_default_str();
   for (const char* flag :
        {"--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--tied"})

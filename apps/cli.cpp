@@ -6,34 +6,47 @@
 #include <exception>
 #include <ostream>
 
-#include "compare_command.hpp"
 #include "config_file.hpp"
 #include "mpi_job.hpp"
-#include "paper_command.hpp"
-#include "plan_command.hpp"
-#include "run_command.hpp"
-#include "scale_command.hpp"
-#include "selfcheck.hpp"
-#include "train_command.hpp"
+#include "option_table.hpp"
 
 namespace tspemu::app {
+
+TspemuApp::TspemuApp()
+    : CLI::App(
+          "tspemu: emulate a multi-GPU device group on one CPU; with no subcommand, `run` on "
+          "its built-in default",
+          "tspemu") {
+  require_subcommand(0, 1);
+  // A --config file's options come first; the command line's later ones win.
+  option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  run = add_run_command(*this, args.run);
+  compare = add_compare_command(*this, args.compare);
+  plan = add_plan_command(*this, args.plan);
+  scale = add_scale_command(*this, args.scale);
+  paper = add_paper_command(*this, args.paper);
+  train = add_train_command(*this, args.train);
+  for (CLI::App* sub : {run, compare, plan, scale, paper, train})
+    sub->add_option("--config", args.config,
+                    "read options from a JSON object {\"long-option\": value, ...}; flags on the "
+                    "command line override it");
+  selfcheck = add_selfcheck_command(*this, args.selfcheck);
+  outside_the_table = apply_option_table(*this);
+}
 
 namespace {
 
 // The subcommands' work, then their exit code (the body of tspemu_main once parsed).
-int run_parsed(CLI::App* check, CLI::App* compare, CLI::App* plan, CLI::App* scale, CLI::App* paper,
-               CLI::App* train, const SelfcheckOptions& sc, const RunArgs& run_args,
-               const CompareArgs& compare_args, const PlanArgs& plan_args,
-               const ScaleArgs& scale_args, const PaperArgs& paper_args,
-               const TrainArgs& train_args, std::ostream& out, std::ostream& err) {
+int run_parsed(const TspemuApp& app, std::ostream& out, std::ostream& err) {
+  const TspemuApp::Args& a = app.args;
   try {
-    if (check->parsed()) return selfcheck(sc, out) == 0 ? 0 : 1;
-    if (compare->parsed()) return compare_command(compare_args, out);
-    if (plan->parsed()) return plan_command(plan_args, out);
-    if (scale->parsed()) return scale_command(scale_args, out);
-    if (paper->parsed()) return paper_command(paper_args, out);
-    if (train->parsed()) return train_command(train_args, out);
-    return run_command(run_args, out);
+    if (app.selfcheck->parsed()) return app::selfcheck(a.selfcheck, out) == 0 ? 0 : 1;
+    if (app.compare->parsed()) return compare_command(a.compare, out);
+    if (app.plan->parsed()) return plan_command(a.plan, out);
+    if (app.scale->parsed()) return scale_command(a.scale, out);
+    if (app.paper->parsed()) return paper_command(a.paper, out);
+    if (app.train->parsed()) return train_command(a.train, out);
+    return run_command(a.run, out);
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";
     return 2;
@@ -46,44 +59,11 @@ int run_parsed(CLI::App* check, CLI::App* compare, CLI::App* plan, CLI::App* sca
 }  // namespace
 
 int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{
-      "tspemu: emulate a multi-GPU device group on one CPU; with no subcommand, `run` on its "
-      "built-in default",
-      "tspemu"};
-  app.require_subcommand(0, 1);
-  // A --config file's options come first; the command line's later ones win.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-
-  std::string unused_config;
-  auto config = [&](CLI::App* sub) {
-    sub->add_option("--config", unused_config,
-                    "read options from a JSON object {\"long-option\": value, ...}; flags on the "
-                    "command line override it");
-  };
-  RunArgs run_args;
-  CLI::App* run = add_run_command(app, run_args);
-  CompareArgs compare_args;
-  CLI::App* compare = add_compare_command(app, compare_args);
-  PlanArgs plan_args;
-  CLI::App* plan = add_plan_command(app, plan_args);
-  ScaleArgs scale_args;
-  CLI::App* scale = add_scale_command(app, scale_args);
-  PaperArgs paper_args;
-  CLI::App* paper = add_paper_command(app, paper_args);
-  TrainArgs train_args;
-  CLI::App* train = add_train_command(app, train_args);
-  for (CLI::App* sub : {run, compare, plan, scale, paper, train}) config(sub);
-
-  SelfcheckOptions sc;
-  auto* check = app.add_subcommand("selfcheck",
-                                   "run and verify every collective of the runtime, with timings");
-  check->add_option("--ranks", sc.ranks, "ranks (threads) in the world")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  check->add_option("--count", sc.count, "float elements per rank")->capture_default_str();
-  check->add_option("--iterations", sc.iterations, "timed calls per collective")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  TspemuApp app;
+  CLI::App* const check = app.selfcheck;
+  CLI::App* const paper = app.paper;
+  CLI::App* const train = app.train;
+  CLI::App* const plan = app.plan;
 
   try {
     std::vector<std::string> argv = expand_config_files(app, args);
@@ -112,8 +92,7 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   // Process 0 prints; the others run their ranks silently (their errors still go to err).
   std::ostream silent(nullptr);
   std::ostream& report = job.prints() ? out : silent;
-  const int code = run_parsed(check, compare, plan, scale, paper, train, sc, run_args, compare_args,
-                              plan_args, scale_args, paper_args, train_args, report, err);
+  const int code = run_parsed(app, report, err);
   // plan runs no world: every process computes the same code without MPI.
   return plan->parsed() ? code : agree_exit_code(code);
 }

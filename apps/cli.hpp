@@ -4,11 +4,41 @@
 // message names the flag and the constraint) or a command-line error.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <iosfwd>
 #include <string>
 #include <vector>
 
+#include "compare_command.hpp"
+#include "paper_command.hpp"
+#include "plan_command.hpp"
+#include "run_command.hpp"
+#include "scale_command.hpp"
+#include "selfcheck.hpp"
+#include "train_command.hpp"
+
 namespace tspemu::app {
+
+// The parser: every subcommand with its options bound to `args`, each valued option checked by its
+// row of the option table (option_table.hpp) as it is parsed.
+class TspemuApp : public CLI::App {
+ public:
+  TspemuApp();
+  struct Args {
+    RunArgs run;
+    CompareArgs compare;
+    PlanArgs plan;
+    ScaleArgs scale;
+    PaperArgs paper;
+    TrainArgs train;
+    SelfcheckOptions selfcheck;
+    std::string config;  // unused: --config is expanded before parsing (config_file.hpp)
+  } args;
+  CLI::App *run, *compare, *plan, *scale, *paper, *train, *selfcheck;
+  // Options no row of the table covers, as "command --flag" (none in a correct build).
+  std::vector<std::string> outside_the_table;
+};
 
 // args: the command line without the program name.
 int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "option_table.hpp"
 #include "problem_options.hpp"
 #include "tspemu/core/sanitized.hpp"
 
@@ -82,9 +83,19 @@ std::vector<std::string> config_options(const CLI::App& sub, std::string_view js
       throw ConfigError(flag + ": " + name + " is not an option of `tspemu " + sub.get_name() +
                         "` (see --help)");
     const bool is_flag = opt->get_items_expected_min() == 0;
+    // The option table's kind (option_table.hpp) says which JSON types a value may have: a
+    // numeric option takes a JSON number (a string "0.9" is a mistake the file's author should
+    // see), a true/false option a JSON boolean or the text true/false.
+    const OptionRule* rule = option_rule(sub.get_name(), "--" + key);
     auto text = [&](const nlohmann::json& v) -> std::string {
+      if (rule != nullptr && json_needs_number(*rule) && !v.is_number())
+        throw ConfigError(flag + ": " + name + " must be a JSON number, not " +
+                          std::string(v.type_name()) +
+                          (v.is_string() ? " \"" + sanitized(v.get<std::string>()) + "\"" : ""));
       if (v.is_string()) return v.get<std::string>();
       if (v.is_number()) return v.dump();
+      if (v.is_boolean() && rule != nullptr && rule->kind == OptionKind::boolean)
+        return v.get<bool>() ? "true" : "false";
       throw ConfigError(flag + ": " + name + " must be a string or a number");
     };
     if (is_flag) {

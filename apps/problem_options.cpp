@@ -37,9 +37,7 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
                  "sequence length S (zigzag: divisible by 2·D, resp. 2·Sp for SP and TP+SP, 2·n "
                  "for Ulysses and ring)")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "weights and inputs seed")
-      ->capture_default_str()
-      ->check(unsigned_integer());
+  app.add_option("--seed", o.seed, "weights and inputs seed")->capture_default_str();
   app.add_option("--layout", o.layout, "TSP sequence layout (the baselines use zigzag)")
       ->capture_default_str()
       ->check(CLI::IsMember({"zigzag", "contiguous", "striped"}));
@@ -68,18 +66,6 @@ void add_strategy_options(CLI::App& app, ProblemOptions& o) {
       ->capture_default_str();
   app.add_option("--sp", o.sp, "tp-sp: sequence-parallel degree Sp (ranks in a column)")
       ->capture_default_str();
-}
-
-CLI::Validator unsigned_integer() {
-  // CLI11 converts "-1" into an unsigned option by wrapping it to 2^64 - 1.
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        const auto first = text.find_first_not_of(" \t");
-        return first != std::string::npos && text[first] == '-'
-                   ? text + ": must be a non-negative integer (it would wrap to 2^64 - 1 and over)"
-                   : "";
-      },
-      "UINT");
 }
 
 cost::Strategy parse_strategy(const ProblemOptions& o) {

@@ -41,9 +41,6 @@ void add_problem_options(CLI::App& app, ProblemOptions& o);
 // --strategy (the strategy table's names), --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);
 
-// A check for an unsigned option (--seed, --inject-seed): a negative value is refused, naming it.
-CLI::Validator unsigned_integer();
-
 // The simulated-clock flags: --sim-clock PRESET and overrides of its device and links; compare
 // adds --nodes. A negative number (or 0 for nodes) means "the preset's".
 struct SimClockArgs {

@@ -37,8 +37,7 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   add_sim_clock_options(*run, a.sim_clock, false);
   run->add_option("--inject-seed", a.inject_seed,
                   "run under seeded injection: random delays of ranks and messages, receives "
-                  "delivered in a seeded order; the same seed reproduces the event order")
-      ->check(unsigned_integer());
+                  "delivered in a seeded order; the same seed reproduces the event order");
   run->add_option("--inject-delay-us", a.inject_delay_us, "injection: longest delay, microseconds")
       ->capture_default_str();
   run->add_option("--inject-probability", a.inject_probability,

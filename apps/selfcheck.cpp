@@ -116,6 +116,16 @@ std::vector<Check> checks() {
 
 }  // namespace
 
+CLI::App* add_selfcheck_command(CLI::App& app, SelfcheckOptions& o) {
+  auto* check = app.add_subcommand("selfcheck",
+                                   "run and verify every collective of the runtime, with timings");
+  check->add_option("--ranks", o.ranks, "ranks (threads) in the world")->capture_default_str();
+  check->add_option("--count", o.count, "float elements per rank")->capture_default_str();
+  check->add_option("--iterations", o.iterations, "timed calls per collective")
+      ->capture_default_str();
+  return check;
+}
+
 int selfcheck(const SelfcheckOptions& opts, std::ostream& out) {
   World world({.ranks = opts.ranks});
   char line[256];

@@ -3,6 +3,8 @@
 // moved. Returns the number of failed checks.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstddef>
 #include <iosfwd>
 
@@ -14,6 +16,9 @@ struct SelfcheckOptions {
   int iterations = 20;
 };
 
+// The `selfcheck` subcommand of app with its options (--ranks, --count, --iterations; their bounds
+// are the option table's, option_table.hpp).
+CLI::App* add_selfcheck_command(CLI::App& app, SelfcheckOptions& o);
 int selfcheck(const SelfcheckOptions& opts, std::ostream& out);
 
 }  // namespace tspemu::app

@@ -5,6 +5,7 @@
 #include "corpus.hpp"
 #include "output_files.hpp"
 #include "progress_bar.hpp"
+#include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
 #include "train_run.hpp"
@@ -137,6 +138,11 @@ int train_command(const TrainArgs& a, std::ostream& out) {
   if (a.steps < 1) throw ConfigError("--steps " + std::to_string(a.steps) + ": must be >= 1");
   c.optimizer = a.opt;
   c.optimizer.kind = ref::optimizer_kind_named(a.optimizer);
+  // Each step is a checked run's forward and backward (the same stack, reference and oracle) with
+  // optimizer state on top: what `run` needs is a lower bound of what a step holds, so the same
+  // pre-check refuses a training that cannot fit before anything is allocated.
+  require_run_memory(c.stack, whole, "train " + st.name(), available_memory(),
+                     stack_world_options(c.stack, st.ranks()).arena_capacity);
   c.corpus = a.data.empty() ? builtin_corpus() : read_corpus(a.data);
   c.corpus_name = a.data.empty() ? "built-in" : a.data;
   TrainResult r;
