@@ -8,6 +8,7 @@
 
 #include "compare_command.hpp"
 #include "config_file.hpp"
+#include "generate_command.hpp"
 #include "mpi_job.hpp"
 #include "paper_command.hpp"
 #include "plan_command.hpp"
@@ -22,10 +23,11 @@ namespace {
 
 // The subcommands' work, then their exit code (the body of tspemu_main once parsed).
 int run_parsed(CLI::App* check, CLI::App* compare, CLI::App* plan, CLI::App* scale, CLI::App* paper,
-               CLI::App* train, const SelfcheckOptions& sc, const RunArgs& run_args,
-               const CompareArgs& compare_args, const PlanArgs& plan_args,
+               CLI::App* train, CLI::App* generate, const SelfcheckOptions& sc,
+               const RunArgs& run_args, const CompareArgs& compare_args, const PlanArgs& plan_args,
                const ScaleArgs& scale_args, const PaperArgs& paper_args,
-               const TrainArgs& train_args, std::ostream& out, std::ostream& err) {
+               const TrainArgs& train_args, const GenerateArgs& generate_args, std::ostream& out,
+               std::ostream& err) {
   try {
     if (check->parsed()) return selfcheck(sc, out) == 0 ? 0 : 1;
     if (compare->parsed()) return compare_command(compare_args, out);
@@ -33,6 +35,7 @@ int run_parsed(CLI::App* check, CLI::App* compare, CLI::App* plan, CLI::App* sca
     if (scale->parsed()) return scale_command(scale_args, out);
     if (paper->parsed()) return paper_command(paper_args, out);
     if (train->parsed()) return train_command(train_args, out);
+    if (generate->parsed()) return generate_command(generate_args, out);
     return run_command(run_args, out);
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";
@@ -72,7 +75,9 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   CLI::App* paper = add_paper_command(app, paper_args);
   TrainArgs train_args;
   CLI::App* train = add_train_command(app, train_args);
-  for (CLI::App* sub : {run, compare, plan, scale, paper, train}) config(sub);
+  GenerateArgs generate_args;
+  CLI::App* generate = add_generate_command(app, generate_args);
+  for (CLI::App* sub : {run, compare, plan, scale, paper, train, generate}) config(sub);
 
   SelfcheckOptions sc;
   auto* check = app.add_subcommand("selfcheck",
@@ -99,12 +104,14 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   // usual; the others would each run P independent copies of one world, which is no run across
   // processes.
   const MpiJob job = mpi_job();
-  if (job.spans() && (check->parsed() || paper->parsed() || train->parsed())) {
+  if (job.spans() &&
+      (check->parsed() || paper->parsed() || train->parsed() || generate->parsed())) {
     err << "tspemu: invalid configuration: launched by mpirun with " << job.processes
         << " processes, but "
         << (check->parsed()   ? "selfcheck"
             : paper->parsed() ? "paper"
-                              : "train")
+            : train->parsed() ? "train"
+                              : "generate")
         << " does not span processes (each process would run its own independent world); run, "
            "compare, scale and plan do; run this one without mpirun (README: Across processes)\n";
     return 2;
@@ -112,8 +119,9 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   // Process 0 prints; the others run their ranks silently (their errors still go to err).
   std::ostream silent(nullptr);
   std::ostream& report = job.prints() ? out : silent;
-  const int code = run_parsed(check, compare, plan, scale, paper, train, sc, run_args, compare_args,
-                              plan_args, scale_args, paper_args, train_args, report, err);
+  const int code =
+      run_parsed(check, compare, plan, scale, paper, train, generate, sc, run_args, compare_args,
+                 plan_args, scale_args, paper_args, train_args, generate_args, report, err);
   // plan runs no world: every process computes the same code without MPI.
   return plan->parsed() ? code : agree_exit_code(code);
 }

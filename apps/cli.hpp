@@ -1,5 +1,5 @@
-// The tspemu command line: subcommands run (the default), compare, plan, paper, scale, train
-// and selfcheck.
+// The tspemu command line: subcommands run (the default), compare, plan, paper, scale, train,
+// generate and selfcheck.
 // Exit codes: 0 success; 1 a runtime failure or a failed check; 2 a bad configuration (the
 // message names the flag and the constraint) or a command-line error.
 #pragma once

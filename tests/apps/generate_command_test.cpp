@@ -1,0 +1,186 @@
+// `tspemu generate` (generate_command.hpp): the default run passes and reports every field; bad
+// input exits 2 naming the flag and the value, writing nothing; greedy runs repeat bit for bit;
+// seeded sampling repeats by seed; the trace holds the prefill and every decode step.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_outcome.hpp"
+#include "tspemu/reference/hf_checkpoint.hpp"
+#include "tspemu/reference/init.hpp"
+
+namespace tspemu::app {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Outcome;
+using testing::temp_path;
+using testing::tspemu;
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(std::ifstream(path));
+}
+
+// The tokens of a run with `args` (and -q, --json).
+std::vector<std::vector<std::int32_t>> tokens_of(std::vector<std::string> args,
+                                                 const std::string& name) {
+  const std::string json = temp_path(name);
+  args.insert(args.begin(), "generate");
+  for (const char* a : {"-q", "--json"}) args.emplace_back(a);
+  args.push_back(json);
+  const Outcome o = tspemu(args);
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  return read_json(json).at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+}
+
+TEST(Generate, DefaultRunPassesAndWritesEveryField) {
+  const std::string json = temp_path("default.json");
+  fs::remove(json);
+  const Outcome o = tspemu({"generate", "-q", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("time to first token"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("time per output token"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << o.out;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("command"), "generate");
+  EXPECT_EQ(j.at("config").at("prompt_lengths"), (std::vector<int>{7, 13, 5}));
+  EXPECT_EQ(j.at("config").at("new_tokens"), 32);
+  EXPECT_GT(j.at("ttft_seconds").get<double>(), 0);
+  EXPECT_GT(j.at("tpot_seconds").get<double>(), 0);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(j.at("decode_step_seconds").size(), 31u);
+  // The closed form by hand: 2·L·Σ S_b·NKV·hs·4 with S_b = P_b + 31, L=2, NKV=4, hs=32.
+  const std::uint64_t whole = 2ull * 2 * (7 + 13 + 5 + 3 * 31) * 4 * 32 * 4;
+  const int ranks = j.at("config").at("ranks").get<int>();
+  ASSERT_EQ(j.at("kv_cache").at("model_bytes_per_rank").size(), static_cast<std::size_t>(ranks));
+  std::uint64_t measured = 0;
+  for (const auto& b : j.at("kv_cache").at("measured_bytes_per_rank"))
+    measured += b.get<std::uint64_t>();
+  EXPECT_EQ(measured, whole);  // the ranks' shards add up to the whole cache
+  EXPECT_EQ(j.at("kv_cache").at("match"), true);
+  ASSERT_EQ(j.at("tokens").size(), 3u);
+  for (const auto& t : j.at("tokens")) EXPECT_EQ(t.size(), 32u);
+  EXPECT_EQ(j.at("check").at("ran"), true);
+  EXPECT_EQ(j.at("check").at("numerics_ok"), true);
+  EXPECT_EQ(j.at("verdict"), "pass");
+}
+
+TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--prompt-lengths", "7,0,5"}, "--prompt-lengths 7,0,5: sequence 1 has an empty prompt"},
+      {{"--prompt-lengths", "7,,5"}, "--prompt-lengths 7,,5: give comma-separated"},
+      {{"--prompt-lengths", "3000"},
+       "--prompt-lengths 3000: the prompt of sequence 0 has 3000 tokens, longer than the model's "
+       "context of 2048"},
+      {{"--max-context", "16", "--prompt-lengths", "4,17"},
+       "the prompt of sequence 1 has 17 tokens, longer than the model's context of 16"},
+      {{"--new-tokens", "0"}, "--new-tokens 0: must be >= 1"},
+      {{"--max-context", "40", "--new-tokens", "28"},
+       "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of 40"},
+      {{"--ranks", "2"}, "--ranks 2: the reference decoder runs on exactly 1 rank"},
+      {{"--ranks", "0"}, "--ranks 0: a world has 1 to 256 ranks"},
+      {{"--prompt", "hi", "--vocab", "100"},
+       "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
+      {{"--prompt", ""}, "--prompt '': an empty prompt"},
+      {{"--temperature", "0.5"}, "--temperature needs --sampling seeded"},
+      {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be finite and > 0"},
+      {{"--sampling", "seeded", "--top-k", "-1"}, "--top-k -1: must be >= 0"},
+  };
+  const std::string json = temp_path("bad.json"), trace = temp_path("bad.trace.json");
+  for (const Case& c : cases) {
+    fs::remove(json);
+    fs::remove(trace);
+    std::vector<std::string> args = {"generate", "-q", "--json", json, "--trace", trace};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Outcome o = tspemu(args);
+    EXPECT_EQ(o.code, 2) << c.message << "\n" << o.out << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(json)) << c.message;
+    EXPECT_FALSE(fs::exists(trace)) << c.message;
+  }
+}
+
+// A checkpoint's vocabulary must hold a byte-level prompt, and its max_position_embeddings is the
+// context.
+TEST(Generate, CheckpointVocabularyAndContextBoundThePrompt) {
+  ref::ModelConfig cfg{
+      .vocab = 100, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 2, .ffn = 48};
+  const std::string small = temp_path("v100");
+  fs::remove_all(small);
+  ref::save_hf_checkpoint(small, ref::init_weights<float>(cfg, 5));
+  Outcome o = tspemu({"generate", "-q", "--weights", small, "--prompt", "é"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("byte 0 is token 195, outside the vocabulary of 100 of --weights " + small),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"generate", "-q", "--weights", small, "--prompt", "abc", "-N", "4"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("weights: the checkpoint in " + small), std::string::npos) << o.out;
+
+  cfg.vocab = 256;
+  const std::string bytes = temp_path("v256");
+  fs::remove_all(bytes);
+  ref::save_hf_checkpoint(bytes, ref::init_weights<float>(cfg, 5));
+  nlohmann::json config = read_json(bytes + "/config.json");
+  config["max_position_embeddings"] = 8;
+  std::ofstream(bytes + "/config.json") << config.dump();
+  o = tspemu({"generate", "-q", "--weights", bytes, "--prompt", "four", "-N", "5"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("--new-tokens 5: sequence 0 would hold 4 + 5 tokens, beyond the model's "
+                       "context of 8 positions (max_position_embeddings of --weights"),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"generate", "-q", "--weights", bytes, "--prompt", "four", "-N", "4"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+}
+
+TEST(Generate, GreedyRunsRepeatTheirTokens) {
+  const std::vector<std::string> args = {"-N", "12", "--prompt-lengths", "5,9"};
+  const auto a = tokens_of(args, "a.json"), b = tokens_of(args, "b.json");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Generate, SeededSamplingRepeatsBySeed) {
+  auto run = [](const char* seed, const char* mode, const std::string& name) {
+    return tokens_of({"-N", "12", "--prompt-lengths", "5,9", "--seed", seed, "--sampling", mode,
+                      "--temperature", "1.5"},
+                     name);
+  };
+  // greedy refuses --temperature, so greedy runs without it.
+  const auto greedy = tokens_of({"-N", "12", "--prompt-lengths", "5,9", "--seed", "3"}, "g.json");
+  const auto s3 = run("3", "seeded", "s3.json"), again = run("3", "seeded", "s3b.json");
+  const auto s4 = run("4", "seeded", "s4.json");
+  EXPECT_EQ(s3, again);
+  EXPECT_NE(s3, greedy);  // same weights and prompts: only the sampler differs
+  EXPECT_NE(s3, s4);
+}
+
+TEST(Generate, TraceHoldsThePrefillAndEveryDecodeStep) {
+  const std::string trace = temp_path("trace.json");
+  fs::remove(trace);
+  const Outcome o = tspemu({"generate", "-q", "-N", "6", "--trace", trace});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json t = read_json(trace);
+  const nlohmann::json& events = t.is_object() ? t.at("traceEvents") : t;
+  int prefill = 0, steps = 0;
+  for (const auto& e : events) {
+    if (!e.contains("name") || e.value("ph", "") != "X") continue;
+    prefill += e.at("name") == "prefill";
+    steps += e.at("name") == "decode step";
+  }
+  EXPECT_EQ(prefill, 1);
+  EXPECT_EQ(steps, 5);
+}
+
+}  // namespace
+}  // namespace tspemu::app
