@@ -185,7 +185,7 @@ std::string divergence_text(const Divergence& d) {
       "step %d seq %d: %s picked %d, oracle %d; oracle top-1 %.6g top-2 %.6g, margin %.3g "
       "%s 2e = %.3g: %s",
       d.step, d.seq, d.who.c_str(), d.token, d.oracle_token, d.oracle_top1, d.oracle_top2, d.margin,
-      d.near_tie ? "<=" : ">", 2 * d.error,
+      d.near_tie ? "<=" : ">", 2 * d.bound,
       d.near_tie ? "near-tie" : "FAIL (not explained by rounding)");
 }
 
@@ -328,7 +328,7 @@ nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
                                       {"oracle_top1", d.oracle_top1},
                                       {"oracle_top2", d.oracle_top2},
                                       {"margin", d.margin},
-                                      {"error", d.error},
+                                      {"bound", d.bound},
                                       {"near_tie", d.near_tie}});
   }
   j["check"] = check;

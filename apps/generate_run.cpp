@@ -7,6 +7,7 @@
 
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/init.hpp"
+#include "tspemu/reference/numerics.hpp"
 #include "tspemu/runtime/barrier.hpp"
 #include "tspemu/runtime/world.hpp"
 
@@ -135,31 +136,6 @@ bool seeded_reach(double a, double w, double d, double u, double g) {
   return std::max(lo, delta_min) <= std::min(hi, delta_max);
 }
 
-// Judges a pick that differs from the oracle's (Divergence::near_tie); u: the sequence's uniform.
-bool near_tie(std::span<const double> row, std::int32_t token, std::int32_t oracle_token, double e,
-              const SamplingOptions& s, double u) {
-  const auto at = [&](std::int32_t i) { return row[static_cast<std::size_t>(i)]; };
-  if (s.greedy) return at(oracle_token) - at(token) <= 2 * e;
-  const int V = static_cast<int>(row.size());
-  std::vector<int> set(static_cast<std::size_t>(V));
-  for (int i = 0; i < V; ++i) set[static_cast<std::size_t>(i)] = i;
-  if (s.top_k > 0 && s.top_k < V) {  // the sampler's set: (logit desc, index asc)
-    std::partial_sort(set.begin(), set.begin() + s.top_k, set.end(),
-                      [&](int x, int y) { return at(x) > at(y) || (at(x) == at(y) && x < y); });
-    const double kth = at(set[static_cast<std::size_t>(s.top_k - 1)]);
-    set.resize(static_cast<std::size_t>(s.top_k));
-    if (std::find(set.begin(), set.end(), token) == set.end()) return kth - at(token) <= 2 * e;
-  }
-  double m = -INFINITY;
-  for (const int i : set) m = std::max(m, at(i));
-  double a = 0, w = 0, d = 0;
-  for (const int i : set) {
-    const double wi = std::exp((at(i) - m) / s.temperature);
-    (i < token ? a : i == token ? w : d) += wi;
-  }
-  return seeded_reach(a, w, d, u, std::exp(e / s.temperature));
-}
-
 // One step of the check: the rule on the step's logits, then every pick against the oracle's.
 struct StepJudge {
   const GenerateConfig& c;
@@ -186,21 +162,25 @@ struct StepJudge {
       const std::int32_t want = oracle_picks[static_cast<std::size_t>(b)];
       const std::int32_t picked =
           out.tokens[static_cast<std::size_t>(b)][static_cast<std::size_t>(step)];
-      judge_pick(step, b, c.strategy->name, picked, want, run.subspan(row, orow.size()), orow, u);
+      // e: the rule's bound on this row, k·err(reference fp32 row) + tiny.
+      const std::span<const float> rrow = reference.subspan(row, orow.size());
+      double e = 0;
+      for (std::size_t i = 0; i < orow.size(); ++i)
+        e = std::max(e, std::abs(static_cast<double>(rrow[i]) - orow[i]));
+      e = c.k * e + ref::default_tiny(orow);
+      judge_pick(step, b, c.strategy->name, picked, want, orow, e, u);
       if (!separate_reference) continue;
       const std::int32_t ref_pick = reference_picks[static_cast<std::size_t>(b)];
       out.tokens_match_reference = out.tokens_match_reference && ref_pick == picked;
-      judge_pick(step, b, "reference", ref_pick, want, reference.subspan(row, orow.size()), orow,
-                 u);
+      judge_pick(step, b, "reference", ref_pick, want, orow, e, u);
     }
   }
 
   void judge_pick(int step, int b, const std::string& who, std::int32_t picked, std::int32_t want,
-                  std::span<const float> row, std::span<const double> orow, double u) {
+                  std::span<const double> orow, double e, double u) {
     if (picked == want) return;
-    Divergence d{.step = step, .seq = b, .who = who, .token = picked, .oracle_token = want};
-    for (std::size_t i = 0; i < row.size(); ++i)
-      d.error = std::max(d.error, std::abs(static_cast<double>(row[i]) - orow[i]));
+    Divergence d{
+        .step = step, .seq = b, .who = who, .token = picked, .oracle_token = want, .bound = e};
     d.oracle_top1 = d.oracle_top2 = -INFINITY;
     for (const double v : orow) {
       if (v > d.oracle_top1) {
@@ -211,7 +191,7 @@ struct StepJudge {
       }
     }
     d.margin = orow[static_cast<std::size_t>(want)] - orow[static_cast<std::size_t>(picked)];
-    d.near_tie = std::isfinite(d.error) && near_tie(orow, picked, want, d.error, c.sampling, u);
+    d.near_tie = std::isfinite(e) && within_rounding(orow, picked, want, e, c.sampling, u);
     out.divergences.push_back(std::move(d));
   }
 };
@@ -246,6 +226,30 @@ void check_run(const GenerateConfig& c, const std::vector<std::vector<float>>& r
 }
 
 }  // namespace
+
+bool within_rounding(std::span<const double> row, std::int32_t token, std::int32_t oracle_token,
+                     double e, const SamplingOptions& s, double u) {
+  const auto at = [&](std::int32_t i) { return row[static_cast<std::size_t>(i)]; };
+  if (s.greedy) return at(oracle_token) - at(token) <= 2 * e;
+  const int V = static_cast<int>(row.size());
+  std::vector<int> set(static_cast<std::size_t>(V));
+  for (int i = 0; i < V; ++i) set[static_cast<std::size_t>(i)] = i;
+  if (s.top_k > 0 && s.top_k < V) {  // the sampler's set: (logit desc, index asc)
+    std::partial_sort(set.begin(), set.begin() + s.top_k, set.end(),
+                      [&](int x, int y) { return at(x) > at(y) || (at(x) == at(y) && x < y); });
+    const double kth = at(set[static_cast<std::size_t>(s.top_k - 1)]);
+    set.resize(static_cast<std::size_t>(s.top_k));
+    if (std::find(set.begin(), set.end(), token) == set.end()) return kth - at(token) <= 2 * e;
+  }
+  double m = -INFINITY;
+  for (const int i : set) m = std::max(m, at(i));
+  double a = 0, w = 0, d = 0;
+  for (const int i : set) {
+    const double wi = std::exp((at(i) - m) / s.temperature);
+    (i < token ? a : i == token ? w : d) += wi;
+  }
+  return seeded_reach(a, w, d, u, std::exp(e / s.temperature));
+}
 
 int generate_steps(const GenerateConfig& c) {
   return c.new_tokens * (c.check ? 2 : 1);

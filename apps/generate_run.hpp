@@ -22,14 +22,16 @@
 //     strategy is its own fp32 reference;
 //   - per step and sequence, the token the run picked (and the fp32 reference's pick) against the
 //     token the oracle's logits give under the same sampler state. A different token is a
-//     divergence, judged by the oracle's margin: it is a near-tie when logits within e of the
-//     oracle's row (max norm), e the picking decoder's own max error on that row, make the
-//     sampler pick it — greedy: oracle top-1 minus the picked token's logit <= 2e; seeded (same
-//     uniform u, reconstructed from the seed as sampling.hpp specifies): some rescaling of the
-//     weights before, at and after the picked token by factors within exp(±e / temperature) puts
-//     u·Σw in the picked token's interval (with top-k, a token outside the oracle's set must be
-//     within 2e of its k-th logit). Otherwise the divergence is a failure: no rounding of that
-//     size explains it.
+//     divergence, judged by the oracle's margin against the rule's bound on that row, e =
+//     k·err(reference fp32 row) + tiny: it is a near-tie when logits within e of the oracle's row
+//     (max norm) make the sampler pick it — greedy: the oracle's top-1 minus the picked token's
+//     logit <= 2e; seeded (the same uniform u, replayed from the seed as sampling.hpp specifies):
+//     some rescaling of the weights before, at and after the picked token by factors within
+//     exp(±e / temperature) puts u·Σw in the picked token's interval (with top-k, a token outside
+//     the oracle's set must be within 2e of its k-th logit). Otherwise the divergence fails: no
+//     rounding the rule allows explains it. (The reference strategy's own picks are its argmax or
+//     draw on logits within err <= e of the oracle's, so for it the judgement only labels the
+//     near-ties; a parallel strategy's are held to the reference's error.)
 // Guarantees: run_generate throws std::invalid_argument for a shape the strategy refuses or input
 //   the reference decoder refuses (before any rank starts), and RankFailure when a rank fails or
 //   the ranks disagree; otherwise the result holds the verdict. The trace (c.trace_path) is
@@ -41,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,7 +85,7 @@ struct Divergence {
   std::int32_t oracle_token = 0;            // the oracle's pick under the same sampler state
   double oracle_top1 = 0, oracle_top2 = 0;  // the oracle row's two largest logits
   double margin = 0;                        // oracle logit of oracle_token minus that of token
-  double error = 0;                         // e: the picking decoder's max abs error on the row
+  double bound = 0;  // e: the rule's bound on the row, k·err(reference fp32 row) + tiny
   bool near_tie = false;
 };
 
@@ -111,5 +114,11 @@ struct GenerateResult {
 };
 
 GenerateResult run_generate(const GenerateConfig& c);
+
+// The divergence rule above for one row: whether logits within e (max norm) of the oracle's row
+// make sampler s (seeded: with the uniform u of this draw) pick `token` where the oracle's row
+// gives `oracle_token`.
+bool within_rounding(std::span<const double> oracle_row, std::int32_t token,
+                     std::int32_t oracle_token, double e, const SamplingOptions& s, double u);
 
 }  // namespace tspemu::app

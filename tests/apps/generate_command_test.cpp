@@ -11,8 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_outcome.hpp"
+#include "generate_run.hpp"
+#include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/hf_checkpoint.hpp"
 #include "tspemu/reference/init.hpp"
+#include "tspemu/runtime/world.hpp"
 
 namespace tspemu::app {
 namespace {
@@ -180,6 +183,136 @@ TEST(Generate, TraceHoldsThePrefillAndEveryDecodeStep) {
   }
   EXPECT_EQ(prefill, 1);
   EXPECT_EQ(steps, 5);
+}
+
+// A pick that differs from the oracle's is a near-tie exactly when logits within e of the oracle's
+// row reach it; the thresholds below are worked by hand.
+TEST(Generate, DivergenceIsANearTieExactlyWithinTheRowsBound) {
+  const SamplingOptions greedy;
+  const std::vector<double> close = {0, 1.0, 0.9999};  // top-1 minus token 2's logit: 1e-4 = 2e
+  EXPECT_TRUE(within_rounding(close, 2, 1, 0.51e-4, greedy, 0));
+  EXPECT_FALSE(within_rounding(close, 2, 1, 0.49e-4, greedy, 0));
+  // Seeded, two equal weights: u = 0.49 picks token 0. Token 1 needs α·1 <= u·(α + γ) with
+  // α = 1/g, γ = g: g² >= 1/u - 1, e >= ln(g) = 0.0199990.
+  const SamplingOptions seeded{.greedy = false, .temperature = 1.0};
+  const std::vector<double> even = {0, 0};
+  EXPECT_TRUE(within_rounding(even, 1, 0, 0.02001, seeded, 0.49));
+  EXPECT_FALSE(within_rounding(even, 1, 0, 0.01999, seeded, 0.49));
+  // u = 0.6 picks token 1; token 0 needs γ·1 > u·(γ + δ) with γ = g, δ = 1/g: g² > u / (1 - u),
+  // e > ln(1.5) / 2 = 0.2027; a temperature of 2 halves what a logit error does.
+  EXPECT_TRUE(within_rounding(even, 0, 1, 0.2028, seeded, 0.6));
+  EXPECT_FALSE(within_rounding(even, 0, 1, 0.2026, seeded, 0.6));
+  const SamplingOptions hot{.greedy = false, .temperature = 2.0};
+  EXPECT_FALSE(within_rounding(even, 0, 1, 0.3, hot, 0.6));
+  EXPECT_TRUE(within_rounding(even, 0, 1, 0.406, hot, 0.6));
+  // Top-2 of {3, 2, 1, 0}: token 2 is outside the set, 1 below the 2nd logit.
+  const SamplingOptions top2{.greedy = false, .temperature = 1.0, .top_k = 2};
+  const std::vector<double> ranked = {3, 2, 1, 0};
+  EXPECT_TRUE(within_rounding(ranked, 2, 0, 0.51, top2, 0.5));
+  EXPECT_FALSE(within_rounding(ranked, 2, 0, 0.49, top2, 0.5));
+}
+
+// A stand-in parallel strategy: every rank runs the reference decoder (a replicated cache); rank
+// `bad_rank` (-2: every rank) adds 10 to token 0's logit from step `bad_step` on, as a schedule
+// whose ranks disagree (or that is wrong on every rank) would.
+class ReplicatedSession final : public DecodeSession {
+ public:
+  ReplicatedSession(const ref::ModelWeights<float>& w, bool bad, int bad_step)
+      : w_(w), bad_(bad), bad_step_(bad_step) {}
+  std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
+    ref::Prefill<float> p = ref::prefill(w_, prompts);
+    cache_ = std::move(p.cache);
+    return corrupt(std::move(p.logits));
+  }
+  std::vector<float> decode_step(std::span<const std::int32_t> tokens) override {
+    return corrupt(ref::decode_step(w_, cache_, tokens));
+  }
+  std::uint64_t kv_cache_bytes() const override { return cache_.bytes(); }
+
+ private:
+  std::vector<float> corrupt(std::vector<float> logits) {
+    if (bad_ && step_++ >= bad_step_) logits[0] += 10;
+    return logits;
+  }
+  const ref::ModelWeights<float>& w_;
+  bool bad_;
+  int bad_step_, step_ = 0;
+  ref::KvCache<float> cache_;
+};
+
+DecodeStrategy replicated(int bad_rank, int bad_step) {
+  return DecodeStrategy{
+      .name = "replicated",
+      .description = "test",
+      .why_invalid = [](const GenerateShape&) { return std::string(); },
+      .make = [=](Rank& rank, const GenerateShape&,
+                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<ReplicatedSession>(w, rank.id() == bad_rank || bad_rank == -2,
+                                                   bad_step);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> lengths, int) {
+            std::uint64_t positions = 0;
+            for (const std::int64_t n : lengths) positions += static_cast<std::uint64_t>(n);
+            return 2 * static_cast<std::uint64_t>(s.model.n_layers) * positions *
+                   static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
+          },
+  };
+}
+
+GenerateConfig replicated_config(const DecodeStrategy& st) {
+  GenerateConfig c;
+  c.strategy = &st;
+  c.shape.model = ref::ModelConfig{
+      .vocab = 64, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 2, .ffn = 48};
+  c.shape.ranks = 3;
+  c.shape.batch = 2;
+  c.weights =
+      std::make_shared<const ref::ModelWeights<float>>(ref::init_weights<float>(c.shape.model, 7));
+  c.prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}};
+  c.new_tokens = 6;
+  return c;
+}
+
+// A parallel strategy's run is checked against the fp32 reference decoder as well as the oracle.
+TEST(Generate, AParallelStrategyIsCheckedAgainstTheReferenceDecoder) {
+  const DecodeStrategy st = replicated(-1, 0);
+  const GenerateResult r = run_generate(replicated_config(st));
+  EXPECT_TRUE(r.pass());
+  EXPECT_TRUE(r.checked);
+  EXPECT_TRUE(r.tokens_match_reference);
+  EXPECT_EQ(r.step_logits.size(), 6u);
+  EXPECT_EQ(r.kv_bytes, r.kv_model);
+  EXPECT_EQ(r.kv_bytes.size(), 3u);
+}
+
+// Ranks that would pick different tokens stop the run, naming the rank and the step.
+TEST(Generate, RanksThatDisagreeFailNamingTheRankAndStep) {
+  const DecodeStrategy st = replicated(2, 3);
+  try {
+    run_generate(replicated_config(st));
+    FAIL() << "the run did not fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the ranks disagree at step 3 (decode step): rank 2 picks"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// Wrong logits on every rank agree, and fail the rule and the oracle's picks from that step on.
+TEST(Generate, WrongLogitsOnEveryRankFailTheCheckAtTheirStep) {
+  const DecodeStrategy st = replicated(-2, 3);
+  const GenerateResult r = run_generate(replicated_config(st));
+  EXPECT_FALSE(r.pass());
+  EXPECT_FALSE(r.numerics_ok);
+  ASSERT_EQ(r.step_logits.size(), 6u);
+  EXPECT_TRUE(r.step_logits[2].ok());
+  EXPECT_FALSE(r.step_logits[3].ok());
+  ASSERT_FALSE(r.divergences.empty());
+  EXPECT_EQ(r.divergences.front().step, 3);
+  EXPECT_EQ(r.divergences.front().who, "replicated");
+  EXPECT_FALSE(r.divergences_explained());
 }
 
 }  // namespace
