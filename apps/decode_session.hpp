@@ -41,6 +41,7 @@ struct GenerateShape {
   int ranks = 1;                 // D
   int batch = 1;                 // B
   std::int64_t max_context = 0;  // positions a sequence may hold (0: unbounded)
+  int interleave = 1;            // I: generated tokens' K/V go to ranks in blocks of I
 };
 
 class DecodeSession {
@@ -61,10 +62,12 @@ struct DecodeStrategy {
   std::function<std::unique_ptr<DecodeSession>(Rank&, const GenerateShape&,
                                                const ref::ModelWeights<float>&)>
       make;
-  // A rank's KV cache bytes when sequence b holds lengths[b] positions (the closed form).
-  std::function<std::uint64_t(const GenerateShape&, std::span<const std::int64_t> lengths,
-                              int rank)>
+  // A rank's KV cache bytes after prompts of prompt_lengths and new_tokens tokens each (the
+  // closed form), and that form in words for the report.
+  std::function<std::uint64_t(const GenerateShape&, std::span<const std::int64_t> prompt_lengths,
+                              int new_tokens, int rank)>
       kv_cache_bytes;
+  std::string kv_formula;
 };
 
 // The table, reference first.

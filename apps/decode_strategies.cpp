@@ -9,9 +9,13 @@ namespace tspemu::app {
 
 namespace {
 
-// 2·L·Σ_b S_b·NKV·hs·sizeof(float): K and V of every layer and cached position (kv_cache.hpp).
-std::uint64_t whole_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> lengths) {
-  const std::int64_t positions = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
+// 2·L·Σ_b S_b·NKV·hs·sizeof(float), S_b = P_b + N - 1: K and V of every layer and cached
+// position (kv_cache.hpp); the last new token is sampled, never fed.
+std::uint64_t whole_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                             int new_tokens) {
+  const std::int64_t positions =
+      std::accumulate(prompt_lengths.begin(), prompt_lengths.end(), std::int64_t{0}) +
+      static_cast<std::int64_t>(prompt_lengths.size()) * (new_tokens - 1);
   return 2 * static_cast<std::uint64_t>(s.model.n_layers) * static_cast<std::uint64_t>(positions) *
          static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
 }
@@ -50,17 +54,20 @@ DecodeStrategy reference_strategy() {
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
         return std::make_unique<ReferenceSession>(w, s.max_context);
       },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> lengths,
-                           int) { return whole_kv_bytes(s, lengths); },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                           int new_tokens,
+                           int) { return whole_kv_bytes(s, prompt_lengths, new_tokens); },
+      .kv_formula = "2·L·Σ_b S_b·NKV·hs·4 with S_b = P_b + N - 1 (the whole cache)",
   };
 }
 
 // ---- Parallel decode strategies register here. ----------------------------------------------
 // TSP-W (tsp/tspw_decoder.hpp, branch tspw-decode) plugs in as one function beside
-// reference_strategy(), `DecodeStrategy tspw_strategy()`: a DecodeSession wrapping
-// tsp::TspwDecoder(rank, tsp::DecodeShape{model, D, batch, max_context}, master), why_invalid
-// from DecodeShape::validate(), kv_cache_bytes = whole_kv_bytes / D; then append it to the table
-// below and switch generate_default() to {"tsp-w", 4}.
+// reference_strategy(), `DecodeStrategy tspw_strategy()`: a DecodeSession forwarding to a
+// tsp::TspwDecoder(rank, tsp::DecodeShape{model, D, batch, max_context, interleave}, master),
+// why_invalid from DecodeShape::validate(), kv_cache_bytes the rank's reservation
+// (rank_kv_cache.hpp: round_up(2·L·NKV·hs·4·Σ_b KvOwnership::count(r, b, max_context), 64));
+// then append it to the table below and switch generate_default() to {"tsp-w", 4}.
 std::vector<DecodeStrategy> make_table() {
   return {reference_strategy()};
 }

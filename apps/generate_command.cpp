@@ -121,6 +121,9 @@ GenerateConfig make_config(const GenerateArgs& a, std::string& context_source) {
                       std::to_string(kMaxRanks) + " ranks");
   c.shape.model = problem.model;
   c.shape.ranks = a.ranks;
+  if (a.interleave < 1)
+    throw ConfigError("--interleave " + std::to_string(a.interleave) + ": must be >= 1");
+  c.shape.interleave = a.interleave;
   context_source = "--max-context";
   c.shape.max_context = a.max_context;
   if (a.max_context < 0)
@@ -232,8 +235,7 @@ void print_generate(std::ostream& out, const GenerateArgs& a, const GenerateConf
   out << fmt("tokens/s: %.0f (%d generated tokens in %.3f s, prefill included)\n\n",
              r.tokens_per_s(), B * c.new_tokens, r.seconds);
   out << "KV cache bytes per rank after the run, measured vs the closed form "
-         "2·L·Σ_b S_b·NKV·hs·4 (S_b = prompt + new tokens - 1)"
-      << (c.shape.ranks > 1 ? ", sharded" : ", whole") << ":\n"
+      << c.strategy->kv_formula << ":\n"
       << fmt("  %-6s %14s %14s  %s\n", "rank", "measured", "model", "match");
   for (std::size_t i = 0; i < r.kv_bytes.size(); ++i)
     out << fmt("  %-6zu %14llu %14llu  %s\n", i, static_cast<unsigned long long>(r.kv_bytes[i]),
@@ -291,6 +293,7 @@ nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
                  {"prompt_lengths", lengths},
                  {"new_tokens", c.new_tokens},
                  {"max_context", c.shape.max_context},
+                 {"interleave", c.shape.interleave},
                  {"model", c.shape.model.to_string()},
                  {"weights", a.checkpoint.weights.empty() ? nlohmann::json(nullptr)
                                                           : nlohmann::json(a.checkpoint.weights)},
@@ -304,7 +307,8 @@ nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
   j["decode_step_seconds"] = r.step_seconds;
   j["seconds"] = r.seconds;
   j["tokens_per_s"] = r.tokens_per_s();
-  j["kv_cache"] = {{"measured_bytes_per_rank", r.kv_bytes},
+  j["kv_cache"] = {{"formula", c.strategy->kv_formula},
+                   {"measured_bytes_per_rank", r.kv_bytes},
                    {"model_bytes_per_rank", r.kv_model},
                    {"match", r.kv_match}};
   for (std::size_t i = 0; i < r.prefill_traffic.size(); ++i)
@@ -378,6 +382,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
                                   "the vocabulary must hold them, e.g. with --weights)")
                       ->excludes(lengths);
   cmd->add_option("--new-tokens,-N", a.new_tokens, "new tokens per sequence (>= 1)")
+      ->capture_default_str();
+  cmd->add_option("--interleave", a.interleave,
+                  "generated tokens' K/V go to the ranks round-robin in blocks of I (a sharded "
+                  "cache; the reference keeps the whole cache)")
       ->capture_default_str();
   cmd->add_option("--max-context", a.max_context,
                   "positions a sequence may hold, prompt and new tokens (default: the "

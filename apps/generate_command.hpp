@@ -29,6 +29,7 @@ struct GenerateArgs {
   CheckpointArgs checkpoint;  // --weights
   std::string strategy;       // generate_default() unless given
   int ranks = 1;
+  int interleave = 1;
   std::string prompt_lengths = "7,13,5";
   std::string prompt;  // non-empty: one byte-level prompt instead of --prompt-lengths
   int new_tokens = 32;

@@ -113,11 +113,10 @@ std::vector<std::vector<float>> run_session(const GenerateConfig& c, GenerateRes
 
 void check_kv(const GenerateConfig& c, GenerateResult& out) {
   std::vector<std::int64_t> lengths;
-  for (const auto& p : c.prompts)
-    lengths.push_back(static_cast<std::int64_t>(p.size()) + c.new_tokens - 1);
+  for (const auto& p : c.prompts) lengths.push_back(static_cast<std::int64_t>(p.size()));
   out.kv_match = true;
   for (int r = 0; r < c.shape.ranks; ++r) {
-    out.kv_model.push_back(c.strategy->kv_cache_bytes(c.shape, lengths, r));
+    out.kv_model.push_back(c.strategy->kv_cache_bytes(c.shape, lengths, c.new_tokens, r));
     out.kv_match = out.kv_match && out.kv_model.back() == out.kv_bytes[static_cast<std::size_t>(r)];
   }
 }

@@ -10,8 +10,9 @@
 //   disagree would feed them different tokens).
 // Measured: each step barrier to barrier on rank 0 (sampling included); time to first token =
 //   the prefill step; time per output token = the median decode step; tokens/s = B·N over the
-//   whole run; each rank's KV cache bytes after the run against the strategy's closed form for
-//   S_b = P_b + N - 1 cached positions (the last token is sampled, never fed), to the byte; each
+//   whole run; each rank's KV cache bytes after the run against the strategy's closed form (the
+//   reference's: S_b = P_b + N - 1 cached positions, the last token sampled, never fed), to the
+//   byte; each
 //   rank's bytes received in the prefill and per decode step.
 // The check (optional), after the run, teacher-forced on the run's own tokens so that every
 //   decoder sees the same context at every step and errors do not compound:

@@ -91,6 +91,7 @@ TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
        "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of 40"},
       {{"--ranks", "2"}, "--ranks 2: the reference decoder runs on exactly 1 rank"},
       {{"--ranks", "0"}, "--ranks 0: a world has 1 to 256 ranks"},
+      {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
       {{"--prompt", "hi", "--vocab", "100"},
        "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
       {{"--prompt", ""}, "--prompt '': an empty prompt"},
@@ -251,12 +252,15 @@ DecodeStrategy replicated(int bad_rank, int bad_step) {
                                                    bad_step);
       },
       .kv_cache_bytes =
-          [](const GenerateShape& s, std::span<const std::int64_t> lengths, int) {
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int new_tokens,
+             int) {
             std::uint64_t positions = 0;
-            for (const std::int64_t n : lengths) positions += static_cast<std::uint64_t>(n);
+            for (const std::int64_t n : prompt_lengths)
+              positions += static_cast<std::uint64_t>(n + new_tokens - 1);
             return 2 * static_cast<std::uint64_t>(s.model.n_layers) * positions *
                    static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
           },
+      .kv_formula = "the whole cache on every rank",
   };
 }
 
