@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,20 +58,29 @@ TEST(Generate, DefaultRunPassesAndWritesEveryField) {
   EXPECT_GT(j.at("tpot_seconds").get<double>(), 0);
   EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
   EXPECT_EQ(j.at("decode_step_seconds").size(), 31u);
-  // The closed form by hand: 2·L·Σ S_b·NKV·hs·4 with S_b = P_b + 31, L=2, NKV=4, hs=32.
-  const std::uint64_t whole = 2ull * 2 * (7 + 13 + 5 + 3 * 31) * 4 * 32 * 4;
-  const int ranks = j.at("config").at("ranks").get<int>();
-  ASSERT_EQ(j.at("kv_cache").at("model_bytes_per_rank").size(), static_cast<std::size_t>(ranks));
-  std::uint64_t measured = 0;
-  for (const auto& b : j.at("kv_cache").at("measured_bytes_per_rank"))
-    measured += b.get<std::uint64_t>();
-  EXPECT_EQ(measured, whole);  // the ranks' shards add up to the whole cache
+  const auto ranks = j.at("config").at("ranks").get<std::size_t>();
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank").size(), ranks);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank"),
+            j.at("kv_cache").at("model_bytes_per_rank"));
   EXPECT_EQ(j.at("kv_cache").at("match"), true);
   ASSERT_EQ(j.at("tokens").size(), 3u);
   for (const auto& t : j.at("tokens")) EXPECT_EQ(t.size(), 32u);
   EXPECT_EQ(j.at("check").at("ran"), true);
   EXPECT_EQ(j.at("check").at("numerics_ok"), true);
   EXPECT_EQ(j.at("verdict"), "pass");
+}
+
+TEST(Generate, TheReferenceHoldsTheWholeCache) {
+  const std::string json = temp_path("reference.json");
+  const Outcome o = tspemu(
+      {"generate", "-q", "--strategy", "reference", "--ranks", "1", "--json", json, "--no-check"});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  // 2·L·Σ S_b·NKV·hs·4 by hand, S_b = P_b + 31: L = 2, NKV = 4, hs = 256 / 8.
+  const std::uint64_t whole = 2ull * 2 * (7 + 13 + 5 + 3 * 31) * 4 * 32 * 4;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank"), (std::vector<std::uint64_t>{whole}));
+  EXPECT_EQ(j.at("kv_cache").at("model_bytes_per_rank"), (std::vector<std::uint64_t>{whole}));
+  EXPECT_EQ(j.at("check").at("ran"), false);
 }
 
 TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
@@ -89,7 +99,9 @@ TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
       {{"--new-tokens", "0"}, "--new-tokens 0: must be >= 1"},
       {{"--max-context", "40", "--new-tokens", "28"},
        "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of 40"},
-      {{"--ranks", "2"}, "--ranks 2: the reference decoder runs on exactly 1 rank"},
+      {{"--strategy", "reference", "--ranks", "2"},
+       "--strategy reference --ranks 2: the reference decoder runs on exactly 1 rank"},
+      {{"--strategy", "nonesuch"}, "--strategy: nonesuch not in"},
       {{"--ranks", "0"}, "--ranks 0: a world has 1 to 256 ranks"},
       {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
       {{"--prompt", "hi", "--vocab", "100"},
@@ -116,8 +128,9 @@ TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
 // A checkpoint's vocabulary must hold a byte-level prompt, and its max_position_embeddings is the
 // context.
 TEST(Generate, CheckpointVocabularyAndContextBoundThePrompt) {
+  // Heads, KV heads, width and vocabularies divisible by 4: the default strategy's degree.
   ref::ModelConfig cfg{
-      .vocab = 100, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 2, .ffn = 48};
+      .vocab = 100, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 4, .ffn = 48};
   const std::string small = temp_path("v100");
   fs::remove_all(small);
   ref::save_hf_checkpoint(small, ref::init_weights<float>(cfg, 5));
@@ -176,14 +189,18 @@ TEST(Generate, TraceHoldsThePrefillAndEveryDecodeStep) {
   ASSERT_EQ(o.code, 0) << o.out << o.err;
   const nlohmann::json t = read_json(trace);
   const nlohmann::json& events = t.is_object() ? t.at("traceEvents") : t;
-  int prefill = 0, steps = 0;
+  std::map<int, std::pair<int, int>> per_rank;  // pid: prefill and decode step spans
   for (const auto& e : events) {
     if (!e.contains("name") || e.value("ph", "") != "X") continue;
+    auto& [prefill, steps] = per_rank[e.at("pid").get<int>()];
     prefill += e.at("name") == "prefill";
     steps += e.at("name") == "decode step";
   }
-  EXPECT_EQ(prefill, 1);
-  EXPECT_EQ(steps, 5);
+  ASSERT_FALSE(per_rank.empty());
+  for (const auto& [rank, spans] : per_rank) {
+    EXPECT_EQ(spans.first, 1) << "rank " << rank;
+    EXPECT_EQ(spans.second, 5) << "rank " << rank;
+  }
 }
 
 // A pick that differs from the oracle's is a near-tie exactly when logits within e of the oracle's
