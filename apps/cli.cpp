@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "config_file.hpp"
+#include "generate_command.hpp"
 #include "mpi_job.hpp"
 #include "option_table.hpp"
 
@@ -26,7 +27,8 @@ TspemuApp::TspemuApp()
   scale = add_scale_command(*this, args.scale);
   paper = add_paper_command(*this, args.paper);
   train = add_train_command(*this, args.train);
-  for (CLI::App* sub : {run, compare, plan, scale, paper, train})
+  generate = add_generate_command(*this, args.generate);
+  for (CLI::App* sub : {run, compare, plan, scale, paper, train, generate})
     sub->add_option("--config", args.config,
                     "read options from a JSON object {\"long-option\": value, ...}; flags on the "
                     "command line override it");
@@ -46,6 +48,7 @@ int run_parsed(const TspemuApp& app, std::ostream& out, std::ostream& err) {
     if (app.scale->parsed()) return scale_command(a.scale, out);
     if (app.paper->parsed()) return paper_command(a.paper, out);
     if (app.train->parsed()) return train_command(a.train, out);
+    if (app.generate->parsed()) return generate_command(a.generate, out);
     return run_command(a.run, out);
   } catch (const std::invalid_argument& e) {
     err << "tspemu: invalid configuration: " << e.what() << "\n";
@@ -64,6 +67,7 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   CLI::App* const paper = app.paper;
   CLI::App* const train = app.train;
   CLI::App* const plan = app.plan;
+  CLI::App* const generate = app.generate;
 
   try {
     std::vector<std::string> argv = expand_config_files(app, args);
@@ -79,12 +83,14 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
   // usual; the others would each run P independent copies of one world, which is no run across
   // processes.
   const MpiJob job = mpi_job();
-  if (job.spans() && (check->parsed() || paper->parsed() || train->parsed())) {
+  if (job.spans() &&
+      (check->parsed() || paper->parsed() || train->parsed() || generate->parsed())) {
     err << "tspemu: invalid configuration: launched by mpirun with " << job.processes
         << " processes, but "
         << (check->parsed()   ? "selfcheck"
             : paper->parsed() ? "paper"
-                              : "train")
+            : train->parsed() ? "train"
+                              : "generate")
         << " does not span processes (each process would run its own independent world); run, "
            "compare, scale and plan do; run this one without mpirun (README: Across processes)\n";
     return 2;

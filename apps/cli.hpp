@@ -1,5 +1,5 @@
-// The tspemu command line: subcommands run (the default), compare, plan, paper, scale, train
-// and selfcheck.
+// The tspemu command line: subcommands run (the default), compare, plan, paper, scale, train,
+// generate and selfcheck.
 // Exit codes: 0 success; 1 a runtime failure or a failed check; 2 a bad configuration (the
 // message names the flag and the constraint) or a command-line error.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compare_command.hpp"
+#include "generate_command.hpp"
 #include "paper_command.hpp"
 #include "plan_command.hpp"
 #include "run_command.hpp"
@@ -32,10 +33,11 @@ class TspemuApp : public CLI::App {
     ScaleArgs scale;
     PaperArgs paper;
     TrainArgs train;
+    GenerateArgs generate;
     SelfcheckOptions selfcheck;
     std::string config;  // unused: --config is expanded before parsing (config_file.hpp)
   } args;
-  CLI::App *run, *compare, *plan, *scale, *paper, *train, *selfcheck;
+  CLI::App *run, *compare, *plan, *scale, *paper, *train, *generate, *selfcheck;
   // Options no row of the table covers, as "command --flag" (none in a correct build).
   std::vector<std::string> outside_the_table;
 };

@@ -1,0 +1,340 @@
+// `tspemu generate` (generate_command.hpp): the default run passes and reports every field; bad
+// input exits 2 naming the flag and the value, writing nothing; greedy runs repeat bit for bit;
+// seeded sampling repeats by seed; the trace holds the prefill and every decode step.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_outcome.hpp"
+#include "generate_run.hpp"
+#include "tspemu/reference/decode.hpp"
+#include "tspemu/reference/hf_checkpoint.hpp"
+#include "tspemu/reference/init.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu::app {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Outcome;
+using testing::temp_path;
+using testing::tspemu;
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(std::ifstream(path));
+}
+
+// The tokens of a run with `args` (and -q, --json).
+std::vector<std::vector<std::int32_t>> tokens_of(std::vector<std::string> args,
+                                                 const std::string& name) {
+  const std::string json = temp_path(name);
+  args.insert(args.begin(), "generate");
+  for (const char* a : {"-q", "--json"}) args.emplace_back(a);
+  args.push_back(json);
+  const Outcome o = tspemu(args);
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  return read_json(json).at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+}
+
+TEST(Generate, DefaultRunPassesAndWritesEveryField) {
+  const std::string json = temp_path("default.json");
+  fs::remove(json);
+  const Outcome o = tspemu({"generate", "-q", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("time to first token"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("time per output token"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("verdict: PASS"), std::string::npos) << o.out;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("command"), "generate");
+  EXPECT_EQ(j.at("config").at("prompt_lengths"), (std::vector<int>{7, 13, 5}));
+  EXPECT_EQ(j.at("config").at("new_tokens"), 32);
+  EXPECT_GT(j.at("ttft_seconds").get<double>(), 0);
+  EXPECT_GT(j.at("tpot_seconds").get<double>(), 0);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(j.at("decode_step_seconds").size(), 31u);
+  const auto ranks = j.at("config").at("ranks").get<std::size_t>();
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank").size(), ranks);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank"),
+            j.at("kv_cache").at("model_bytes_per_rank"));
+  EXPECT_EQ(j.at("kv_cache").at("match"), true);
+  ASSERT_EQ(j.at("tokens").size(), 3u);
+  for (const auto& t : j.at("tokens")) EXPECT_EQ(t.size(), 32u);
+  EXPECT_EQ(j.at("check").at("ran"), true);
+  EXPECT_EQ(j.at("check").at("numerics_ok"), true);
+  EXPECT_EQ(j.at("verdict"), "pass");
+}
+
+TEST(Generate, TheReferenceHoldsTheWholeCache) {
+  const std::string json = temp_path("reference.json");
+  const Outcome o = tspemu(
+      {"generate", "-q", "--strategy", "reference", "--ranks", "1", "--json", json, "--no-check"});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  // 2·L·Σ S_b·NKV·hs·4 by hand, S_b = P_b + 31: L = 2, NKV = 4, hs = 256 / 8.
+  const std::uint64_t whole = 2ull * 2 * (7 + 13 + 5 + 3 * 31) * 4 * 32 * 4;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank"), (std::vector<std::uint64_t>{whole}));
+  EXPECT_EQ(j.at("kv_cache").at("model_bytes_per_rank"), (std::vector<std::uint64_t>{whole}));
+  EXPECT_EQ(j.at("check").at("ran"), false);
+}
+
+TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--prompt-lengths", "7,0,5"}, "--prompt-lengths 7,0,5: sequence 1 has an empty prompt"},
+      {{"--prompt-lengths", "7,,5"}, "--prompt-lengths 7,,5: give comma-separated"},
+      {{"--prompt-lengths", "3000"},
+       "--prompt-lengths 3000: the prompt of sequence 0 has 3000 tokens, longer than the model's "
+       "context of 2048"},
+      {{"--max-context", "16", "--prompt-lengths", "4,17"},
+       "the prompt of sequence 1 has 17 tokens, longer than the model's context of 16"},
+      {{"--new-tokens", "0"}, "--new-tokens 0: must be >= 1"},
+      {{"--max-context", "40", "--new-tokens", "28"},
+       "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of 40"},
+      {{"--strategy", "reference", "--ranks", "2"},
+       "--strategy reference --ranks 2: the reference decoder runs on exactly 1 rank"},
+      {{"--strategy", "nonesuch"}, "--strategy: nonesuch not in"},
+      {{"--ranks", "0"}, "--ranks 0: a world has 1 to 256 ranks"},
+      {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
+      {{"--prompt", "hi", "--vocab", "100"},
+       "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
+      {{"--prompt", ""}, "--prompt '': an empty prompt"},
+      {{"--temperature", "0.5"}, "--temperature needs --sampling seeded"},
+      {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be finite and > 0"},
+      {{"--sampling", "seeded", "--top-k", "-1"}, "--top-k -1: must be >= 0"},
+  };
+  const std::string json = temp_path("bad.json"), trace = temp_path("bad.trace.json");
+  for (const Case& c : cases) {
+    fs::remove(json);
+    fs::remove(trace);
+    std::vector<std::string> args = {"generate", "-q", "--json", json, "--trace", trace};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Outcome o = tspemu(args);
+    EXPECT_EQ(o.code, 2) << c.message << "\n" << o.out << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(json)) << c.message;
+    EXPECT_FALSE(fs::exists(trace)) << c.message;
+  }
+}
+
+// A checkpoint's vocabulary must hold a byte-level prompt, and its max_position_embeddings is the
+// context.
+TEST(Generate, CheckpointVocabularyAndContextBoundThePrompt) {
+  // Heads, KV heads, width and vocabularies divisible by 4: the default strategy's degree.
+  ref::ModelConfig cfg{
+      .vocab = 100, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 4, .ffn = 48};
+  const std::string small = temp_path("v100");
+  fs::remove_all(small);
+  ref::save_hf_checkpoint(small, ref::init_weights<float>(cfg, 5));
+  Outcome o = tspemu({"generate", "-q", "--weights", small, "--prompt", "é"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("byte 0 is token 195, outside the vocabulary of 100 of --weights " + small),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"generate", "-q", "--weights", small, "--prompt", "abc", "-N", "4"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("weights: the checkpoint in " + small), std::string::npos) << o.out;
+
+  cfg.vocab = 256;
+  const std::string bytes = temp_path("v256");
+  fs::remove_all(bytes);
+  ref::save_hf_checkpoint(bytes, ref::init_weights<float>(cfg, 5));
+  nlohmann::json config = read_json(bytes + "/config.json");
+  config["max_position_embeddings"] = 8;
+  std::ofstream(bytes + "/config.json") << config.dump();
+  o = tspemu({"generate", "-q", "--weights", bytes, "--prompt", "four", "-N", "5"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("--new-tokens 5: sequence 0 would hold 4 + 5 tokens, beyond the model's "
+                       "context of 8 positions (max_position_embeddings of --weights"),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"generate", "-q", "--weights", bytes, "--prompt", "four", "-N", "4"});
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+}
+
+TEST(Generate, GreedyRunsRepeatTheirTokens) {
+  const std::vector<std::string> args = {"-N", "12", "--prompt-lengths", "5,9"};
+  const auto a = tokens_of(args, "a.json"), b = tokens_of(args, "b.json");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Generate, SeededSamplingRepeatsBySeed) {
+  auto run = [](const char* seed, const char* mode, const std::string& name) {
+    return tokens_of({"-N", "12", "--prompt-lengths", "5,9", "--seed", seed, "--sampling", mode,
+                      "--temperature", "1.5"},
+                     name);
+  };
+  // greedy refuses --temperature, so greedy runs without it.
+  const auto greedy = tokens_of({"-N", "12", "--prompt-lengths", "5,9", "--seed", "3"}, "g.json");
+  const auto s3 = run("3", "seeded", "s3.json"), again = run("3", "seeded", "s3b.json");
+  const auto s4 = run("4", "seeded", "s4.json");
+  EXPECT_EQ(s3, again);
+  EXPECT_NE(s3, greedy);  // same weights and prompts: only the sampler differs
+  EXPECT_NE(s3, s4);
+}
+
+TEST(Generate, TraceHoldsThePrefillAndEveryDecodeStep) {
+  const std::string trace = temp_path("trace.json");
+  fs::remove(trace);
+  const Outcome o = tspemu({"generate", "-q", "-N", "6", "--trace", trace});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json t = read_json(trace);
+  const nlohmann::json& events = t.is_object() ? t.at("traceEvents") : t;
+  std::map<int, std::pair<int, int>> per_rank;  // pid: prefill and decode step spans
+  for (const auto& e : events) {
+    if (!e.contains("name") || e.value("ph", "") != "X") continue;
+    auto& [prefill, steps] = per_rank[e.at("pid").get<int>()];
+    prefill += e.at("name") == "prefill";
+    steps += e.at("name") == "decode step";
+  }
+  ASSERT_FALSE(per_rank.empty());
+  for (const auto& [rank, spans] : per_rank) {
+    EXPECT_EQ(spans.first, 1) << "rank " << rank;
+    EXPECT_EQ(spans.second, 5) << "rank " << rank;
+  }
+}
+
+// A pick that differs from the oracle's is a near-tie exactly when logits within e of the oracle's
+// row reach it; the thresholds below are worked by hand.
+TEST(Generate, DivergenceIsANearTieExactlyWithinTheRowsBound) {
+  const SamplingOptions greedy;
+  const std::vector<double> close = {0, 1.0, 0.9999};  // top-1 minus token 2's logit: 1e-4 = 2e
+  EXPECT_TRUE(within_rounding(close, 2, 1, 0.51e-4, greedy, 0));
+  EXPECT_FALSE(within_rounding(close, 2, 1, 0.49e-4, greedy, 0));
+  // Seeded, two equal weights: u = 0.49 picks token 0. Token 1 needs α·1 <= u·(α + γ) with
+  // α = 1/g, γ = g: g² >= 1/u - 1, e >= ln(g) = 0.0199990.
+  const SamplingOptions seeded{.greedy = false, .temperature = 1.0};
+  const std::vector<double> even = {0, 0};
+  EXPECT_TRUE(within_rounding(even, 1, 0, 0.02001, seeded, 0.49));
+  EXPECT_FALSE(within_rounding(even, 1, 0, 0.01999, seeded, 0.49));
+  // u = 0.6 picks token 1; token 0 needs γ·1 > u·(γ + δ) with γ = g, δ = 1/g: g² > u / (1 - u),
+  // e > ln(1.5) / 2 = 0.2027; a temperature of 2 halves what a logit error does.
+  EXPECT_TRUE(within_rounding(even, 0, 1, 0.2028, seeded, 0.6));
+  EXPECT_FALSE(within_rounding(even, 0, 1, 0.2026, seeded, 0.6));
+  const SamplingOptions hot{.greedy = false, .temperature = 2.0};
+  EXPECT_FALSE(within_rounding(even, 0, 1, 0.3, hot, 0.6));
+  EXPECT_TRUE(within_rounding(even, 0, 1, 0.406, hot, 0.6));
+  // Top-2 of {3, 2, 1, 0}: token 2 is outside the set, 1 below the 2nd logit.
+  const SamplingOptions top2{.greedy = false, .temperature = 1.0, .top_k = 2};
+  const std::vector<double> ranked = {3, 2, 1, 0};
+  EXPECT_TRUE(within_rounding(ranked, 2, 0, 0.51, top2, 0.5));
+  EXPECT_FALSE(within_rounding(ranked, 2, 0, 0.49, top2, 0.5));
+}
+
+// A stand-in parallel strategy: every rank runs the reference decoder (a replicated cache); rank
+// `bad_rank` (-2: every rank) adds 10 to token 0's logit from step `bad_step` on, as a schedule
+// whose ranks disagree (or that is wrong on every rank) would.
+class ReplicatedSession final : public DecodeSession {
+ public:
+  ReplicatedSession(const ref::ModelWeights<float>& w, bool bad, int bad_step)
+      : w_(w), bad_(bad), bad_step_(bad_step) {}
+  std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
+    ref::Prefill<float> p = ref::prefill(w_, prompts);
+    cache_ = std::move(p.cache);
+    return corrupt(std::move(p.logits));
+  }
+  std::vector<float> decode_step(std::span<const std::int32_t> tokens) override {
+    return corrupt(ref::decode_step(w_, cache_, tokens));
+  }
+  std::uint64_t kv_cache_bytes() const override { return cache_.bytes(); }
+
+ private:
+  std::vector<float> corrupt(std::vector<float> logits) {
+    if (bad_ && step_++ >= bad_step_) logits[0] += 10;
+    return logits;
+  }
+  const ref::ModelWeights<float>& w_;
+  bool bad_;
+  int bad_step_, step_ = 0;
+  ref::KvCache<float> cache_;
+};
+
+DecodeStrategy replicated(int bad_rank, int bad_step) {
+  return DecodeStrategy{
+      .name = "replicated",
+      .description = "test",
+      .why_invalid = [](const GenerateShape&) { return std::string(); },
+      .make = [=](Rank& rank, const GenerateShape&,
+                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<ReplicatedSession>(w, rank.id() == bad_rank || bad_rank == -2,
+                                                   bad_step);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int new_tokens,
+             int) {
+            std::uint64_t positions = 0;
+            for (const std::int64_t n : prompt_lengths)
+              positions += static_cast<std::uint64_t>(n + new_tokens - 1);
+            return 2 * static_cast<std::uint64_t>(s.model.n_layers) * positions *
+                   static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
+          },
+      .kv_formula = "the whole cache on every rank",
+  };
+}
+
+GenerateConfig replicated_config(const DecodeStrategy& st) {
+  GenerateConfig c;
+  c.strategy = &st;
+  c.shape.model = ref::ModelConfig{
+      .vocab = 64, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 2, .ffn = 48};
+  c.shape.ranks = 3;
+  c.shape.batch = 2;
+  c.weights =
+      std::make_shared<const ref::ModelWeights<float>>(ref::init_weights<float>(c.shape.model, 7));
+  c.prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}};
+  c.new_tokens = 6;
+  return c;
+}
+
+// A parallel strategy's run is checked against the fp32 reference decoder as well as the oracle.
+TEST(Generate, AParallelStrategyIsCheckedAgainstTheReferenceDecoder) {
+  const DecodeStrategy st = replicated(-1, 0);
+  const GenerateResult r = run_generate(replicated_config(st));
+  EXPECT_TRUE(r.pass());
+  EXPECT_TRUE(r.checked);
+  EXPECT_TRUE(r.tokens_match_reference);
+  EXPECT_EQ(r.step_logits.size(), 6u);
+  EXPECT_EQ(r.kv_bytes, r.kv_model);
+  EXPECT_EQ(r.kv_bytes.size(), 3u);
+}
+
+// Ranks that would pick different tokens stop the run, naming the rank and the step.
+TEST(Generate, RanksThatDisagreeFailNamingTheRankAndStep) {
+  const DecodeStrategy st = replicated(2, 3);
+  try {
+    run_generate(replicated_config(st));
+    FAIL() << "the run did not fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the ranks disagree at step 3 (decode step): rank 2 picks"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// Wrong logits on every rank agree, and fail the rule and the oracle's picks from that step on.
+TEST(Generate, WrongLogitsOnEveryRankFailTheCheckAtTheirStep) {
+  const DecodeStrategy st = replicated(-2, 3);
+  const GenerateResult r = run_generate(replicated_config(st));
+  EXPECT_FALSE(r.pass());
+  EXPECT_FALSE(r.numerics_ok);
+  ASSERT_EQ(r.step_logits.size(), 6u);
+  EXPECT_TRUE(r.step_logits[2].ok());
+  EXPECT_FALSE(r.step_logits[3].ok());
+  ASSERT_FALSE(r.divergences.empty());
+  EXPECT_EQ(r.divergences.front().step, 3);
+  EXPECT_EQ(r.divergences.front().who, "replicated");
+  EXPECT_FALSE(r.divergences_explained());
+}
+
+}  // namespace
+}  // namespace tspemu::app
