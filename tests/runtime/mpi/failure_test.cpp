@@ -95,7 +95,7 @@ TEST_P(MpiWorld, HangAcrossProcessesReportsPendingOperationsWithGlobalRanks) {
     });
     FAIL() << "the run returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_THROW(std::rethrow_exception(e.cause()), HangError);
     EXPECT_NE(m.find("pending operations:"), std::string::npos) << m;
     // This process's own ranks (global ids) are listed, those elsewhere named by process.

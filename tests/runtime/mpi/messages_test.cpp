@@ -69,7 +69,8 @@ TEST_P(MpiWorld, MessagesAboveThePostedReceiveSizeBetweenSmallCollectivesStayExa
       all_reduce<float>(r.comm(), x);
       recv<float>(r.comm(), in, from);
       sent.wait();
-      const float sum = static_cast<float>(n * (n - 1) / 2 + n * call);
+      const int ids = n * (n - 1) / 2;  // 0 + 1 + ... + n-1, a whole number
+      const float sum = static_cast<float>(ids + n * call);
       if (x[0] != sum || x[1] != sum) ++wrong[static_cast<std::size_t>(r.id())];
       for (std::size_t i = 0; i < count; ++i)
         if (in[i] != static_cast<float>(from * 1000 + call * 7 + static_cast<int>(i % 5)))

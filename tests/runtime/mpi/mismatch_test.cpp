@@ -27,7 +27,7 @@ TEST_P(MpiWorld, MismatchAcrossProcessesNamesBothCallsInEveryProcess) {
     });
     FAIL() << "the mismatched all_reduce returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     // The headline names the deviating last rank, then the call the others made.
     EXPECT_NE(m.find("collective #1 on group world: rank " + std::to_string(n - 1) +
                      " called all_reduce(count=5, float) while ranks 0-" + std::to_string(n - 2) +
@@ -43,9 +43,10 @@ TEST_P(MpiWorld, MismatchAcrossProcessesNamesBothCallsInEveryProcess) {
     all_reduce<float>(r.comm(), x);
     sums[static_cast<std::size_t>(r.id())] = x[2];
   });
+  const int ids = n * (n - 1) / 2;  // 0 + 1 + ... + n-1, a whole number
   for (int r = 0; r < n; ++r)
     if (w.hosts(r)) {
-      EXPECT_EQ(sums[static_cast<std::size_t>(r)], static_cast<float>(n * (n - 1) / 2));
+      EXPECT_EQ(sums[static_cast<std::size_t>(r)], static_cast<float>(ids));
     }
 }
 
@@ -62,7 +63,7 @@ TEST_P(MpiWorld, SmallBroadcastWhoseReceiverDisagreesWithTheRootFailsEveryProces
     });
     FAIL() << "the mismatched broadcast returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_NE(m.find("collective #1 on group world: rank " + std::to_string(n - 1) +
                      " called broadcast(count=3, float, root=0) while rank 0, the root it names, "
                      "called broadcast(count=2, float, root=0)"),
@@ -95,7 +96,7 @@ TEST_P(MpiWorld, LargeBroadcastAgainstSmallOnesAcrossProcessesNamesTheDeviatingR
     });
     FAIL() << "the mismatched broadcast returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_NE(m.find("collective #1 on group world: rank " + std::to_string(n - 1) +
                      " called broadcast(count=100, float, root=0) while ranks 0-" +
                      std::to_string(n - 2) + " called broadcast(count=2, float, root=0)"),
@@ -119,7 +120,7 @@ TEST_P(MpiWorld, SmallBroadcastWithTwoSelfNamedRootsInDifferentProcessesFailsAtT
     });
     FAIL() << "the run with two roots returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_NE(m.find("collective #38 on group world: rank " + std::to_string(n - 1) +
                      " called broadcast(count=2, float, root=" + std::to_string(n - 1) + ")"),
               std::string::npos)
@@ -162,7 +163,7 @@ TEST_P(MpiWorld, HeldOpensWithChangingCountsCarryEveryCallsFingerprint) {
     });
     FAIL() << "the run with two roots returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_NE(m.find("collective #53 on group world: rank " + std::to_string(n - 1) +
                      " called broadcast(count=2, float, root=" + std::to_string(n - 1) +
                      ") while ranks 0-" + std::to_string(n - 2) +
@@ -183,7 +184,7 @@ TEST_P(MpiWorld, MessageToAnotherProcessNeverReceivedFailsEveryProcess) {
     });
     FAIL() << "the run returned";
   } catch (const RankFailure& e) {
-    const std::string m = e.diagnosis();
+    const std::string& m = e.diagnosis();
     EXPECT_EQ(e.rank(), 0) << m;
     EXPECT_NE(m.find("unreceived message: rank 0 sent message #1 (64 B) to rank " +
                      std::to_string(n - 1)),

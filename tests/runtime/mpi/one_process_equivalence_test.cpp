@@ -147,11 +147,13 @@ TEST_P(MpiWorld, AllReduceOfSmallIntegersIsExactOnEveryRank) {
     std::vector<int> wrong(static_cast<std::size_t>(n), 0);
     w.run([&](Rank& r) {
       std::vector<float> x(count);
-      for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r.id() * 7 + i * 3) % 17);
+      for (std::size_t i = 0; i < count; ++i)
+        x[i] = static_cast<float>((static_cast<std::size_t>(r.id()) * 7 + i * 3) % 17);
       all_reduce<float>(r.comm(), x);
       for (std::size_t i = 0; i < count; ++i) {
         float want = 0;
-        for (int q = 0; q < n; ++q) want += static_cast<float>((q * 7 + i * 3) % 17);
+        for (int q = 0; q < n; ++q)
+          want += static_cast<float>((static_cast<std::size_t>(q) * 7 + i * 3) % 17);
         if (x[i] != want) ++wrong[static_cast<std::size_t>(r.id())];
       }
     });
