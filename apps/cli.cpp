@@ -92,7 +92,8 @@ int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::os
             : train->parsed() ? "train"
                               : "generate")
         << " does not span processes (each process would run its own independent world); run, "
-           "compare, scale and plan do; run this one without mpirun (README: Across processes)\n";
+           "compare, scale and plan do; run this one without mpirun (docs/mpi.md: The tspemu "
+           "command under mpirun)\n";
     return 2;
   }
   // Process 0 prints; the others run their ranks silently (their errors still go to err).

@@ -70,8 +70,8 @@ void require_ranks_divisible(int ranks, const std::string& flag) {
   if (!job.spans()) return;
 #if !TSPEMU_HAVE_MPI
   throw ConfigError("launched by mpirun with " + std::to_string(job.processes) +
-                    " processes, but this tspemu was built without MPI (TSPEMU_MPI, README: Across "
-                    "processes); run it without mpirun");
+                    " processes, but this tspemu was built without MPI (TSPEMU_MPI, docs/mpi.md: "
+                    "Using it); run it without mpirun");
 #endif
   if (ranks % job.processes != 0)
     throw ConfigError(flag + " " + std::to_string(ranks) + ": launched by mpirun with " +

@@ -284,6 +284,48 @@ std::string describe(const BlockCheck& c, const std::string& name, std::size_t i
   return weight_element(t, std::int64_t(i) / t.cols, std::int64_t(i) % t.cols);
 }
 
+// The report's first line: the block, its sizes and the rule it is judged by.
+std::string headline(const BlockCheck& c, const ref::ModelConfig& cfg) {
+  std::ostringstream h;
+  h << "check " << c.name << ": " << block_name(c.block) << " block on " << c.ranks
+    << " ranks, B=" << c.B << " S=" << c.S << ", C=" << cfg.hidden << " NH=" << cfg.n_heads
+    << " NKV=" << cfg.n_kv_heads << " F=" << cfg.ffn << ", seed " << c.seed
+    << "; rule err(parallel fp32) <= " << c.k << " * err(reference fp32) + tiny vs the fp64 oracle";
+  return h.str();
+}
+
+// The first element a run under injection `inj` changed (`again` against `base`, bitwise),
+// named with its owning ranks (as `run` placed them), or "" when none changed.
+std::string first_change(const BlockCheck& c, const std::vector<TokenShard>& tokens,
+                         const RunResult& run, const Injection& inj, const Assembled& base,
+                         const Assembled& again) {
+  for (const auto& [name, want] : base.tensors) {
+    const auto& other = again.tensors.at(name);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (std::memcmp(&want[i], &other[i], sizeof(float)) == 0) continue;
+      std::ostringstream m;
+      m << inj.describe() << " changes " << name << " at " << describe(c, name, i) << " (ranks "
+        << ranks_list(owners_of(c, tokens, run, name, i)) << "): " << std::setprecision(9)
+        << want[i] << " without injection, " << other[i] << " with it";
+      return m.str();
+    }
+  }
+  return "";
+}
+
+// The observers' part of the report: each rank's simulated time, and the trace file written.
+void report_observers(const BlockCheck& c, World& world, Report& report) {
+  if (c.sim_clock) {
+    report.sim_clock = c.sim_clock->describe();
+    for (int r = 0; r < c.ranks; ++r)
+      report.simulated_seconds.push_back(world.simulated_seconds(r));
+  }
+  if (!c.trace_path.empty()) {
+    world.trace().write_chrome_json(c.trace_path);
+    report.trace_path = c.trace_path;
+  }
+}
+
 }  // namespace
 
 const char* block_name(Block b) {
@@ -360,15 +402,7 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   const Assembled got = assemble(check, tokens, run);
 
   Report report;
-  {
-    std::ostringstream h;
-    h << "check " << c.name << ": " << block_name(c.block) << " block on " << c.ranks
-      << " ranks, B=" << c.B << " S=" << c.S << ", C=" << cfg.hidden << " NH=" << cfg.n_heads
-      << " NKV=" << cfg.n_kv_heads << " F=" << cfg.ffn << ", seed " << c.seed
-      << "; rule err(parallel fp32) <= " << c.k
-      << " * err(reference fp32) + tiny vs the fp64 oracle";
-    report.headline = h.str();
-  }
+  report.headline = headline(c, cfg);
   auto judge = [&](const std::string& name, const std::vector<float>& ref32,
                    const std::vector<double>& ref64) {
     const auto& cand = got.tensors.at(name);
@@ -391,15 +425,7 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
     if (in_block(w.block, c.block))
       judge(w.name, field(reference.grads, w.name), field(oracle.grads, w.name));
 
-  if (c.sim_clock) {
-    report.sim_clock = c.sim_clock->describe();
-    for (int r = 0; r < c.ranks; ++r)
-      report.simulated_seconds.push_back(world.simulated_seconds(r));
-  }
-  if (!c.trace_path.empty()) {
-    world.trace().write_chrome_json(c.trace_path);
-    report.trace_path = c.trace_path;
-  }
+  report_observers(c, world, report);
 
   report.inject_seeds = c.inject_seeds;
   for (int s = 1; s <= c.inject_seeds && report.nondeterminism.empty(); ++s) {
@@ -408,20 +434,7 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
     world.set_injection(inj);
     const Assembled again = assemble(
         check, tokens, run_schedule(world, check, w32.layers[0], tokens, x32, dy32, schedule));
-    for (const auto& [name, base] : got.tensors) {
-      const auto& other = again.tensors.at(name);
-      for (std::size_t i = 0; i < base.size(); ++i) {
-        if (std::memcmp(&base[i], &other[i], sizeof(float)) == 0) continue;
-        std::ostringstream m;
-        m << inj.describe() << " changes " << name << " at " << describe(check, name, i)
-          << " (ranks " << ranks_list(owners_of(check, tokens, run, name, i))
-          << "): " << std::setprecision(9) << base[i] << " without injection, " << other[i]
-          << " with it";
-        report.nondeterminism = m.str();
-        break;
-      }
-      if (!report.nondeterminism.empty()) break;
-    }
+    report.nondeterminism = first_change(check, tokens, run, inj, got, again);
   }
   world.set_injection(std::nullopt);
   return report;

@@ -17,97 +17,62 @@
 # only through the transport (not the world's state); the planner is a leaf (core, the model
 # config, the traffic counters and the simulated clock's model only).
 
-set(TSPEMU_LAYERS
-    core
-    runtime/api
-    runtime/transport
-    runtime/collectives
-    runtime/world
-    runtime/nonblocking
-    runtime/observers
-    reference
-    plan
-    tsp
-    check
-    apps
-    examples
-    bench
-    fuzz
-    tests)
+# The layers, from the bottom up: tspemu_layer(NAME DIRS folders... [MAY layers...]
+# [HEADERS files...]) appends NAME to TSPEMU_LAYERS and sets TSPEMU_LAYER_<NAME>_DIRS, _MAY and
+# _HEADERS.
+set(TSPEMU_LAYERS)
+function(tspemu_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;MAY;HEADERS")
+  set(TSPEMU_LAYERS ${TSPEMU_LAYERS} ${name} PARENT_SCOPE)
+  foreach(kind DIRS MAY HEADERS)
+    set(TSPEMU_LAYER_${name}_${kind} ${arg_${kind}} PARENT_SCOPE)
+  endforeach()
+endfunction()
 
-set(TSPEMU_LAYER_core_DIRS core include/tspemu/core)
-set(TSPEMU_LAYER_core_MAY)
+tspemu_layer(core DIRS core include/tspemu/core)
 
 # The runtime's public headers (include/tspemu/runtime: the API installed for users).
-set(TSPEMU_LAYER_runtime/api_DIRS include/tspemu/runtime)
-set(TSPEMU_LAYER_runtime/api_MAY core)
+tspemu_layer(runtime/api DIRS include/tspemu/runtime MAY core)
 
 # The transports: how bytes move between ranks (transport.hpp's verbs), shared memory and MPI.
-set(TSPEMU_LAYER_runtime/transport_DIRS runtime/transport)
-set(TSPEMU_LAYER_runtime/transport_MAY core runtime/api)
-set(TSPEMU_LAYER_runtime/transport_HEADERS
-    runtime/world/world_state.hpp
-    runtime/world/wait.hpp
-    runtime/world/op_hooks.hpp
-    runtime/world/observer.hpp
-    runtime/world/dry_reservation.hpp)
+tspemu_layer(runtime/transport DIRS runtime/transport MAY core runtime/api
+             HEADERS runtime/world/world_state.hpp runtime/world/wait.hpp
+                     runtime/world/op_hooks.hpp runtime/world/observer.hpp
+                     runtime/world/dry_reservation.hpp)
 
 # The collective algorithms, written against the transport's verbs (transport/call.hpp): not the
 # shared-memory or MPI transport, nor the world's state.
-set(TSPEMU_LAYER_runtime/collectives_DIRS runtime/collectives)
-set(TSPEMU_LAYER_runtime/collectives_MAY core runtime/api)
-set(TSPEMU_LAYER_runtime/collectives_HEADERS
-    runtime/transport/call.hpp
-    runtime/transport/transport.hpp
-    runtime/transport/op_ref.hpp
-    runtime/transport/deferred_calls.hpp
-    runtime/transport/early_exposure.hpp)
+set(TSPEMU_TRANSPORT_VERBS
+    runtime/transport/call.hpp runtime/transport/transport.hpp runtime/transport/op_ref.hpp
+    runtime/transport/deferred_calls.hpp runtime/transport/early_exposure.hpp)
+tspemu_layer(runtime/collectives DIRS runtime/collectives MAY core runtime/api
+             HEADERS ${TSPEMU_TRANSPORT_VERBS})
 
 # The world: ranks as threads, their state, the wait loop, the observer interface, World and Comm.
-set(TSPEMU_LAYER_runtime/world_DIRS runtime/world)
-set(TSPEMU_LAYER_runtime/world_MAY core runtime/api runtime/transport)
+tspemu_layer(runtime/world DIRS runtime/world MAY core runtime/api runtime/transport)
 
 # The non-blocking collectives' handles (nonblocking.hpp), on the collectives and the transport's
 # deferred calls and exposures.
-set(TSPEMU_LAYER_runtime/nonblocking_DIRS runtime/nonblocking)
-set(TSPEMU_LAYER_runtime/nonblocking_MAY core runtime/api runtime/collectives)
-set(TSPEMU_LAYER_runtime/nonblocking_HEADERS ${TSPEMU_LAYER_runtime/collectives_HEADERS})
+tspemu_layer(runtime/nonblocking DIRS runtime/nonblocking MAY core runtime/api runtime/collectives
+             HEADERS ${TSPEMU_TRANSPORT_VERBS})
 
 # What runs beside the operations: trace, flight recorder, simulated clock and streams, traffic
 # counters, fault injection (observer.hpp's hooks over the world's rank state).
-set(TSPEMU_LAYER_runtime/observers_DIRS runtime/observers)
-set(TSPEMU_LAYER_runtime/observers_MAY core runtime/api runtime/world)
+tspemu_layer(runtime/observers DIRS runtime/observers MAY core runtime/api runtime/world)
 
-set(TSPEMU_LAYER_reference_DIRS reference include/tspemu/reference)
-set(TSPEMU_LAYER_reference_MAY core)
+tspemu_layer(reference DIRS reference include/tspemu/reference MAY core)
 
-set(TSPEMU_LAYER_plan_DIRS plan include/tspemu/plan)
-set(TSPEMU_LAYER_plan_MAY core)
-set(TSPEMU_LAYER_plan_HEADERS
-    include/tspemu/reference/model_config.hpp
-    include/tspemu/runtime/counters.hpp
-    include/tspemu/runtime/sim_clock.hpp)
+tspemu_layer(plan DIRS plan include/tspemu/plan MAY core
+             HEADERS include/tspemu/reference/model_config.hpp include/tspemu/runtime/counters.hpp
+                     include/tspemu/runtime/sim_clock.hpp)
 
-set(TSPEMU_LAYER_tsp_DIRS tsp include/tspemu/tsp)
-set(TSPEMU_LAYER_tsp_MAY core runtime/api reference plan)
-
-set(TSPEMU_LAYER_check_DIRS check include/tspemu/check)
-set(TSPEMU_LAYER_check_MAY core runtime/api reference tsp)
-
-set(TSPEMU_LAYER_apps_DIRS apps)
-set(TSPEMU_LAYER_apps_MAY core runtime/api reference plan tsp check)
-
-set(TSPEMU_LAYER_examples_DIRS examples)
-set(TSPEMU_LAYER_examples_MAY core runtime/api reference plan tsp check)
-
-set(TSPEMU_LAYER_bench_DIRS bench)
-set(TSPEMU_LAYER_bench_MAY core runtime/api reference plan tsp check)
-
-set(TSPEMU_LAYER_fuzz_DIRS fuzz)
-set(TSPEMU_LAYER_fuzz_MAY core runtime/api reference plan tsp check apps)
-
-set(TSPEMU_LAYER_tests_DIRS tests)
-set(TSPEMU_LAYER_tests_MAY core runtime/api reference plan tsp check apps)
+tspemu_layer(tsp DIRS tsp include/tspemu/tsp MAY core runtime/api reference plan)
+tspemu_layer(check DIRS check include/tspemu/check MAY core runtime/api reference tsp)
+tspemu_layer(apps DIRS apps MAY core runtime/api reference plan tsp check)
+tspemu_layer(examples DIRS examples MAY core runtime/api reference plan tsp check)
+tspemu_layer(bench DIRS bench MAY core runtime/api reference plan tsp check)
+tspemu_layer(fuzz DIRS fuzz MAY core runtime/api reference plan tsp check apps)
+tspemu_layer(tests DIRS tests MAY core runtime/api reference plan tsp check apps)
 
 # Where an include not found beside its file is looked for (the targets' include directories).
 set(TSPEMU_LAYER_SEARCH_DIRS include apps)

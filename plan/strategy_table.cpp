@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tspemu::tsp {
 
@@ -27,27 +28,19 @@ Found degree_rule(int d, const std::string& letter, Axis axis) {
 // Degree d shards the heads and the MLP width: each rank owns whole query and KV heads.
 Found shard_rules(const ModelShape& m, int d, const std::string& letter, Axis axis) {
   if (Found v = degree_rule(d, letter, axis)) return v;
-  const std::string who = letter + "=" + s(d) + " does not divide ";
-  if (m.n_heads % d != 0)
-    return Violation{Quantity::heads,
-                     m.n_heads,
-                     d,
-                     letter,
-                     axis,
-                     "",
-                     who + "n_heads=" + s(m.n_heads) + " (each rank owns whole query heads)"};
-  if (m.n_kv_heads % d != 0)
-    return Violation{Quantity::kv_heads,
-                     m.n_kv_heads,
-                     d,
-                     letter,
-                     axis,
-                     "",
-                     who + "n_kv_heads=" + s(m.n_kv_heads) + " (each rank owns whole KV heads)"};
-  if (m.ffn % d != 0)
-    return Violation{
-        Quantity::ffn, m.ffn, d, letter, axis, "", who + "the MLP width ffn=" + s(m.ffn)};
-  return std::nullopt;
+  // A violation unless d divides the quantity `name`=value; `why` ends its message.
+  auto must_divide = [&](Quantity q, i64 value, const std::string& name, const char* why) -> Found {
+    if (value % d == 0) return std::nullopt;
+    std::string message = letter + "=" + s(d) + " does not divide " + name + "=" + s(value) + why;
+    return Violation{q, value, d, letter, axis, "", std::move(message)};
+  };
+  if (Found v =
+          must_divide(Quantity::heads, m.n_heads, "n_heads", " (each rank owns whole query heads)"))
+    return v;
+  if (Found v = must_divide(Quantity::kv_heads, m.n_kv_heads, "n_kv_heads",
+                            " (each rank owns whole KV heads)"))
+    return v;
+  return must_divide(Quantity::ffn, m.ffn, "the MLP width ffn", "");
 }
 
 // Degree d shards the sequence; the zigzag layout cuts it into 2d chunks.

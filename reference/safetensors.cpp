@@ -161,21 +161,11 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
   }
 }
 
-SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
-  SafetensorsReader r;
-  r.bytes_ = std::move(bytes);
-  const std::size_t size = r.bytes_.size();
-  if (size < 8)
-    fail("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
-  const std::uint64_t n = load_le<std::uint64_t>(r.bytes_.data());
-  if (n > size - 8) {
-    fail("header length " + std::to_string(n) + " runs past the end of the file (" +
-         std::to_string(size - 8) + " bytes after the length)");
-  }
-  if (n > kMaxHeader) fail("header length " + std::to_string(n) + " exceeds 100 MB");
-  r.data_start_ = 8 + std::size_t(n);
-  const std::size_t data_size = size - r.data_start_;
+namespace {
 
+// The header's JSON, refused when malformed, nested deeper than kMaxHeaderDepth or holding a key
+// twice in one object.
+nlohmann::json parse_header(const char* begin, const char* end) {
   // The parser callback (rather than a SAX handler) because it keeps nlohmann's own DOM
   // builder and still sees every container open before its contents are parsed: throwing there
   // stops a 100,000-deep header at its fourth bracket, so nothing deep is built, dumped or freed.
@@ -206,71 +196,70 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
     }
     return true;
   };
-  const auto* hb = reinterpret_cast<const char*>(r.bytes_.data() + 8);
-  const nlohmann::json header =
-      nlohmann::json::parse(hb, hb + n, check, /*allow_exceptions=*/false);
+  nlohmann::json header = nlohmann::json::parse(begin, end, check, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("header is not valid JSON");
   if (!header.is_object()) fail("header JSON is not an object");
+  return header;
+}
 
-  std::vector<std::pair<std::string, const TensorInfo*>> order;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) fail("__metadata__ is not an object");
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) fail("__metadata__[" + quote(k) + "] is not a string");
-        r.metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor " + quote(name) + ": ";
-    if (!entry.is_object()) fail(where + "entry is not an object");
-    const auto dt = entry.find("dtype");
-    const auto sh = entry.find("shape");
-    const auto off = entry.find("data_offsets");
-    if (dt == entry.end() || !dt->is_string()) fail(where + "missing or non-string dtype");
-    if (sh == entry.end() || !sh->is_array()) fail(where + "missing or non-array shape");
-    if (off == entry.end() || !off->is_array() || off->size() != 2) {
-      fail(where + "data_offsets must be an array of two integers");
-    }
-    TensorInfo info;
-    info.dtype = dt->get<std::string>();
-    const std::size_t esize = dtype_size(info.dtype);
-    if (esize == 0) fail(where + "unknown dtype " + quote(info.dtype));
-    for (const auto& d : *sh) {
-      if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<std::int64_t>() < 0)) {
-        fail(where + "shape entry " + excerpt(d) + " is not a non-negative integer");
-      }
-      const std::uint64_t dim = d.get<std::uint64_t>();
-      if (dim > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
-        fail(where + "shape entry " + excerpt(d) + " is too large");
-      }
-      info.shape.push_back(std::int64_t(dim));
-    }
-    const std::size_t nbytes = byte_count(where, esize, info.shape);
-    for (const auto& o : *off) {
-      if (!o.is_number_integer() || (!o.is_number_unsigned() && o.get<std::int64_t>() < 0)) {
-        fail(where + "data_offsets entry " + excerpt(o) + " is not a non-negative integer");
-      }
-    }
-    const std::uint64_t begin = (*off)[0].get<std::uint64_t>(),
-                        end = (*off)[1].get<std::uint64_t>();
-    if (begin > end) {
-      fail(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-           "] has begin > end");
-    }
-    if (end > data_size) {
-      fail(where + "data_offsets end " + std::to_string(end) + " is past the data buffer of " +
-           std::to_string(data_size) + " bytes");
-    }
-    if (end - begin != nbytes) {
-      fail(where + "data_offsets span " + std::to_string(end - begin) + " bytes but dtype " +
-           info.dtype + " x shape " + shape_str(info.shape) + " needs " + std::to_string(nbytes));
-    }
-    info.begin = std::size_t(begin);
-    info.end = std::size_t(end);
-    r.tensors_[name] = std::move(info);
+// A non-negative integer of a shape or data_offsets array, or a failure naming `field`.
+std::uint64_t natural(const std::string& where, const char* field, const nlohmann::json& v) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
+    fail(where + field + " entry " + excerpt(v) + " is not a non-negative integer");
   }
-  for (const auto& [name, info] : r.tensors_) order.emplace_back(name, &info);
+  return v.get<std::uint64_t>();
+}
+
+// The tensor header entry `name`, checked: its dtype known, its shape's bytes exactly its
+// data_offsets' span, inside the data buffer of `data_size` bytes.
+TensorInfo tensor_info(const std::string& name, const nlohmann::json& entry,
+                       std::size_t data_size) {
+  const std::string where = "tensor " + quote(name) + ": ";
+  if (!entry.is_object()) fail(where + "entry is not an object");
+  const auto dt = entry.find("dtype");
+  const auto sh = entry.find("shape");
+  const auto off = entry.find("data_offsets");
+  if (dt == entry.end() || !dt->is_string()) fail(where + "missing or non-string dtype");
+  if (sh == entry.end() || !sh->is_array()) fail(where + "missing or non-array shape");
+  if (off == entry.end() || !off->is_array() || off->size() != 2) {
+    fail(where + "data_offsets must be an array of two integers");
+  }
+  TensorInfo info;
+  info.dtype = dt->get<std::string>();
+  const std::size_t esize = dtype_size(info.dtype);
+  if (esize == 0) fail(where + "unknown dtype " + quote(info.dtype));
+  for (const auto& d : *sh) {
+    const std::uint64_t dim = natural(where, "shape", d);
+    if (dim > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
+      fail(where + "shape entry " + excerpt(d) + " is too large");
+    }
+    info.shape.push_back(std::int64_t(dim));
+  }
+  const std::size_t nbytes = byte_count(where, esize, info.shape);
+  for (const auto& o : *off) natural(where, "data_offsets", o);
+  const std::uint64_t begin = (*off)[0].get<std::uint64_t>(), end = (*off)[1].get<std::uint64_t>();
+  if (begin > end) {
+    fail(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+         "] has begin > end");
+  }
+  if (end > data_size) {
+    fail(where + "data_offsets end " + std::to_string(end) + " is past the data buffer of " +
+         std::to_string(data_size) + " bytes");
+  }
+  if (end - begin != nbytes) {
+    fail(where + "data_offsets span " + std::to_string(end - begin) + " bytes but dtype " +
+         info.dtype + " x shape " + shape_str(info.shape) + " needs " + std::to_string(nbytes));
+  }
+  info.begin = std::size_t(begin);
+  info.end = std::size_t(end);
+  return info;
+}
+
+// Fails naming the first two tensors whose data ranges overlap.
+void check_disjoint(const std::map<std::string, TensorInfo>& tensors) {
+  std::vector<std::pair<std::string, const TensorInfo*>> order;
+  order.reserve(tensors.size());
+  for (const auto& [name, info] : tensors) order.emplace_back(name, &info);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
   });
@@ -283,6 +272,38 @@ SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
            std::to_string(cur.begin) + ", " + std::to_string(cur.end) + ") overlap");
     }
   }
+}
+
+}  // namespace
+
+SafetensorsReader SafetensorsReader::parse(std::vector<unsigned char> bytes) {
+  SafetensorsReader r;
+  r.bytes_ = std::move(bytes);
+  const std::size_t size = r.bytes_.size();
+  if (size < 8)
+    fail("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+  const std::uint64_t n = load_le<std::uint64_t>(r.bytes_.data());
+  if (n > size - 8) {
+    fail("header length " + std::to_string(n) + " runs past the end of the file (" +
+         std::to_string(size - 8) + " bytes after the length)");
+  }
+  if (n > kMaxHeader) fail("header length " + std::to_string(n) + " exceeds 100 MB");
+  r.data_start_ = 8 + std::size_t(n);
+  const std::size_t data_size = size - r.data_start_;
+  const auto* hb = reinterpret_cast<const char*>(r.bytes_.data() + 8);
+  const nlohmann::json header = parse_header(hb, hb + n);
+  for (const auto& [name, entry] : header.items()) {
+    if (name != "__metadata__") {
+      r.tensors_[name] = tensor_info(name, entry, data_size);
+      continue;
+    }
+    if (!entry.is_object()) fail("__metadata__ is not an object");
+    for (const auto& [k, v] : entry.items()) {
+      if (!v.is_string()) fail("__metadata__[" + quote(k) + "] is not a string");
+      r.metadata_[k] = v.get<std::string>();
+    }
+  }
+  check_disjoint(r.tensors_);
   return r;
 }
 

@@ -58,6 +58,61 @@ void lower_reading_flag(RankState& self) {
 
 thread_local bool fetch_set_live = false;
 
+// What a reply to read `b` of the step message `msg` sends: where the range lies (address_only),
+// nothing (a range past the post), the bytes in place (one row, or the rows as an MPI vector type
+// the caller frees after MPI_Isend), or the rows packed into `buffer` (a message of pieces).
+struct Reply {
+  const void* src = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_BYTE;
+};
+Reply reply_to(const ReadBody& b, const StepMessage& msg, std::vector<std::byte>& buffer) {
+  Reply out;
+  if (b.address_only != 0) {
+    // The reader copies the range itself (FetchSet): this process need not run while it does,
+    // and the owner keeps the buffer until the reader's done, as for a reply of the bytes.
+    AddressReply a;
+    a.bytes = msg.bytes;
+    if (msg.pieces == nullptr && b.rows == 1 && b.offset + b.row_bytes <= msg.bytes)
+      a.address = reinterpret_cast<std::uintptr_t>(msg.single);
+    buffer.resize(sizeof a);
+    std::memcpy(buffer.data(), &a, sizeof a);
+    out.src = buffer.data();
+    out.count = static_cast<int>(sizeof a);
+  } else if (b.rows == 0 || b.offset + (b.rows - 1) * b.stride + b.row_bytes > msg.bytes) {
+    // A read that left before the post was mirrored at its reader, of more than was posted: an
+    // empty reply ends its receive, and the reader, checking the range against the post, throws.
+  } else if (msg.pieces == nullptr) {
+    out.src = msg.single + b.offset;
+    if (b.rows == 1) {
+      out.count = static_cast<int>(b.row_bytes);
+    } else {
+      MPI_Type_create_hvector(static_cast<int>(b.rows), static_cast<int>(b.row_bytes),
+                              static_cast<MPI_Aint>(b.stride), MPI_BYTE, &out.type);
+      MPI_Type_commit(&out.type);
+      out.count = 1;
+    }
+  } else {
+    // A message made of pieces: pack the rows (the reader checked the range against its size).
+    buffer.resize(b.rows * b.row_bytes);
+    for (std::uint64_t r = 0; r < b.rows; ++r) {
+      std::size_t pos = b.offset + r * b.stride, done = 0;
+      while (done < b.row_bytes) {
+        std::size_t at = pos + done;
+        std::size_t i = 0;
+        while (i < msg.piece_count && at >= msg.pieces[i].size()) at -= msg.pieces[i++].size();
+        const std::size_t len =
+            std::min<std::size_t>(msg.pieces[i].size() - at, b.row_bytes - done);
+        std::memcpy(buffer.data() + r * b.row_bytes + done, msg.pieces[i].data() + at, len);
+        done += len;
+      }
+    }
+    out.src = buffer.data();
+    out.count = static_cast<int>(buffer.size());
+  }
+  return out;
+}
+
 }  // namespace
 
 MpiTransport::FetchSet::FetchSet(MpiTransport& transport, CallState& call, int step_read,
@@ -192,59 +247,14 @@ void MpiTransport::Progress::serve_read(const std::vector<std::byte>& m, int fro
     return;
   }
   const Descriptor& d = g->slots[static_cast<std::size_t>(h.member)].desc[h.seq % kDescriptors];
-  const StepMessage& msg = d.step(h.step);
   Outstanding o;
   o.kind = Outstanding::kReply;
   o.owner = owner;
-  const void* src = nullptr;
-  int count = 0;
-  MPI_Datatype type = MPI_BYTE;
-  if (b.address_only != 0) {
-    // The reader copies the range itself (FetchSet): this process need not run while it does,
-    // and the owner keeps the buffer until the reader's done, as for a reply of the bytes.
-    AddressReply a;
-    a.bytes = msg.bytes;
-    if (msg.pieces == nullptr && b.rows == 1 && b.offset + b.row_bytes <= msg.bytes)
-      a.address = reinterpret_cast<std::uintptr_t>(msg.single);
-    o.buffer.resize(sizeof a);
-    std::memcpy(o.buffer.data(), &a, sizeof a);
-    src = o.buffer.data();
-    count = static_cast<int>(sizeof a);
-  } else if (b.rows == 0 || b.offset + (b.rows - 1) * b.stride + b.row_bytes > msg.bytes) {
-    // A read that left before the post was mirrored at its reader, of more than was posted: an
-    // empty reply ends its receive, and the reader, checking the range against the post, throws.
-  } else if (msg.pieces == nullptr) {
-    src = msg.single + b.offset;
-    if (b.rows == 1) {
-      count = static_cast<int>(b.row_bytes);
-    } else {
-      MPI_Type_create_hvector(static_cast<int>(b.rows), static_cast<int>(b.row_bytes),
-                              static_cast<MPI_Aint>(b.stride), MPI_BYTE, &type);
-      MPI_Type_commit(&type);
-      count = 1;
-    }
-  } else {
-    // A message made of pieces: pack the rows (the reader checked the range against its size).
-    o.buffer.resize(b.rows * b.row_bytes);
-    for (std::uint64_t r = 0; r < b.rows; ++r) {
-      std::size_t pos = b.offset + r * b.stride, done = 0;
-      while (done < b.row_bytes) {
-        std::size_t at = pos + done;
-        std::size_t i = 0;
-        while (i < msg.piece_count && at >= msg.pieces[i].size()) at -= msg.pieces[i++].size();
-        const std::size_t len =
-            std::min<std::size_t>(msg.pieces[i].size() - at, b.row_bytes - done);
-        std::memcpy(o.buffer.data() + r * b.row_bytes + done, msg.pieces[i].data() + at, len);
-        done += len;
-      }
-    }
-    src = o.buffer.data();
-    count = static_cast<int>(o.buffer.size());
-  }
+  Reply reply = reply_to(b, d.step(h.step), o.buffer);
   MPI_Request r;
-  MPI_Isend(src, count, type, from_process, b.tag, comm, &r);
+  MPI_Isend(reply.src, reply.count, reply.type, from_process, b.tag, comm, &r);
   ++wire_sent[static_cast<std::size_t>(from_process)];
-  if (type != MPI_BYTE) MPI_Type_free(&type);
+  if (reply.type != MPI_BYTE) MPI_Type_free(&reply.type);
   requests.push_back(r);
   pending.push_back(std::move(o));
 }
