@@ -21,11 +21,13 @@ using K = OptionKind;
 
 // The commands that share the problem flags (problem_options.hpp), and their strategy flags.
 constexpr std::string_view kStack = "run compare scale train";
-constexpr std::string_view kDegree = "run compare train";  // compare: --ranks only
+// The model flags, shared with generate (which drops the training step's size and layout).
+constexpr std::string_view kModel = "run compare scale train generate";
+constexpr std::string_view kDegree = "run compare train generate";  // compare: --ranks only
 constexpr std::string_view kSim = "run compare";
 constexpr std::string_view kCheckpoint = "run train";
 constexpr std::string_view kAssume = "plan paper";
-constexpr std::string_view kAll = "run compare scale train plan paper selfcheck";
+constexpr std::string_view kAll = "run compare scale train plan paper selfcheck generate";
 
 constexpr double kRanks = kMaxRanks;
 constexpr double kPlanCount = static_cast<double>(kMaxCount);  // 2^40, exact in a double
@@ -37,20 +39,20 @@ constexpr double kMaxVocab = 16777216.0;
 
 const std::vector<OptionRule> kRules = {
     // The problem (run, compare, scale, train).
-    {kStack, "--layers", K::integer, 1, 1048576, false, false, "", "layers L"},
-    {kStack, "--hidden", K::integer, 1, 65536, false, false, "", "hidden size h"},
-    {kStack, "--heads", K::integer, 1, 65536, false, false, "", "query heads"},
-    {kStack, "--kv-heads", K::integer, 1, 65536, false, false, "", "key/value heads"},
-    {kStack, "--ffn", K::integer, 1, 1048576, false, false, "", "gated-MLP width"},
-    {kStack, "--vocab", K::integer, 1, kMaxVocab, false, false, "", "vocabulary",
+    {kModel, "--layers", K::integer, 1, 1048576, false, false, "", "layers L"},
+    {kModel, "--hidden", K::integer, 1, 65536, false, false, "", "hidden size h"},
+    {kModel, "--heads", K::integer, 1, 65536, false, false, "", "query heads"},
+    {kModel, "--kv-heads", K::integer, 1, 65536, false, false, "", "key/value heads"},
+    {kModel, "--ffn", K::integer, 1, 1048576, false, false, "", "gated-MLP width"},
+    {kModel, "--vocab", K::integer, 1, kMaxVocab, false, false, "", "vocabulary",
      "2^24 rows of the default h = 256 fill a rank's 16 GiB arena with the embedding alone"},
     {kStack, "--batch", K::integer, 1, 65536, false, false, "", "micro-batch B"},
     {kStack, "--seq", K::integer, 1, 16777216, false, false, "", "sequence length S"},
-    {kStack, "--seed", K::seed, 0, 0, false, false, "", "weights and inputs seed"},
+    {kModel, "--seed", K::seed, 0, 0, false, false, "", "weights and inputs seed"},
     {kStack, "--layout", K::text, 0, 0, false, false, "", "TSP sequence layout"},
     {kStack, "--head-buckets", K::integer, 1, 65536, false, false, "",
      "TSP K/V all-gathers per shard"},
-    {"run scale train", "--strategy", K::text, 0, 0, false, false, "", "strategy name"},
+    {"run scale train generate", "--strategy", K::text, 0, 0, false, false, "", "strategy name"},
     {kDegree, "--ranks", K::integer, 1, kRanks, false, false, "", "ranks",
      "a world has 1 to 256 ranks"},
     {"run train", "--tp", K::integer, 1, kRanks, false, false, "", "tp-sp: tensor-parallel degree"},
@@ -60,7 +62,8 @@ const std::vector<OptionRule> kRules = {
     {"scale", "--mode", K::text, 0, 0, false, false, "", "strong, weak or both"},
     {"scale", "--repeat", K::integer, 1, 1000, false, false, "", "timed runs per point"},
     // Checkpoints (run, train): an empty path would silently run without weights or not save.
-    {kCheckpoint, "--weights", K::text, 0, 0, false, false, "", "checkpoint directory to read"},
+    {"run train generate", "--weights", K::text, 0, 0, false, false, "",
+     "checkpoint directory to read"},
     {kCheckpoint, "--save", K::text, 0, 0, false, false, "", "checkpoint directory to write"},
     {kCheckpoint, "--save-shard-size", K::size, 0, kPlanCount, false, false, "bytes",
      "shard size of --save (0: one file)"},
@@ -80,7 +83,7 @@ const std::vector<OptionRule> kRules = {
     {"run", "--inject-probability", K::real, 0, 1, false, false, "", "chance of a delay"},
     {"run", "--inject-failure-rank", K::integer, -1, kRanks - 1, false, false, "",
      "rank that throws (-1: none)"},
-    {"run", "--trace", K::text, 0, 0, false, false, "", "Chrome trace file"},
+    {"run generate", "--trace", K::text, 0, 0, false, false, "", "Chrome trace file"},
     // train.
     {"train", "--steps", K::integer, 1, 1000000, false, false, "", "optimizer steps"},
     {"train", "--optimizer", K::text, 0, 0, false, false, "", "adamw or sgd"},
@@ -106,6 +109,20 @@ const std::vector<OptionRule> kRules = {
     {"plan", "--sweep", K::text, 0, 0, false, false, "", "sequence lengths"},
     {"plan", "--device", K::text, 0, 0, false, false, "", "time model's device"},
     {"plan", "--mfu", K::real, 0, 1, true, false, "", "fraction of peak FLOP/s"},
+    {"plan", "--element-bytes", K::integer, 1, 4, false, false, "bytes",
+     "--inference: bytes per weight and KV element"},
+    // generate: prompts, decoding, sampling. A sequence holds at most --max-context positions,
+    // bounded as --seq is.
+    {"generate", "--prompt-lengths", K::text, 0, 0, false, false, "", "prompt lengths"},
+    {"generate", "--prompt", K::text, 0, 0, false, false, "", "byte-level prompt"},
+    {"generate", "--new-tokens", K::integer, 1, 16777216, false, false, "", "new tokens"},
+    {"generate", "--interleave", K::integer, 1, 16777216, false, false, "tokens",
+     "K/V round-robin block"},
+    {"generate", "--max-context", K::integer, 0, 16777216, false, false, "",
+     "positions per sequence (0: the checkpoint's, else 2048)"},
+    {"generate", "--sampling", K::text, 0, 0, false, false, "", "greedy or seeded"},
+    {"generate", "--temperature", K::real, 0, 1e6, true, false, "", "sampling temperature"},
+    {"generate", "--top-k", K::integer, 0, kInt, false, false, "", "top-k (0: every token)"},
     // Memory assumptions (plan, paper).
     {kAssume, "--assume", K::text, 0, 0, false, false, "", "assumption bundle"},
     {kAssume, "--weight-bytes", K::real, 0, 64, false, false, "bytes", "per parameter: weights"},
@@ -131,7 +148,7 @@ const std::vector<OptionRule> kRules = {
      "all_gather's output at 256 ranks fills the 16 GiB arena"},
     {"selfcheck", "--iterations", K::integer, 1, 1000000, false, false, "", "timed calls"},
     // Output files, and --config itself (expanded before parsing, config_file.hpp).
-    {"run compare scale train plan paper", "--json", K::text, 0, 0, false, false, "",
+    {"run compare scale train plan paper generate", "--json", K::text, 0, 0, false, false, "",
      "JSON output"},
     {"scale train plan", "--svg", K::text, 0, 0, false, false, "", "SVG chart"},
     {kAll, "--config", K::text, 0, 0, false, false, "", "JSON options file"},

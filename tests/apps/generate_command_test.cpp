@@ -102,13 +102,14 @@ TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
       {{"--strategy", "reference", "--ranks", "2"},
        "--strategy reference --ranks 2: the reference decoder runs on exactly 1 rank"},
       {{"--strategy", "nonesuch"}, "--strategy: nonesuch not in"},
-      {{"--ranks", "0"}, "--ranks 0: a world has 1 to 256 ranks"},
+      {{"--ranks", "0"},
+       "--ranks 0: must be >= 1 (an integer in [1, 256]; a world has 1 to 256 ranks)"},
       {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
       {{"--prompt", "hi", "--vocab", "100"},
        "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
-      {{"--prompt", ""}, "--prompt '': an empty prompt"},
+      {{"--prompt", ""}, "--prompt '': must not be empty"},
       {{"--temperature", "0.5"}, "--temperature needs --sampling seeded"},
-      {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be finite and > 0"},
+      {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be > 0"},
       {{"--sampling", "seeded", "--top-k", "-1"}, "--top-k -1: must be >= 0"},
   };
   const std::string json = temp_path("bad.json"), trace = temp_path("bad.trace.json");
