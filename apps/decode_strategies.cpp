@@ -1,9 +1,12 @@
 #include <numeric>
+#include <stdexcept>
 #include <utility>
 
 #include "decode_session.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
 
@@ -61,15 +64,70 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// ---- Parallel decode strategies register here. ----------------------------------------------
-// TSP-W (tsp/tspw_decoder.hpp, branch tspw-decode) plugs in as one function beside
-// reference_strategy(), `DecodeStrategy tspw_strategy()`: a DecodeSession forwarding to a
-// tsp::TspwDecoder(rank, tsp::DecodeShape{model, D, batch, max_context, interleave}, master),
-// why_invalid from DecodeShape::validate(), kv_cache_bytes the rank's reservation
-// (rank_kv_cache.hpp: round_up(2·L·NKV·hs·4·Σ_b KvOwnership::count(r, b, max_context), 64));
-// then append it to the table below and switch generate_default() to {"tsp-w", 4}.
+// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
+// sequence-sharded KV cache.
+class TspwSession final : public DecodeSession {
+ public:
+  TspwSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
+      : decoder_(rank, tspw_shape(s), w) {}
+  static tsp::DecodeShape tspw_shape(const GenerateShape& s) {
+    return tsp::DecodeShape{.model = s.model,
+                            .D = s.ranks,
+                            .batch = s.batch,
+                            .max_context = s.max_context,
+                            .interleave = s.interleave};
+  }
+  std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
+    return decoder_.prefill(prompts);
+  }
+  std::vector<float> decode_step(std::span<const std::int32_t> tokens) override {
+    return decoder_.decode_step(tokens);
+  }
+  std::uint64_t kv_cache_bytes() const override { return decoder_.kv_cache_bytes(); }
+
+ private:
+  tsp::TspwDecoder decoder_;
+};
+
+// Each rank reserves its positions below max_context at prefill (rank_kv_cache.hpp).
+std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                            int rank) {
+  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+  std::uint64_t positions = 0;
+  for (int b = 0; b < s.batch; ++b)
+    positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
+  const std::uint64_t bytes = 2 * static_cast<std::uint64_t>(s.model.n_layers) * positions *
+                              static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
+  return (bytes + 63) / 64 * 64;
+}
+
+DecodeStrategy tspw_strategy() {
+  return DecodeStrategy{
+      .name = "tsp-w",
+      .description =
+          "TSP with weights in place: TP-style projections on TSP's weight shards, "
+          "attention over the sequence-sharded KV cache by log-sum-exp merges "
+          "(tsp/tspw_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) -> std::string {
+        try {
+          TspwSession::tspw_shape(s).validate();
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+        return "";
+      },
+      .make = [](Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
+          -> std::unique_ptr<DecodeSession> { return std::make_unique<TspwSession>(rank, s, w); },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_formula =
+          "round_up(2·L·NKV·hs·4·Σ_b count(r, b, max_context), 64): each rank's "
+          "reservation (rank_kv_cache.hpp)",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy()};
+  return {reference_strategy(), tspw_strategy()};
 }
 
 }  // namespace
@@ -80,8 +138,7 @@ const std::vector<DecodeStrategy>& decode_strategies() {
 }
 
 GenerateDefault generate_default() {
-  // Issue 36's default is TSP-W on 4 ranks; it becomes {"tsp-w", 4} once tsp-w is in the table.
-  return {"reference", 1};
+  return {"tsp-w", 4};
 }
 
 const DecodeStrategy* decode_strategy_named(const std::string& name) {
