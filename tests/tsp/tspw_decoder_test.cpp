@@ -42,6 +42,7 @@
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspw_test_model.hpp"
 
 namespace tspemu::tsp {
 namespace {
@@ -57,15 +58,7 @@ constexpr int kGreedySteps = 256;
 constexpr int kForcedSteps = 24;
 
 ref::ModelConfig model_for(int D) {
-  ref::ModelConfig c;
-  c.vocab = 96;
-  c.n_layers = 2;
-  c.ffn = 96;
-  c.rope_base = 500.0;
-  c.n_heads = D == 3 ? 6 : (D == 8 ? 16 : 8);
-  c.n_kv_heads = c.n_heads / 2;
-  c.hidden = D == 3 ? 48 : 64;
-  return c;
+  return testing::tspw_test_model(D);
 }
 
 int interleave_for(int D) {
@@ -145,6 +138,7 @@ std::vector<std::vector<std::int32_t>> greedy_tokens(const std::vector<std::vect
                                                      int B, int V) {
   ref::Sampler greedy = ref::Sampler::greedy();
   std::vector<std::vector<std::int32_t>> t;
+  t.reserve(logits.size());
   for (const auto& l : logits) t.push_back(greedy.sample(std::span<const T>(l), B, V));
   return t;
 }
