@@ -526,5 +526,46 @@ TEST(TspwFault, GeneratedKvWrittenToTheWrongOwnerFailsNamingRankLayerSequencePos
                                        HasSubstr("is not this rank's to hold"))));
 }
 
+// One line per (rank, step, sequence) whose logits hold a value that is not finite.
+template <class T>
+std::vector<std::string> non_finite_logits(const std::vector<RankRun<T>>& runs, int B, int V) {
+  std::vector<std::string> found;
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (std::size_t step = 0; step < runs[r].logits.size(); ++step)
+      for (int b = 0; b < B; ++b)
+        for (int v = 0; v < V; ++v)
+          if (!std::isfinite(
+                  runs[r].logits[step][static_cast<std::size_t>(b) * static_cast<std::size_t>(V) +
+                                       static_cast<std::size_t>(v)])) {
+            found.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) +
+                            " sequence " + std::to_string(b));
+            break;
+          }
+  return found;
+}
+
+// A rank holding no key of a sequence (prompt of length 1 < D) must contribute (0, -inf); NaN
+// instead poisons that sequence's merge on its head owners, so its logits, and only its, are not
+// finite on every rank from the prefill on. Fault-free, every logit is finite.
+TEST(TspwFault, EmptyShardReturningNanIsCaughtNamingRankStepAndTheShortSequence) {
+  const int D = 4;
+  const ref::ModelConfig cfg = model_for(D);
+  Prompts prompts = prompts_for(cfg, 9);
+  prompts.resize(2);  // lengths 1 and 7: sequence 0 has keys on rank 0 only
+  const int B = static_cast<int>(prompts.size());
+  const DecodeShape s = shape_for(D, B, longest(prompts) + 2);
+  const auto w = ref::init_weights<float>(cfg, 31);
+  const std::vector<std::vector<std::int32_t>> feed(1, std::vector<std::int32_t>(2, 3));
+  EXPECT_THAT(non_finite_logits(run_tspw<float>(s, w, prompts, 1, &feed), B, cfg.vocab),
+              ::testing::IsEmpty());
+  const auto found = non_finite_logits(
+      run_tspw<float>(s, w, prompts, 1, &feed, {}, TspwFault::empty_shard_nan), B, cfg.vocab);
+  std::vector<std::string> want;
+  for (int r = 0; r < D; ++r)
+    for (int step = 0; step < 2; ++step)
+      want.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) + " sequence 0");
+  EXPECT_EQ(found, want);
+}
+
 }  // namespace
 }  // namespace tspemu::tsp
