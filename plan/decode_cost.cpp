@@ -389,9 +389,9 @@ double prefill_elements(const ModelShape& m, const DecodeStrategy& st) {
 
 // ---- Runtime counting -------------------------------------------------------------------------
 
-TrafficCounters tspw_decode_layer_traffic(const ModelShape& m, int D,
-                                          const std::vector<int>& owners, std::uint64_t beta,
-                                          int rank, const TspwDecodeOptions& opt) {
+TspwStageTraffic tspw_decode_stage_traffic(const ModelShape& m, int D,
+                                           const std::vector<int>& owners, std::uint64_t beta,
+                                           int rank, const TspwDecodeOptions& opt) {
   const DecodeStrategy st = DecodeStrategy::tsp_w(D);
   check_decode_shape(m, st);
   if (rank < 0 || rank >= D) refuse(st, "rank " + std::to_string(rank) + " is not in [0, D)");
@@ -401,48 +401,56 @@ TrafficCounters tspw_decode_layer_traffic(const ModelShape& m, int D,
     if (o < 0 || o >= D) refuse(st, "owner rank " + std::to_string(o) + " is not in [0, D)");
     ++owned[static_cast<std::size_t>(o)];
   }
-  TrafficCounters t;
+  TspwStageTraffic t;
   if (D == 1) return t;
-  const u64 B = U(static_cast<i64>(owners.size())), Du = U(D), Dm1 = Du - 1;
+  if (opt.vocab && m.vocab % D != 0)
+    refuse(st, "D must divide the vocabulary " + std::to_string(m.vocab) +
+                   " for the LM head's all-gather");
+  const u64 L = U(m.layers), B = U(static_cast<i64>(owners.size())), Du = U(D), Dm1 = Du - 1;
   const u64 h = U(m.hidden), nh = U(m.n_heads);
   const u64 q_block = B * (h / Du) * beta;
-  t.add(K::all_gather, 1, Dm1 * q_block, Dm1 * q_block);
+  t.q_gather.add(K::all_gather, L, Dm1 * q_block, Dm1 * q_block);
   const u64 slice = 2 * (U(m.kv_dim()) / Du) * beta;  // one token's K and V head slice
   if (opt.route == KvRoute::all_gather) {
-    t.add(K::all_gather, 1, Dm1 * B * slice, Dm1 * B * slice);
+    t.kv_route.add(K::all_gather, L, Dm1 * B * slice, Dm1 * B * slice);
   } else {
     for (int o = 0; o < D; ++o)
       if (o != rank && owned[static_cast<std::size_t>(o)] > 0)
-        t.add(K::send, 1, owned[static_cast<std::size_t>(o)] * slice, 0);
+        t.kv_route.add(K::send, L, owned[static_cast<std::size_t>(o)] * slice, 0);
     if (const u64 mine = owned[static_cast<std::size_t>(rank)]; mine > 0)
-      t.add(K::recv, Dm1, 0, mine * slice);
+      t.kv_route.add(K::recv, L * Dm1, 0, mine * slice);
   }
   const u64 out_block = B * (h / Du) * beta, lse_block = B * (nh / Du) * kLseBytes;
   if (opt.lse_packed) {
-    t.add(K::all_to_all, 1, Dm1 * (out_block + lse_block), Dm1 * (out_block + lse_block));
+    t.partials.add(K::all_to_all, L, Dm1 * (out_block + lse_block), Dm1 * (out_block + lse_block));
   } else {
-    t.add(K::all_to_all, 1, Dm1 * out_block, Dm1 * out_block);
-    t.add(K::all_to_all, 1, Dm1 * lse_block, Dm1 * lse_block);
+    t.partials.add(K::all_to_all, L, Dm1 * out_block, Dm1 * out_block);
+    t.partials.add(K::all_to_all, L, Dm1 * lse_block, Dm1 * lse_block);
   }
   const u64 ar = all_reduce_bytes(B * h, D, rank, static_cast<double>(beta));
-  t.add(K::all_reduce, 2, ar, ar);
+  t.o_proj.add(K::all_reduce, L, ar, ar);
+  t.mlp.add(K::all_reduce, L, ar, ar);
+  if (!opt.vocab) return t;
+  t.embedding.add(K::all_reduce, 1, ar, ar);
+  const u64 logits = B * U(m.vocab / D) * beta;
+  t.lm_head.add(K::all_gather, 1, Dm1 * logits, Dm1 * logits);
   return t;
+}
+
+TrafficCounters tspw_decode_layer_traffic(const ModelShape& m, int D,
+                                          const std::vector<int>& owners, std::uint64_t beta,
+                                          int rank, const TspwDecodeOptions& opt) {
+  ModelShape one = m;
+  one.layers = 1;
+  TspwDecodeOptions layer = opt;
+  layer.vocab = false;
+  return tspw_decode_stage_traffic(one, D, owners, beta, rank, layer).total();
 }
 
 TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::vector<int>& owners,
                                          std::uint64_t beta, int rank,
                                          const TspwDecodeOptions& opt) {
-  TrafficCounters t = tspw_decode_layer_traffic(m, D, owners, beta, rank, opt) * U(m.layers);
-  if (!opt.vocab || D == 1) return t;
-  if (m.vocab % D != 0)
-    refuse(DecodeStrategy::tsp_w(D), "D must divide the vocabulary " + std::to_string(m.vocab) +
-                                         " for the LM head's all-gather");
-  const u64 B = U(static_cast<i64>(owners.size())), Dm1 = U(D) - 1;
-  const u64 ar = all_reduce_bytes(B * U(m.hidden), D, rank, static_cast<double>(beta));
-  t.add(K::all_reduce, 1, ar, ar);
-  const u64 logits = B * U(m.vocab / D) * beta;
-  t.add(K::all_gather, 1, Dm1 * logits, Dm1 * logits);
-  return t;
+  return tspw_decode_stage_traffic(m, D, owners, beta, rank, opt).total();
 }
 
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,

@@ -341,6 +341,12 @@ void BasicTspwDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
         sc.q.data() + o * qd, cache_->keys(l, b), cache_->values(l, b), st.positions.data() + o,
         keys.data(),
         ref::AttentionDims{1, rows_of(b), static_cast<int>(keys.size()), sc.NH, sc.NKV, sc.hs});
+    if (fault_ == TspwFault::empty_shard_nan && keys.empty()) {
+      const auto n = static_cast<std::size_t>(rows_of(b));
+      std::fill_n(sc.out.data() + o * qd, n * qd, std::numeric_limits<T>::quiet_NaN());
+      std::fill_n(sc.lse.data() + static_cast<std::size_t>(sc.NH) * o,
+                  n * static_cast<std::size_t>(sc.NH), std::numeric_limits<T>::quiet_NaN());
+    }
   }
   merge_partials(st, sc);
   // o_proj, row-parallel: mid = x + Σ_r att^(r) · W_O^(r)ᵀ

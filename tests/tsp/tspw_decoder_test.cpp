@@ -42,6 +42,7 @@
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspw_test_model.hpp"
 
 namespace tspemu::tsp {
 namespace {
@@ -57,15 +58,7 @@ constexpr int kGreedySteps = 256;
 constexpr int kForcedSteps = 24;
 
 ref::ModelConfig model_for(int D) {
-  ref::ModelConfig c;
-  c.vocab = 96;
-  c.n_layers = 2;
-  c.ffn = 96;
-  c.rope_base = 500.0;
-  c.n_heads = D == 3 ? 6 : (D == 8 ? 16 : 8);
-  c.n_kv_heads = c.n_heads / 2;
-  c.hidden = D == 3 ? 48 : 64;
-  return c;
+  return testing::tspw_test_model(D);
 }
 
 int interleave_for(int D) {
@@ -145,6 +138,7 @@ std::vector<std::vector<std::int32_t>> greedy_tokens(const std::vector<std::vect
                                                      int B, int V) {
   ref::Sampler greedy = ref::Sampler::greedy();
   std::vector<std::vector<std::int32_t>> t;
+  t.reserve(logits.size());
   for (const auto& l : logits) t.push_back(greedy.sample(std::span<const T>(l), B, V));
   return t;
 }
@@ -530,6 +524,47 @@ TEST(TspwFault, GeneratedKvWrittenToTheWrongOwnerFailsNamingRankLayerSequencePos
       [&] { run_tspw<double>(s, w, prompts, 2, nullptr, {}, TspwFault::kv_wrong_owner); },
       ThrowsMessage<RankFailure>(AllOf(HasSubstr("layer 0 sequence "), HasSubstr(" position "),
                                        HasSubstr("is not this rank's to hold"))));
+}
+
+// One line per (rank, step, sequence) whose logits hold a value that is not finite.
+template <class T>
+std::vector<std::string> non_finite_logits(const std::vector<RankRun<T>>& runs, int B, int V) {
+  std::vector<std::string> found;
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (std::size_t step = 0; step < runs[r].logits.size(); ++step)
+      for (int b = 0; b < B; ++b)
+        for (int v = 0; v < V; ++v)
+          if (!std::isfinite(
+                  runs[r].logits[step][static_cast<std::size_t>(b) * static_cast<std::size_t>(V) +
+                                       static_cast<std::size_t>(v)])) {
+            found.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) +
+                            " sequence " + std::to_string(b));
+            break;
+          }
+  return found;
+}
+
+// A rank holding no key of a sequence (prompt of length 1 < D) must contribute (0, -inf); NaN
+// instead poisons that sequence's merge on its head owners, so its logits, and only its, are not
+// finite on every rank from the prefill on. Fault-free, every logit is finite.
+TEST(TspwFault, EmptyShardReturningNanIsCaughtNamingRankStepAndTheShortSequence) {
+  const int D = 4;
+  const ref::ModelConfig cfg = model_for(D);
+  Prompts prompts = prompts_for(cfg, 9);
+  prompts.resize(2);  // lengths 1 and 7: sequence 0 has keys on rank 0 only
+  const int B = static_cast<int>(prompts.size());
+  const DecodeShape s = shape_for(D, B, longest(prompts) + 2);
+  const auto w = ref::init_weights<float>(cfg, 31);
+  const std::vector<std::vector<std::int32_t>> feed(1, std::vector<std::int32_t>(2, 3));
+  EXPECT_THAT(non_finite_logits(run_tspw<float>(s, w, prompts, 1, &feed), B, cfg.vocab),
+              ::testing::IsEmpty());
+  const auto found = non_finite_logits(
+      run_tspw<float>(s, w, prompts, 1, &feed, {}, TspwFault::empty_shard_nan), B, cfg.vocab);
+  std::vector<std::string> want;
+  for (int r = 0; r < D; ++r)
+    for (int step = 0; step < 2; ++step)
+      want.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) + " sequence 0");
+  EXPECT_EQ(found, want);
 }
 
 }  // namespace

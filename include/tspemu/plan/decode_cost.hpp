@@ -213,6 +213,19 @@ struct TspwDecodeOptions {
 // all_to_all of the partials (block B·(h/D)·β + B·(n_h/D)·4); two all_reduce of B·h elements.
 // Per step: all_reduce of the embedding's [B, h], all_gather of the logits (block B·(V/D)·β).
 // Requirements: check_decode_shape(tsp_w(D)); D | V when opt.vocab; owners in [0, D).
+// The same step split into the decoder's stages (BasicTspwDecoder::last_traffic()'s TspwTraffic),
+// all layers summed: embedding and lm_head once per step, the others L times. total() equals
+// tspw_decode_step_traffic. Requirements as tspw_decode_step_traffic.
+struct TspwStageTraffic {
+  TrafficCounters embedding, kv_route, q_gather, partials, o_proj, mlp, lm_head;
+  TrafficCounters total() const {
+    return embedding + kv_route + q_gather + partials + o_proj + mlp + lm_head;
+  }
+};
+TspwStageTraffic tspw_decode_stage_traffic(const ModelShape& m, int D,
+                                           const std::vector<int>& owners, std::uint64_t beta,
+                                           int rank, const TspwDecodeOptions& opt = {});
+
 TrafficCounters tspw_decode_layer_traffic(const ModelShape& m, int D,
                                           const std::vector<int>& owners, std::uint64_t beta,
                                           int rank, const TspwDecodeOptions& opt = {});

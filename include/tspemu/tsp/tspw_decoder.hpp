@@ -101,6 +101,7 @@ enum class TspwFault {
   none,
   rope_local_positions,  // q and k rotated at the token's index among its owner's keys
   kv_wrong_owner,        // a generated token's K/V stored by the rank after its owner
+  empty_shard_nan,       // a rank holding no key of a sequence returns NaN, not (0, -inf)
 };
 
 template <class T>
