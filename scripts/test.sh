@@ -9,11 +9,23 @@
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the libFuzzer harnesses of fuzz/ (clang), 50 s each, failing on any crash (fuzz/run.sh).
 # `--quick` stops after step 1. Run from anywhere, as root on Debian 12.
+#
+# Cost (the CI machine has 2 cores, so compile time is most of the run; figures in
+# docs/building.md): the sanitizer builds (steps 2 and 3) compile at -O1 with line tables only
+# (-g1) instead of RelWithDebInfo's -O2 -g. Neither drops a check: the sanitizers instrument every
+# memory access the optimizer leaves, and -O1 leaves at least as many as -O2 (the sanitizers'
+# documentation asks for -O1 or higher for speed); a report needs function, file and line for every
+# frame, inlined frames included, which the line tables keep, while the types and locals of full
+# debug info are read by a debugger only. The ctest runs and the tests they select are unchanged.
+# The normal build stays RelWithDebInfo (-O2 -g), as a user builds it; the fuzz build stays -O2,
+# since its harnesses run for a fixed time and a faster harness tries more inputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs=$(nproc)
+# The sanitizer builds' optimization and debug-info level (the header says why).
+sanitizer_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
 
 bash scripts/install-deps.sh
 
@@ -25,8 +37,10 @@ build() {  # build DIR [cmake args...]
 }
 
 echo "== build and test (RelWithDebInfo)"
+started=$SECONDS
 build build
 ctest --test-dir build --output-on-failure --timeout 600
+echo "build and test step: $((SECONDS - started)) s"
 
 echo "== install, then build tests/package against it (find_package, then pkg-config)"
 started=$SECONDS
@@ -70,7 +84,8 @@ echo "== runtime tests, the TSP, baseline and sequence-attention block tests, th
 # Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/.
 started=$SECONDS
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
-  -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF >/dev/null
+  -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF "${sanitizer_flags[@]}" \
+  >/dev/null
 cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 ctest --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
@@ -80,9 +95,11 @@ unset TSAN_OPTIONS
 echo "ThreadSanitizer step: $((SECONDS - started)) s"
 
 echo "== whole suite under AddressSanitizer + UndefinedBehaviorSanitizer"
-build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF
+started=$SECONDS
+build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF "${sanitizer_flags[@]}"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   ctest --test-dir build-asan --output-on-failure --timeout 900
+echo "AddressSanitizer step: $((SECONDS - started)) s"
 
 echo "== fuzzing: each libFuzzer harness for 50 s"
 bash fuzz/run.sh 50
