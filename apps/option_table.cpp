@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "plan_command.hpp"
 #include "problem_options.hpp"
+#include "quantity.hpp"
 #include "tspemu/core/sanitized.hpp"
 #include "tspemu/runtime/world.hpp"
 

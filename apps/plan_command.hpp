@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory_assumptions.hpp"
+#include "quantity.hpp"
 #include "tspemu/plan/cost_model.hpp"
 
 namespace tspemu::app {
@@ -49,14 +50,8 @@ struct PlanArgs {
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
 int plan_command(const PlanArgs& a, std::ostream& out);
 
-// "128K" -> 131072 (K = 1024, M = 1024²); throws ConfigError naming `flag`.
-// Counts (sequence lengths, sweep steps) lie in [1, kMaxCount]; a sweep has at most
-// kMaxSweepPoints points.
-inline constexpr std::int64_t kMaxCount = std::int64_t{1} << 40;
+// A sweep has at most kMaxSweepPoints points (counts and sizes: quantity.hpp).
 inline constexpr std::int64_t kMaxSweepPoints = 256;
-std::int64_t parse_count(const std::string& flag, const std::string& text);
-// "80GB" -> 8e10, "80GiB" -> 80·2³⁰ (B, KB..TB decimal, KiB..TiB binary); a unit is required.
-double parse_bytes(const std::string& flag, const std::string& text);
 // The sequence lengths of --sweep.
 std::vector<std::int64_t> parse_sweep(const std::string& text);
 // Preset names in table order, and the shape of one (ConfigError for an unknown name).
