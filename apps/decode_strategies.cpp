@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "decode_session.hpp"
+#include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
@@ -89,15 +90,19 @@ class TspwSession final : public DecodeSession {
   tsp::TspwDecoder decoder_;
 };
 
-// Each rank reserves its positions below max_context at prefill (rank_kv_cache.hpp).
+// The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
+// ownership map gives the rank below max_context (each rank reserves them at prefill), rounded up
+// to the arena's 64-byte granularity (rank_kv_cache.hpp).
 std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
                             int rank) {
   const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
     positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
-  const std::uint64_t bytes = 2 * static_cast<std::uint64_t>(s.model.n_layers) * positions *
-                              static_cast<std::uint64_t>(s.model.kv_dim()) * sizeof(float);
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
+                              tsp::cost::kv_bytes_per_token_layer(
+                                  m, tsp::cost::DecodeStrategy::tsp_w(s.ranks), sizeof(float));
   return (bytes + 63) / 64 * 64;
 }
 
@@ -121,8 +126,9 @@ DecodeStrategy tspw_strategy() {
       .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
                            int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
       .kv_formula =
-          "round_up(2·L·NKV·hs·4·Σ_b count(r, b, max_context), 64): each rank's "
-          "reservation (rank_kv_cache.hpp)",
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
+          "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
+          "positions",
   };
 }
 
