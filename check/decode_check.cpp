@@ -422,6 +422,16 @@ Buffer<float> DecodeRank::weight(int layer, std::string_view name, const ShardMa
   return buf;
 }
 
+TpLayer DecodeRank::tp_layer(int layer) {
+  const int D = rank_.size(), r = rank_.id();
+  return {
+      weight(layer, "input_norm", replicated()),      weight(layer, "wq", head_sharded(r, D)),
+      weight(layer, "wk", head_sharded(r, D)),        weight(layer, "wv", head_sharded(r, D)),
+      weight(layer, "wo", head_sharded(r, D)),        weight(layer, "post_norm", replicated()),
+      weight(layer, "w_gate", column_parallel(r, D)), weight(layer, "w_up", column_parallel(r, D)),
+      weight(layer, "w_down", row_parallel(r, D))};
+}
+
 std::string DecodeFailure::where() const {
   std::string s;
   auto add = [&s](const char* what, std::int64_t v) {

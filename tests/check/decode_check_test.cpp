@@ -7,6 +7,7 @@
 // Shapes: tests/tsp's TSP-W models (GQA 8/4 heads, L = 2, F = V = 96; NH = 6, NKV = 3 at D = 3),
 // prompts of lengths 1 (shorter than D: ranks with no key of it), 7, 13 and 12.
 #include "tspemu/check/decode_check.hpp"
+#include "tspemu/check/row_decoder.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 
 #include "../tsp/tspw_test_model.hpp"
 #include "tspemu/reference/decode.hpp"
+#include "tspemu/reference/init.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::check {
@@ -302,6 +304,57 @@ TEST(DecodeCheck, BadInputIsAnErrorNamingTheValue) {
   c.max_context = 14;
   EXPECT_THAT([&] { check_decode(c, reference_factory()); },
               ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("max_context=14")));
+}
+
+}  // namespace
+}  // namespace tspemu::check
+
+namespace tspemu::check {
+namespace {
+
+// RowDecoder (row_decoder.hpp) hands step() the new tokens as rows and refuses bad input first.
+TEST(RowDecoder, HandsStepTheRowsAndRefusesBadInputNamingRankSequencePositionValue) {
+  struct Rows : RowDecoder {
+    using RowDecoder::RowDecoder;
+    std::vector<std::vector<DecodeRow>> seen;
+    std::vector<float> step(std::span<const DecodeRow> rows) override {
+      seen.emplace_back(rows.begin(), rows.end());
+      return {};
+    }
+  };
+  const ref::ModelConfig cfg = tsp::testing::tspw_test_model(2);
+  const auto w = ref::init_weights<float>(cfg, 1);
+  World world({.ranks = 1});
+  world.run([&](Rank& rank) {
+    DecodeRank dr(rank, w, 2, 4);
+    Rows d(dr);
+    const std::vector<std::int32_t> two{1, 2};
+    EXPECT_THAT([&] { d.decode_step(two); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr("rank 0: decode_step: before prefill")));
+    EXPECT_THAT(
+        [&] {
+          d.prefill({{1}, {2, 96}});
+        },
+        ::testing::ThrowsMessage<std::invalid_argument>(
+            HasSubstr("sequence 1 position 1 has token 96 outside [0, 96)")));
+    d.prefill({{5, 6, 7}, {8}});
+    ASSERT_EQ(d.seen.size(), 1u);
+    ASSERT_EQ(d.seen[0].size(), 4u);
+    EXPECT_EQ(d.seen[0][2].seq, 0);
+    EXPECT_EQ(d.seen[0][2].pos, 2);
+    EXPECT_EQ(d.seen[0][3].seq, 1);
+    EXPECT_EQ(d.seen[0][3].token, 8);
+    EXPECT_THAT([&] { d.decode_step(std::vector<std::int32_t>{1}); },
+                ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("1 tokens for B=2")));
+    d.decode_step(two);
+    EXPECT_EQ(d.seen[1][0].pos, 3);
+    EXPECT_EQ(d.seen[1][1].pos, 1);
+    EXPECT_EQ(d.seen[1][1].token, 2);
+    EXPECT_THAT([&] { d.decode_step(two); },
+                ::testing::ThrowsMessage<std::length_error>(
+                    HasSubstr("sequence 0 would hold position 4, beyond max_context=4")));
+    EXPECT_EQ(d.kv_cache()->batch(), 2);
+  });
 }
 
 }  // namespace

@@ -104,6 +104,14 @@ class RankDecoder {
   virtual const tsp::RankKvCache<float>* kv_cache() const { return nullptr; }
 };
 
+// One layer's weights on one rank cut Megatron-style (TP; TSP-W; a Helix FFN), from DecodeRank::
+// tp_layer: wq, wk, wv head_sharded (column-parallel: this rank's NH/D query and NKV/D KV heads),
+// wo head_sharded along its columns (row-parallel), w_gate, w_up column_parallel (F/D rows),
+// w_down row_parallel (F/D columns), the norms replicated.
+struct TpLayer {
+  Buffer<float> input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down;
+};
+
 // What the factory sees on its rank.
 class DecodeRank {
  public:
@@ -124,6 +132,9 @@ class DecodeRank {
   // This rank's shard of a master tensor of layer `layer` (-1: the model's), cut by `map`, in its
   // arena (Category::weights).
   Buffer<float> weight(int layer, std::string_view name, const ShardMap& map);
+  // Rank id()'s Megatron shard of layer `layer` over the rank()'s size D (TpLayer); D must divide
+  // NH, NKV and F (else std::invalid_argument from ShardMap::resolve naming the tensor).
+  TpLayer tp_layer(int layer);
 
  private:
   Rank& rank_;
