@@ -16,6 +16,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -230,13 +231,14 @@ TEST(DecodeCheckFault, TspwRopeAtLocalPositionsFailsTheCacheNamingLayerSequenceP
 
 TEST(DecodeCheckFault, TspwKvWrittenToTheWrongOwnerFailsTheRunNamingRankAndStep) {
   const DecodeReport r =
-      check_decode(decode_check(3, 3), tspw_factory(tsp::TspwFault::kv_wrong_owner));
+      check_decode(decode_check(3, 3, 8), tspw_factory(tsp::TspwFault::kv_wrong_owner));
   const auto runs = r.find("schedule");
   ASSERT_EQ(runs.size(), 1u) << printed(r);
   EXPECT_GE(runs[0]->rank, 0);
   EXPECT_THAT(runs[0]->detail, AllOf(HasSubstr("teacher-forced run failed in decode step 1"),
                                      HasSubstr("is not this rank's to hold")));
   EXPECT_EQ(r.rows_judged, 0) << "no verdict on the logits of a failed run";
+  EXPECT_EQ(r.free_run_steps, 0) << "nor a free run";
 }
 
 TEST(DecodeCheckFault, TspwEmptyShardReturningNanFailsTheShortSequenceOnly) {
@@ -287,6 +289,20 @@ TEST(DecodeCheck, AScheduleWithoutACacheFailsNamingTheFix) {
   EXPECT_THAT(r.find("schedule")[0]->detail, HasSubstr("check_cache = false"));
   c.check_cache = false;
   EXPECT_TRUE(check_decode(c, no_cache).ok());
+}
+
+// The user's own weights (here with a tied LM head, so lm_head is the embedding) are decoded
+// with; weights of another config are refused.
+TEST(DecodeCheck, GivenWeightsWithATiedHeadAreDecodedWithAndAMismatchIsRefused) {
+  DecodeCheck c = decode_check(2, 4, 8);
+  c.model.tie_embeddings = true;
+  c.weights =
+      std::make_shared<const ref::ModelWeights<float>>(ref::init_weights<float>(c.model, 3));
+  const DecodeReport r = check_decode(c, tspw_factory());
+  EXPECT_TRUE(r.ok()) << printed(r);
+  c.model.tie_embeddings = false;
+  EXPECT_THAT([&] { check_decode(c, tspw_factory()); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("tied=1")));
 }
 
 TEST(DecodeCheck, BadInputIsAnErrorNamingTheValue) {

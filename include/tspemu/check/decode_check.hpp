@@ -29,15 +29,16 @@
 //      (|r - o| <= bound) can pick t_p and t_r only if |o[t_p] - o[t_r]| <= 2 · bound (near_tie());
 //      past a divergence the sequence's contexts differ and its later tokens are not compared.
 // Requirements: model.validate(); ranks >= 1; every prompt non-empty with tokens in [0, V);
-//   steps >= 0; the factory builds one RankDecoder per rank inside the run and every rank's
-//   decoder makes the same collective calls. Otherwise std::invalid_argument naming the value,
-//   before anything runs (a usage error, not a verdict).
+//   steps >= 0; weights, when given, of the model's config. The factory is called on every rank's
+//   thread at once (it must not share mutable state between ranks) and builds that rank's
+//   RankDecoder inside the run; every rank's decoder makes the same collective calls. Otherwise
+//   std::invalid_argument naming the value, before anything runs (a usage error, not a verdict).
 // Guarantees:
 //   - A failure is a result, not a crash: each DecodeFailure names the tensor ("logits",
 //     "cache K", "cache V", "tokens", "schedule"), the step, sequence, rank, layer and position
 //     that apply, and the errors or values. A schedule that throws on one rank (the runtime fails
 //     the others' collectives within milliseconds) is a "schedule" failure naming that rank and
-//     the step it was in; no verdict on the logits follows from a failed run.
+//     the step it was in; no verdict on the logits (nor a free run) follows from a failed run.
 //   - Deterministic: the same inputs give the same report.
 // Cost: the oracle (double) and the reference (float) decoders over steps + 1 passes, once each
 //   (twice more with a free run), the schedule once (twice with a free run), and the cache read
@@ -173,7 +174,8 @@ DecodeReport check_decode(const DecodeCheck& check, const DecoderFactory& factor
 
 // Whether greedy picks t_parallel and t_reference, where they differ, are within rounding of a
 // tie: |oracle[t_parallel] - oracle[t_reference]| <= 2 · (k · err(reference row) + tiny) (the
-// derivation is in the file comment). margin gets the oracle's top-1 minus top-2 value.
+// derivation is in the file comment). margin gets the oracle's top-1 minus top-2 value. The two
+// ids must lie in [0, oracle.size()); a non-finite reference row is never a tie.
 bool near_tie(std::span<const double> oracle, std::span<const float> reference, int t_parallel,
               int t_reference, double k, double* margin = nullptr);
 
