@@ -43,23 +43,20 @@ void validate_tp(const DecodeShape& s) {
   if (s.max_context < 1) reject("max_context=" + str(s.max_context) + " must be > 0");
   if (s.interleave < 1) reject("interleave I=" + str(s.interleave) + " must be >= 1");
   require_divides(T, s.model.n_heads, "NH", "each rank owns NH/T query heads");
-  if (nkv % T != 0 && T % nkv != 0)
-    reject("T=" + str(T) + " neither divides NKV=" + str(nkv) + " nor is a multiple of it: " +
-           "a rank's query heads would span a KV head split between ranks (T | NKV shards the "
-           "KV heads, NKV | T duplicates each T/NKV times)");
+  detail::require_kv_heads_fit(kWho, "T", T, nkv);
   require_divides(T, s.model.ffn, "F", "each rank owns F/T MLP columns");
   require_divides(T, s.model.vocab, "V", "each rank owns V/T vocabulary rows");
 }
 
 int tp_kv_heads_per_rank(const ref::ModelConfig& m, int T) {
-  return T <= m.n_kv_heads ? m.n_kv_heads / T : 1;
+  return detail::kv_head_shard(m, T, 0).count;
 }
 
 template <class T>
 struct BasicTpDecoder<T>::Weights {
-  int kv0 = 0;                                        // the model's KV head of this rank's first
-  std::vector<Buffer<T>> wq, wk, wv, wo, input_norm;  // [L] each
-  std::vector<detail::MlpShard<T>> mlp;               // [L]
+  std::vector<detail::QkvShard<T>> qkv;  // [L]
+  std::vector<Buffer<T>> wo;             // [L]
+  std::vector<detail::MlpShard<T>> mlp;  // [L]
   std::unique_ptr<detail::VocabShard<T>> vocab;
 };
 
@@ -76,23 +73,15 @@ BasicTpDecoder<T>::BasicTpDecoder(Rank& rank, const DecodeShape& shape,
   if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
       master.layers.size() != static_cast<std::size_t>(m.n_layers))
     reject("master weights do not match the model " + m.to_string());
-  const int Tn = s_.D, r = rank.id(), hs = m.head_size();
-  const int NHl = m.n_heads / Tn, NKVl = tp_kv_heads_per_rank(m, Tn);
+  const int Tn = s_.D, r = rank.id();
+  const std::size_t qdl =
+      static_cast<std::size_t>(m.n_heads / Tn) * static_cast<std::size_t>(m.head_size());
   Weights& w = *w_;
-  w.kv0 = Tn <= m.n_kv_heads ? r * NKVl : r / (Tn / m.n_kv_heads);
-  const auto hz = static_cast<std::size_t>(hs);
-  const std::size_t qdl = static_cast<std::size_t>(NHl) * hz,
-                    kvl = static_cast<std::size_t>(NKVl) * hz;
-  const std::size_t q0 = static_cast<std::size_t>(r) * qdl,
-                    k0 = static_cast<std::size_t>(w.kv0) * hz;
   Arena& a = rank.arena();
   for (const auto& layer : master.layers) {
-    w.wq.push_back(detail::rows_of(a, layer.wq, C, q0, qdl));
-    w.wk.push_back(detail::rows_of(a, layer.wk, C, k0, kvl));
-    w.wv.push_back(detail::rows_of(a, layer.wv, C, k0, kvl));
-    w.wo.push_back(
-        detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.n_heads) * hz, q0, qdl));
-    w.input_norm.push_back(detail::rows_of(a, layer.input_norm, C, 0, 1));
+    w.qkv.emplace_back(a, layer, m, Tn, r);
+    w.wo.push_back(detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
+                                   static_cast<std::size_t>(r) * qdl, qdl));
     w.mlp.emplace_back(a, layer, m, Tn, r);
   }
   w.vocab = std::make_unique<detail::VocabShard<T>>(a, master, Tn, r);
@@ -109,7 +98,7 @@ const RankKvCache<T>& BasicTpDecoder<T>::cache() const {
 
 template <class T>
 int BasicTpDecoder<T>::first_kv_head() const {
-  return w_->kv0;
+  return w_->qkv.front().kv.first;
 }
 
 template <class T>
@@ -199,18 +188,11 @@ void BasicTpDecoder<T>::attention(int l, Pass& p) {
   const auto lz = static_cast<std::size_t>(l);
   const detail::DecodeStep& st = p.st;
   const std::size_t C = p.C, qdl = p.qdl, kvl = p.kvl;
-  ref::rmsnorm_forward(p.xn.data(), p.rstd.data(), p.x.data(), w.input_norm[lz].data(), st.rows(),
-                       m.hidden, m.norm_eps);
+  detail::project_qkv(w.qkv[lz], m, st, p.x, p.xn, p.rstd, p.q, p.k, p.v);
   for (std::size_t b = 0; b < st.count.size(); ++b) {
     const std::size_t o = st.offset[b];
     const int n = st.count[b];
-    const T* xn = p.xn.data() + o * C;
-    ref::matmul_nt(p.q.data() + o * qdl, xn, w.wq[lz].data(), n, static_cast<int>(qdl), m.hidden);
-    ref::matmul_nt(p.k.data() + o * kvl, xn, w.wk[lz].data(), n, static_cast<int>(kvl), m.hidden);
-    ref::matmul_nt(p.v.data() + o * kvl, xn, w.wv[lz].data(), n, static_cast<int>(kvl), m.hidden);
     const std::int64_t* pos = st.positions.data() + o;
-    ref::rope_forward(p.q.data() + o * qdl, pos, 1, n, p.NHl, p.hs, m.rope_base);
-    ref::rope_forward(p.k.data() + o * kvl, pos, 1, n, p.NKVl, p.hs, m.rope_base);
     const int seq = static_cast<int>(b);
     for (int i = 0; i < n; ++i) {
       const std::size_t row = o + static_cast<std::size_t>(i);

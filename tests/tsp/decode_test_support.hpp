@@ -44,6 +44,8 @@
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp::testing {
 
@@ -96,6 +98,54 @@ inline double max_magnitude(const ref::KvCache<double>& cache) {
           for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
             max_mag = std::max(max_mag, std::abs(x));
   return max_mag;
+}
+
+// One line per position where a rank's cache disagrees with the reference cache `want`: held
+// where its ownership map does not put it on this token shard (kv.rank()) or missing where it
+// does, a held count other than the map's, or K/V of the rank's KV heads [first_head,
+// first_head + kv.kv_heads()) beyond the bound: layer 0 exact (the same dot products over C, RoPE
+// at the same global position), later layers rtol · max_mag (their residual carries sums split
+// over ranks). Lines name `rank` (the world rank), layer, sequence and position. worst: the
+// largest relative difference of layers >= 1.
+inline std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
+                                                 int first_head, const ref::KvCache<double>& want,
+                                                 double max_mag, double rtol, double& worst) {
+  std::vector<std::string> errors;
+  const KvOwnership& own = kv.ownership();
+  const std::size_t first =
+      static_cast<std::size_t>(first_head) * static_cast<std::size_t>(kv.head_size());
+  for (int l = 0; l < want.n_layers(); ++l)
+    for (int b = 0; b < want.batch(); ++b) {
+      for (std::int64_t p = 0; p < want.length(b); ++p) {
+        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
+        if (kv.holds(l, b, p) != (own.owner(b, p) == kv.rank())) {
+          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
+                           " but owned by token shard " + std::to_string(own.owner(b, p)));
+          continue;
+        }
+        if (!kv.holds(l, b, p)) continue;
+        for (const bool is_k : {true, false}) {
+          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
+          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double d = std::abs(got[i] - ref_row[first + i]);
+            if (l > 0) worst = std::max(worst, d / max_mag);
+            if ((l == 0 && d != 0) || d > rtol * max_mag) {
+              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
+                               "]: " + std::to_string(got[i]) + " vs reference " +
+                               std::to_string(ref_row[first + i]));
+              break;
+            }
+          }
+        }
+      }
+      if (kv.held(l, b) != own.count(kv.rank(), b, want.length(b)))
+        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
+                         std::to_string(b));
+    }
+  return errors;
 }
 
 // The decoder a factory builds, and what its last_traffic() returns (std::monostate without one).

@@ -81,43 +81,6 @@ std::uint64_t planner_kv_bytes(const ref::ModelConfig& cfg, int B, std::int64_t 
       cost::kv_bytes_per_token_layer(ms, cost::DecodeStrategy::tp(T), beta));
 }
 
-// One line per position where rank `rank`'s cache disagrees with the reference cache's slice of
-// its KV heads (layer 0: exact; later layers kCacheRtol · max_mag), or holds a count other than
-// every position of the sequence.
-std::vector<std::string> cache_mismatches(int rank, const BasicTpDecoder<double>& dec,
-                                          const ref::KvCache<double>& want, double max_mag) {
-  std::vector<std::string> errors;
-  const RankKvCache<double>& kv = dec.cache();
-  const std::size_t row = kv.row();
-  const std::size_t first =
-      static_cast<std::size_t>(dec.first_kv_head()) * static_cast<std::size_t>(kv.head_size());
-  for (int l = 0; l < want.n_layers(); ++l)
-    for (int b = 0; b < want.batch(); ++b) {
-      const std::string seq = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                              " sequence " + std::to_string(b);
-      if (kv.held(l, b) != want.length(b)) {
-        errors.push_back(seq + " holds " + std::to_string(kv.held(l, b)) + " positions, not " +
-                         std::to_string(want.length(b)));
-        continue;
-      }
-      for (std::int64_t p = 0; p < want.length(b); ++p)
-        for (const bool is_k : {true, false}) {
-          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
-          const auto full = is_k ? want.k(l, b, p) : want.v(l, b, p);
-          for (std::size_t i = 0; i < row; ++i) {
-            const double d = std::abs(got[i] - full[first + i]);
-            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
-              errors.push_back(seq + " position " + std::to_string(p) + (is_k ? " K[" : " V[") +
-                               std::to_string(i) + "]: " + std::to_string(got[i]) +
-                               " vs reference " + std::to_string(full[first + i]));
-              break;
-            }
-          }
-        }
-    }
-  return errors;
-}
-
 // ---------------------------------------------------------------- shape validation
 
 TEST(TpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNkv) {
@@ -214,8 +177,10 @@ TEST_P(TpGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   std::vector<std::string> cache_errors;
   auto inspect = [&](Rank& rank, const BasicTpDecoder<double>& dec,
                      const ref::Generation<double>& oracle) {
+    double worst = 0;
     const auto e =
-        cache_mismatches(rank.id(), dec, oracle.cache, testing::max_magnitude(oracle.cache));
+        testing::cache_mismatches(rank.id(), dec.cache(), dec.first_kv_head(), oracle.cache,
+                                  testing::max_magnitude(oracle.cache), kCacheRtol, worst);
     const std::lock_guard lock(m);
     cache_errors.insert(cache_errors.end(), e.begin(), e.end());
   };
