@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/tp_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
@@ -89,12 +91,13 @@ std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate
 }
 
 // A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TP
-// (tsp/tp_decoder.hpp).
+// (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp).
 template <class Decoder>
 class DecoderSession final : public DecodeSession {
  public:
-  DecoderSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, decode_shape(s), w) {}
+  // The decoder's constructor arguments: (rank, decode_shape(s)[, its own], weights).
+  template <class... Args>
+  explicit DecoderSession(Args&&... args) : decoder_(std::forward<Args>(args)...) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -107,19 +110,19 @@ class DecoderSession final : public DecodeSession {
   Decoder decoder_;
 };
 
-// The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
-// ownership map gives the rank below max_context (each rank reserves them at prefill), rounded up
-// to the arena's 64-byte granularity (rank_kv_cache.hpp).
-std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                            int rank) {
-  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+// The planner's KV bytes per token and layer (plan/decode_cost.hpp) of strategy `st` × L × the
+// positions an ownership map over `shards` token shards gives shard `shard` below max_context
+// (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
+// (rank_kv_cache.hpp).
+std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                               int shards, int shard, const tsp::cost::DecodeStrategy& st) {
+  const tsp::KvOwnership own(shards, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
-    positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
+    positions += static_cast<std::uint64_t>(own.count(shard, b, s.max_context));
   const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
-                              tsp::cost::kv_bytes_per_token_layer(
-                                  m, tsp::cost::DecodeStrategy::tsp_w(s.ranks), sizeof(float));
+                              tsp::cost::kv_bytes_per_token_layer(m, st, sizeof(float));
   return (bytes + 63) / 64 * 64;
 }
 
@@ -136,10 +139,13 @@ DecodeStrategy tspw_strategy() {
           },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, decode_shape(s), w);
       },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_w(s.ranks));
+          },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -169,7 +175,7 @@ DecodeStrategy tp_strategy() {
       .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_tp, s); },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, decode_shape(s), w);
       },
       .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
                            int) { return tp_kv_bytes(s); },
@@ -179,8 +185,45 @@ DecodeStrategy tp_strategy() {
   };
 }
 
+// Helix's split of N = --ranks (no flag of its own): TP_A = gcd(N/2, NKV), KVP = N / TP_A, so
+// KVP >= 2 whenever N >= 2 and TP_A divides NKV (no KV duplication); N = 1 is 1 × 1.
+int helix_kvp(const GenerateShape& s) {
+  const int tpa = s.ranks >= 2 ? std::gcd(s.ranks / 2, s.model.n_kv_heads) : 1;
+  return s.ranks / std::max(tpa, 1);
+}
+
+DecodeStrategy helix_strategy() {
+  return DecodeStrategy{
+      .name = "helix",
+      .description =
+          "Helix on N = --ranks = KVP x TP_A with TP_A = gcd(N/2, NKV): attention head-sharded "
+          "over TP_A and KV-sharded over the sequence across KVP (log-sum-exp merge), W_O, "
+          "MLP and vocabulary TP over all N (tsp/helix_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal(
+                [&s](const tsp::DecodeShape& d) { tsp::validate_helix(d, helix_kvp(s)); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::HelixDecoder>>(rank, decode_shape(s),
+                                                                   helix_kvp(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const int kvp = helix_kvp(s), tpa = s.ranks / kvp;
+            return sharded_kv_bytes(s, prompt_lengths, kvp, rank / tpa,
+                                    tsp::cost::DecodeStrategy::helix(kvp, tpa));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(k, b, max_context), 64), k = rank / "
+          "TP_A: the planner's bytes per token (plan/decode_cost.hpp, max(NKV/TP_A, 1) KV heads) "
+          "over the token shard's reserved positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), tp_strategy()};
+  return {reference_strategy(), tspw_strategy(), tp_strategy(), helix_strategy()};
 }
 
 }  // namespace
