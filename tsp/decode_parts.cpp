@@ -5,12 +5,14 @@
 #include <limits>
 #include <stdexcept>
 
+#include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/rope.hpp"
 #include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/collectives.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
 
 namespace tspemu::tsp::detail {
 
@@ -298,6 +300,80 @@ void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* ou
   }
 }
 
+template <class T>
+void check_master(const std::string& who, const ref::ModelConfig& m,
+                  const ref::ModelWeights<T>& master) {
+  if (dry_run()) throw std::logic_error(who + ": a dry run is not supported");
+  const auto C = static_cast<std::size_t>(m.hidden);
+  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
+  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
+      master.layers.size() != static_cast<std::size_t>(m.n_layers))
+    throw std::invalid_argument(who + ": master weights do not match the model " + m.to_string());
+}
+
+template <class T>
+const RankKvCache<T>& cache_or_throw(const std::string& who, const RankKvCache<T>* cache) {
+  if (cache == nullptr) throw std::logic_error(who + ": no cache before prefill");
+  return *cache;
+}
+
+std::int64_t length_or_throw(const std::string& who, const std::vector<std::int64_t>& lengths,
+                             int seq) {
+  if (seq < 0 || seq >= static_cast<int>(lengths.size()))
+    throw std::out_of_range(who + ": sequence " + str(seq) + " outside [0, " +
+                            str(static_cast<std::int64_t>(lengths.size())) + ")");
+  return lengths[static_cast<std::size_t>(seq)];
+}
+
+template <class T>
+StepBuffers<T>::StepBuffers(Arena& a, std::size_t rows, std::size_t C, std::size_t H,
+                            std::size_t KVH, std::size_t hs)
+    : x(a.allocate<T>(rows * C, Category::workspace, /*zero=*/true)),
+      mid(a.allocate<T>(rows * C, Category::workspace)),
+      xn(a.allocate<T>(rows * C, Category::workspace)),
+      rstd(a.allocate<T>(rows, Category::workspace)),
+      q(a.allocate<T>(rows * H * hs, Category::workspace)),
+      k(a.allocate<T>(rows * KVH * hs, Category::workspace)),
+      v(a.allocate<T>(rows * KVH * hs, Category::workspace)),
+      out(a.allocate<T>(rows * H * hs, Category::workspace)),
+      lse(a.allocate<T>(rows * H, Category::workspace)),
+      partial(a.allocate<T>(rows * C, Category::workspace)) {}
+
+template <class T>
+void append_and_attend(RankKvCache<T>& cache, int layer, const DecodeStep& st, StepBuffers<T>& b,
+                       int H, int KVH, int hs) {
+  const KvOwnership& own = cache.ownership();
+  const std::size_t qd = static_cast<std::size_t>(H) * static_cast<std::size_t>(hs);
+  const std::size_t kd = static_cast<std::size_t>(KVH) * static_cast<std::size_t>(hs);
+  for (std::size_t s = 0; s < st.count.size(); ++s) {
+    const std::size_t o = st.offset[s];
+    const int n = st.count[s], seq = static_cast<int>(s);
+    for (int i = 0; i < n; ++i) {  // the owner of each new token keeps its K/V
+      const std::size_t row = o + static_cast<std::size_t>(i);
+      if (own.owner(seq, st.positions[row]) == cache.rank())
+        cache.append(layer, seq, st.positions[row], b.k.data() + row * kd, b.v.data() + row * kd);
+    }
+    const auto keys = cache.positions(layer, seq);
+    ref::causal_attention_forward(
+        b.out.data() + o * qd, b.lse.data() + o * static_cast<std::size_t>(H), b.q.data() + o * qd,
+        cache.keys(layer, seq), cache.values(layer, seq), st.positions.data() + o, keys.data(),
+        ref::AttentionDims{1, n, static_cast<int>(keys.size()), H, KVH, hs});
+  }
+}
+
+template <class T>
+void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig& m, const T* att,
+                       int width, const Buffer<T>& wo, StepBuffers<T>& b,
+                       TrafficCounters& traffic) {
+  const auto C = static_cast<std::size_t>(m.hidden), wz = static_cast<std::size_t>(width);
+  for (std::size_t s = 0; s < st.count.size(); ++s) {
+    const std::size_t o = st.offset[s];
+    ref::matmul_nt(b.partial.data() + o * C, att + o * wz, wo.data(), st.count[s], m.hidden, width);
+  }
+  measured(rank, traffic, [&] { all_reduce<T>(rank.comm(), b.partial.span()); });
+  for (std::size_t i = 0; i < b.partial.size(); ++i) b.mid[i] = b.x[i] + b.partial[i];
+}
+
 #define TSPEMU_DECODE_PARTS(T)                                                                     \
   template Buffer<T> rows_of(Arena&, const std::vector<T>&, std::size_t, std::size_t,              \
                              std::size_t);                                                         \
@@ -317,7 +393,15 @@ void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* ou
                             const Buffer<T>&, Buffer<T>&, Buffer<T>&, Buffer<T>&, Buffer<T>&,      \
                             Buffer<T>&);                                                           \
   template void exchange_partials(Rank&, Comm&, const DecodeStep&, const T*, const T*, int, int,   \
-                                  Buffer<T>&, TrafficCounters&);
+                                  Buffer<T>&, TrafficCounters&);                                   \
+  template void check_master(const std::string&, const ref::ModelConfig&,                          \
+                             const ref::ModelWeights<T>&);                                         \
+  template const RankKvCache<T>& cache_or_throw(const std::string&, const RankKvCache<T>*);        \
+  template struct StepBuffers<T>;                                                                  \
+  template void append_and_attend(RankKvCache<T>&, int, const DecodeStep&, StepBuffers<T>&, int,   \
+                                  int, int);                                                       \
+  template void o_proj_all_reduce(Rank&, const DecodeStep&, const ref::ModelConfig&, const T*,     \
+                                  int, const Buffer<T>&, StepBuffers<T>&, TrafficCounters&);
 TSPEMU_DECODE_PARTS(float)
 TSPEMU_DECODE_PARTS(double)
 #undef TSPEMU_DECODE_PARTS

@@ -21,6 +21,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp::detail {
 
@@ -140,5 +141,40 @@ void project_qkv(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeSt
 template <class T>
 void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* out, const T* lse,
                        int H, int hs, Buffer<T>& att, TrafficCounters& traffic);
+
+// The master weights' sizes against the model (std::invalid_argument "<who>: master weights do
+// not match the model ..."), and no dry run (std::logic_error: the decoders compute).
+template <class T>
+void check_master(const std::string& who, const ref::ModelConfig& m,
+                  const ref::ModelWeights<T>& master);
+// The cache, or std::logic_error "<who>: no cache before prefill".
+template <class T>
+const RankKvCache<T>& cache_or_throw(const std::string& who, const RankKvCache<T>* cache);
+// lengths[seq], or std::out_of_range naming seq and B.
+std::int64_t length_or_throw(const std::string& who, const std::vector<std::int64_t>& lengths,
+                             int seq);
+
+// One step's activations on a rank whose head shard has H query and KVH KV heads of size hs:
+// x, mid, xn, partial [N, C]; rstd [N]; q, out [N, H·hs]; k, v [N, KVH·hs]; lse [N·H]. x zeroed.
+template <class T>
+struct StepBuffers {
+  Buffer<T> x, mid, xn, rstd, q, k, v, out, lse, partial;
+  StepBuffers(Arena& a, std::size_t rows, std::size_t C, std::size_t H, std::size_t KVH,
+              std::size_t hs);
+};
+
+// For each new token the cache's ownership gives this token shard (cache.rank()), appends its k,
+// v [N, KVH·hs] rows; then, per sequence, its queries q [N, H, hs] over this shard's keys of it,
+// masked by global position (causal_attention_forward: a query with no visible key gets out 0,
+// lse -inf) into out [N, H, hs] and lse (sequence b's at H·offset[b], [H, count[b]]).
+template <class T>
+void append_and_attend(RankKvCache<T>& cache, int layer, const DecodeStep& st, StepBuffers<T>& b,
+                       int H, int KVH, int hs);
+
+// o_proj, row-parallel: partial = att [N, width] · wo [C, width]ᵀ per sequence, all-reduced over
+// the rank's world; mid = x + partial.
+template <class T>
+void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig& m, const T* att,
+                       int width, const Buffer<T>& wo, StepBuffers<T>& b, TrafficCounters& traffic);
 
 }  // namespace tspemu::tsp::detail

@@ -5,10 +5,6 @@
 #include <utility>
 
 #include "decode_parts.hpp"
-#include "tspemu/core/dry_run.hpp"
-#include "tspemu/reference/attention.hpp"
-#include "tspemu/reference/matmul.hpp"
-#include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 
 namespace tspemu::tsp {
@@ -66,13 +62,9 @@ BasicHelixDecoder<T>::BasicHelixDecoder(Rank& rank, const DecodeShape& shape, in
     : rank_(rank), s_(shape), kvp_(kvp), w_(std::make_unique<Weights>()) {
   validate_helix(s_, kvp_);
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but N=" + str(s_.D));
-  if (dry_run()) throw std::logic_error("Helix decode: a dry run is not supported");
   const ref::ModelConfig& m = s_.model;
+  detail::check_master(kWho, m, master);
   const auto C = static_cast<std::size_t>(m.hidden);
-  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
-  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
-      master.layers.size() != static_cast<std::size_t>(m.n_layers))
-    reject("master weights do not match the model " + m.to_string());
   const int N = s_.D, tpa = N / kvp_, r = rank.id();
   Weights& w = *w_;
   w.k = r / tpa, w.a = r % tpa;
@@ -96,8 +88,7 @@ BasicHelixDecoder<T>::~BasicHelixDecoder() = default;
 
 template <class T>
 const RankKvCache<T>& BasicHelixDecoder<T>::cache() const {
-  if (!cache_) throw std::logic_error("Helix decode: no cache before prefill");
-  return *cache_;
+  return detail::cache_or_throw(kWho, cache_.get());
 }
 
 template <class T>
@@ -112,40 +103,29 @@ std::size_t BasicHelixDecoder<T>::kv_cache_bytes() const {
 
 template <class T>
 std::int64_t BasicHelixDecoder<T>::length(int seq) const {
-  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
-    throw std::out_of_range("Helix decode: sequence " + str(seq) + " outside [0, " +
-                            str(static_cast<std::int64_t>(lengths_.size())) + ")");
-  return lengths_[static_cast<std::size_t>(seq)];
+  return detail::length_or_throw(kWho, lengths_, seq);
 }
 
 // One step's new tokens, its dimensions and buffers.
 template <class T>
-struct BasicHelixDecoder<T>::Pass {
+struct BasicHelixDecoder<T>::Pass : detail::StepBuffers<T> {
   detail::DecodeStep st;
-  int NHa = 0, NKVa = 0, hs = 0;
-  std::size_t rows = 0, C = 0, qda = 0, kva = 0, qn = 0;
-  Buffer<T> x, mid, xn, rstd, q, k, v, out, lse, att, partial;
+  int NHa, NKVa, hs;
+  std::size_t qn;  // att's width: NH/N heads
+  Buffer<T> att;   // [N_t, qn] this rank's heads after the merge
 
-  Pass(Arena& a, const DecodeShape& s, int kvp, detail::DecodeStep step) : st(std::move(step)) {
-    const ref::ModelConfig& m = s.model;
-    const int tpa = s.D / kvp;
-    NHa = m.n_heads / tpa, NKVa = detail::kv_head_shard(m, tpa, 0).count, hs = m.head_size();
-    rows = static_cast<std::size_t>(st.rows()), C = static_cast<std::size_t>(m.hidden);
-    const auto hz = static_cast<std::size_t>(hs);
-    qda = static_cast<std::size_t>(NHa) * hz, kva = static_cast<std::size_t>(NKVa) * hz;
-    qn = static_cast<std::size_t>(m.n_heads / s.D) * hz;
-    x = a.allocate<T>(rows * C, Category::workspace, /*zero=*/true);
-    mid = a.allocate<T>(rows * C, Category::workspace);
-    xn = a.allocate<T>(rows * C, Category::workspace);
-    rstd = a.allocate<T>(rows, Category::workspace);
-    q = a.allocate<T>(rows * qda, Category::workspace);
-    k = a.allocate<T>(rows * kva, Category::workspace);
-    v = a.allocate<T>(rows * kva, Category::workspace);
-    out = a.allocate<T>(rows * qda, Category::workspace);
-    lse = a.allocate<T>(rows * static_cast<std::size_t>(NHa), Category::workspace);
-    att = a.allocate<T>(rows * qn, Category::workspace);
-    partial = a.allocate<T>(rows * C, Category::workspace);
-  }
+  Pass(Arena& a, const DecodeShape& s, int kvp, detail::DecodeStep step)
+      : detail::StepBuffers<T>(
+            a, static_cast<std::size_t>(step.rows()), static_cast<std::size_t>(s.model.hidden),
+            static_cast<std::size_t>(s.model.n_heads / (s.D / kvp)),
+            static_cast<std::size_t>(detail::kv_head_shard(s.model, s.D / kvp, 0).count),
+            static_cast<std::size_t>(s.model.head_size())),
+        st(std::move(step)),
+        NHa(s.model.n_heads / (s.D / kvp)),
+        NKVa(detail::kv_head_shard(s.model, s.D / kvp, 0).count),
+        hs(s.model.head_size()),
+        qn(static_cast<std::size_t>(s.model.n_heads / s.D) * static_cast<std::size_t>(hs)),
+        att(a.allocate<T>(static_cast<std::size_t>(st.rows()) * qn, Category::workspace)) {}
 };
 
 template <class T>
@@ -195,35 +175,13 @@ void BasicHelixDecoder<T>::attention(int l, Pass& p) {
   const Weights& w = *w_;
   const auto lz = static_cast<std::size_t>(l);
   const detail::DecodeStep& st = p.st;
-  const KvOwnership& own = cache_->ownership();
   detail::project_qkv(w.qkv[lz], m, st, p.x, p.xn, p.rstd, p.q, p.k, p.v);
-  for (std::size_t b = 0; b < st.count.size(); ++b) {
-    const std::size_t o = st.offset[b];
-    const int n = st.count[b], seq = static_cast<int>(b);
-    for (int i = 0; i < n; ++i) {  // the owner of each new token keeps its K/V
-      const std::size_t row = o + static_cast<std::size_t>(i);
-      if (own.owner(seq, st.positions[row]) == w.k)
-        cache_->append(l, seq, st.positions[row], p.k.data() + row * p.kva,
-                       p.v.data() + row * p.kva);
-    }
-    // attend: the sequence's queries over this token shard's keys, masked by global position
-    const auto keys = cache_->positions(l, seq);
-    ref::causal_attention_forward(
-        p.out.data() + o * p.qda, p.lse.data() + o * static_cast<std::size_t>(p.NHa),
-        p.q.data() + o * p.qda, cache_->keys(l, seq), cache_->values(l, seq),
-        st.positions.data() + o, keys.data(),
-        ref::AttentionDims{1, n, static_cast<int>(keys.size()), p.NHa, p.NKVa, p.hs});
-  }
+  detail::append_and_attend(*cache_, l, st, p, p.NHa, p.NKVa, p.hs);
   detail::exchange_partials(rank_, kvp_comm_, st, p.out.data(), p.lse.data(), p.NHa, p.hs, p.att,
                             traffic_.partials);
   // o_proj, row-parallel over all N: this rank's head block's share of the sum
-  for (std::size_t b = 0; b < st.count.size(); ++b) {
-    const std::size_t o = st.offset[b];
-    ref::matmul_nt(p.partial.data() + o * p.C, p.att.data() + o * p.qn, w.wo[lz].data(),
-                   st.count[b], m.hidden, static_cast<int>(p.qn));
-  }
-  detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(rank_.comm(), p.partial.span()); });
-  for (std::size_t i = 0; i < p.rows * p.C; ++i) p.mid[i] = p.x[i] + p.partial[i];
+  detail::o_proj_all_reduce(rank_, st, m, p.att.data(), static_cast<int>(p.qn), w.wo[lz], p,
+                            traffic_.o_proj);
 }
 
 template class BasicHelixDecoder<float>;

@@ -37,6 +37,7 @@
 #include <variant>
 #include <vector>
 
+#include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/model_config.hpp"
@@ -414,6 +415,35 @@ inline void expect_no_findings(const std::vector<std::vector<std::string>>& find
     EXPECT_EQ(checked[r], steps) << "rank " << r;
     for (const std::string& f : findings[r]) ADD_FAILURE() << f;
   }
+}
+
+// One decode step of a mesh decoder (TP, Helix) against the planner on one rank, one line per
+// disagreement, each starting with `at`: every stage of the decoder's, named as the planner's
+// decode_stage_traffic entries, equal to the planner's stage of that name; as many stages as the
+// planner's; the decoder's total equal to decode_step_traffic (`want_total`).
+inline std::vector<std::string> stage_findings(
+    const std::string& at, const std::vector<std::pair<std::string, const TrafficCounters*>>& mine,
+    const TrafficCounters& total, const std::vector<cost::DecodeStageTraffic>& want,
+    const TrafficCounters& want_total) {
+  std::vector<std::string> out;
+  if (want.size() != mine.size())
+    out.push_back(at + ": the planner has " + std::to_string(want.size()) + " stages");
+  for (const auto& [what, counters] : mine) {
+    bool found = false;
+    for (const auto& stage : want)
+      if (stage.what == what) {
+        found = true;
+        if (!(stage.traffic == *counters))
+          out.push_back(at + " stage " + what + ": received " +
+                        std::to_string(counters->total_received()) + " sent " +
+                        std::to_string(counters->total_sent()) + " vs planner " +
+                        std::to_string(stage.traffic.total_received()) + " / " +
+                        std::to_string(stage.traffic.total_sent()));
+      }
+    if (!found) out.push_back(at + ": the planner has no stage " + what);
+  }
+  if (!(total == want_total)) out.push_back(at + ": total differs from decode_step_traffic");
+  return out;
 }
 
 }  // namespace tspemu::tsp::testing

@@ -235,26 +235,11 @@ TEST_P(TpTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersCl
           {"MLP down all-reduce", &got.mlp},
           {"embedding all-reduce", &got.embedding},
           {"LM head logits all-gather", &got.lm_head}};
-      const auto want = cost::decode_stage_traffic(ms, st, B, sizeof(float), r);
       const std::string at = "rank " + std::to_string(r) + " step " + std::to_string(step);
-      if (want.size() != mine.size())
-        out.push_back(at + ": the planner has " + std::to_string(want.size()) + " stages");
-      for (const auto& [what, counters] : mine) {
-        bool found = false;
-        for (const auto& stage : want)
-          if (stage.what == what) {
-            found = true;
-            if (!(stage.traffic == *counters))
-              out.push_back(at + " stage " + what + ": received " +
-                            std::to_string(counters->total_received()) + " sent " +
-                            std::to_string(counters->total_sent()) + " vs planner " +
-                            std::to_string(stage.traffic.total_received()) + " / " +
-                            std::to_string(stage.traffic.total_sent()));
-          }
-        if (!found) out.push_back(at + ": the planner has no stage " + what);
-      }
-      if (!(got.total() == cost::decode_step_traffic(ms, st, B, sizeof(float), r)))
-        out.push_back(at + ": total differs from decode_step_traffic");
+      const auto f = testing::stage_findings(
+          at, mine, got.total(), cost::decode_stage_traffic(ms, st, B, sizeof(float), r),
+          cost::decode_step_traffic(ms, st, B, sizeof(float), r));
+      out.insert(out.end(), f.begin(), f.end());
       ++checked[static_cast<std::size_t>(r)];
     }
     const std::uint64_t want_kv = planner_kv_bytes(cfg, B, s.max_context, c.T, sizeof(float));
