@@ -1,12 +1,17 @@
+#include <algorithm>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "decode_session.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/tp_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -65,19 +70,34 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
-// sequence-sharded KV cache.
-class TspwSession final : public DecodeSession {
- public:
-  TspwSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, tspw_shape(s), w) {}
-  static tsp::DecodeShape tspw_shape(const GenerateShape& s) {
-    return tsp::DecodeShape{.model = s.model,
-                            .D = s.ranks,
-                            .batch = s.batch,
-                            .max_context = s.max_context,
-                            .interleave = s.interleave};
+// The decoder shape of a GenerateShape: D is the world's ranks (TSP-W's D, TP's T).
+tsp::DecodeShape decode_shape(const GenerateShape& s) {
+  return tsp::DecodeShape{.model = s.model,
+                          .D = s.ranks,
+                          .batch = s.batch,
+                          .max_context = s.max_context,
+                          .interleave = s.interleave};
+}
+
+// "" when validate accepts the shape, else its message.
+std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate,
+                    const GenerateShape& s) {
+  try {
+    validate(decode_shape(s));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
   }
+  return "";
+}
+
+// A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TP
+// (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp).
+template <class Decoder>
+class DecoderSession final : public DecodeSession {
+ public:
+  // The decoder's constructor arguments: (rank, decode_shape(s)[, its own], weights).
+  template <class... Args>
+  explicit DecoderSession(Args&&... args) : decoder_(std::forward<Args>(args)...) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -87,22 +107,22 @@ class TspwSession final : public DecodeSession {
   std::uint64_t kv_cache_bytes() const override { return decoder_.kv_cache_bytes(); }
 
  private:
-  tsp::TspwDecoder decoder_;
+  Decoder decoder_;
 };
 
-// The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
-// ownership map gives the rank below max_context (each rank reserves them at prefill), rounded up
-// to the arena's 64-byte granularity (rank_kv_cache.hpp).
-std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                            int rank) {
-  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+// The planner's KV bytes per token and layer (plan/decode_cost.hpp) of strategy `st` × L × the
+// positions an ownership map over `shards` token shards gives shard `shard` below max_context
+// (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
+// (rank_kv_cache.hpp).
+std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                               int shards, int shard, const tsp::cost::DecodeStrategy& st) {
+  const tsp::KvOwnership own(shards, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
-    positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
+    positions += static_cast<std::uint64_t>(own.count(shard, b, s.max_context));
   const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
-                              tsp::cost::kv_bytes_per_token_layer(
-                                  m, tsp::cost::DecodeStrategy::tsp_w(s.ranks), sizeof(float));
+                              tsp::cost::kv_bytes_per_token_layer(m, st, sizeof(float));
   return (bytes + 63) / 64 * 64;
 }
 
@@ -113,18 +133,19 @@ DecodeStrategy tspw_strategy() {
           "TSP with weights in place: TP-style projections on TSP's weight shards, "
           "attention over the sequence-sharded KV cache by log-sum-exp merges "
           "(tsp/tspw_decoder.hpp)",
-      .why_invalid = [](const GenerateShape& s) -> std::string {
-        try {
-          TspwSession::tspw_shape(s).validate();
-        } catch (const std::invalid_argument& e) {
-          return e.what();
-        }
-        return "";
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { d.validate(); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, decode_shape(s), w);
       },
-      .make = [](Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-          -> std::unique_ptr<DecodeSession> { return std::make_unique<TspwSession>(rank, s, w); },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_w(s.ranks));
+          },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -132,8 +153,77 @@ DecodeStrategy tspw_strategy() {
   };
 }
 
+// TP (tsp/tp_decoder.hpp): every rank caches every position of its KV heads, reserved at
+// prefill for max_context positions: the planner's bytes per token and layer × L × B·max_context,
+// rounded up to the arena's 64 bytes.
+std::uint64_t tp_kv_bytes(const GenerateShape& s) {
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const std::uint64_t bytes =
+      static_cast<std::uint64_t>(s.model.n_layers) * static_cast<std::uint64_t>(s.batch) *
+      static_cast<std::uint64_t>(s.max_context) *
+      tsp::cost::kv_bytes_per_token_layer(m, tsp::cost::DecodeStrategy::tp(s.ranks), sizeof(float));
+  return (bytes + 63) / 64 * 64;
+}
+
+DecodeStrategy tp_strategy() {
+  return DecodeStrategy{
+      .name = "tp",
+      .description =
+          "Megatron tensor parallelism on T = --ranks: head-sharded projections and KV cache, "
+          "every position on every rank; past T = NKV each KV head is duplicated T/NKV times "
+          "(tsp/tp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_tp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
+                           int) { return tp_kv_bytes(s); },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): the planner's bytes per "
+          "token (plan/decode_cost.hpp, max(NKV/T, 1) KV heads) over every reserved position",
+  };
+}
+
+// Helix's split of N = --ranks (no flag of its own): TP_A = gcd(N/2, NKV), KVP = N / TP_A, so
+// KVP >= 2 whenever N >= 2 and TP_A divides NKV (no KV duplication); N = 1 is 1 × 1.
+int helix_kvp(const GenerateShape& s) {
+  const int tpa = s.ranks >= 2 ? std::gcd(s.ranks / 2, s.model.n_kv_heads) : 1;
+  return s.ranks / std::max(tpa, 1);
+}
+
+DecodeStrategy helix_strategy() {
+  return DecodeStrategy{
+      .name = "helix",
+      .description =
+          "Helix on N = --ranks = KVP x TP_A with TP_A = gcd(N/2, NKV): attention head-sharded "
+          "over TP_A and KV-sharded over the sequence across KVP (log-sum-exp merge), W_O, "
+          "MLP and vocabulary TP over all N (tsp/helix_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal(
+                [&s](const tsp::DecodeShape& d) { tsp::validate_helix(d, helix_kvp(s)); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::HelixDecoder>>(rank, decode_shape(s),
+                                                                   helix_kvp(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const int kvp = helix_kvp(s), tpa = s.ranks / kvp;
+            return sharded_kv_bytes(s, prompt_lengths, kvp, rank / tpa,
+                                    tsp::cost::DecodeStrategy::helix(kvp, tpa));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(k, b, max_context), 64), k = rank / "
+          "TP_A: the planner's bytes per token (plan/decode_cost.hpp, max(NKV/TP_A, 1) KV heads) "
+          "over the token shard's reserved positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy()};
+  return {reference_strategy(), tspw_strategy(), tp_strategy(), helix_strategy()};
 }
 
 }  // namespace
