@@ -1,3 +1,4 @@
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
@@ -7,6 +8,8 @@
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/mesh_decoder.hpp"
+#include "tspemu/tsp/sp_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -65,19 +68,24 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
-// sequence-sharded KV cache.
-class TspwSession final : public DecodeSession {
- public:
-  TspwSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, tspw_shape(s), w) {}
-  static tsp::DecodeShape tspw_shape(const GenerateShape& s) {
-    return tsp::DecodeShape{.model = s.model,
-                            .D = s.ranks,
-                            .batch = s.batch,
-                            .max_context = s.max_context,
-                            .interleave = s.interleave};
+// "" when check() returns, else the std::invalid_argument it throws (a shape's validation).
+std::string refusal(const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
   }
+  return "";
+}
+
+// One rank's session of a parallel decoder of tsp/ (TSP-W, SP, TP+SP): its prefill, decode_step
+// and KV cache bytes.
+template <class Decoder>
+class DecoderSession final : public DecodeSession {
+ public:
+  template <class Shape>
+  DecoderSession(Rank& rank, const Shape& s, const ref::ModelWeights<float>& w)
+      : decoder_(rank, s, w) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -87,23 +95,34 @@ class TspwSession final : public DecodeSession {
   std::uint64_t kv_cache_bytes() const override { return decoder_.kv_cache_bytes(); }
 
  private:
-  tsp::TspwDecoder decoder_;
+  Decoder decoder_;
 };
 
-// The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
-// ownership map gives the rank below max_context (each rank reserves them at prefill), rounded up
-// to the arena's 64-byte granularity (rank_kv_cache.hpp).
-std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                            int rank) {
-  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+// The planner's KV bytes per token and layer of strategy st (plan/decode_cost.hpp) × L × the
+// positions the ownership map over `shards` token shards gives token shard `shard` below
+// max_context (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
+// (rank_kv_cache.hpp).
+std::uint64_t reserved_kv_bytes(const GenerateShape& s,
+                                std::span<const std::int64_t> prompt_lengths,
+                                const tsp::cost::DecodeStrategy& st, int shards, int shard) {
+  const tsp::KvOwnership own(shards, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
-    positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
+    positions += static_cast<std::uint64_t>(own.count(shard, b, s.max_context));
   const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
-                              tsp::cost::kv_bytes_per_token_layer(
-                                  m, tsp::cost::DecodeStrategy::tsp_w(s.ranks), sizeof(float));
+                              tsp::cost::kv_bytes_per_token_layer(m, st, sizeof(float));
   return (bytes + 63) / 64 * 64;
+}
+
+// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
+// sequence-sharded KV cache.
+tsp::DecodeShape tspw_shape(const GenerateShape& s) {
+  return tsp::DecodeShape{.model = s.model,
+                          .D = s.ranks,
+                          .batch = s.batch,
+                          .max_context = s.max_context,
+                          .interleave = s.interleave};
 }
 
 DecodeStrategy tspw_strategy() {
@@ -113,18 +132,17 @@ DecodeStrategy tspw_strategy() {
           "TSP with weights in place: TP-style projections on TSP's weight shards, "
           "attention over the sequence-sharded KV cache by log-sum-exp merges "
           "(tsp/tspw_decoder.hpp)",
-      .why_invalid = [](const GenerateShape& s) -> std::string {
-        try {
-          TspwSession::tspw_shape(s).validate();
-        } catch (const std::invalid_argument& e) {
-          return e.what();
-        }
-        return "";
+      .why_invalid =
+          [](const GenerateShape& s) { return refusal([&] { tspw_shape(s).validate(); }); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, tspw_shape(s), w);
       },
-      .make = [](Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-          -> std::unique_ptr<DecodeSession> { return std::make_unique<TspwSession>(rank, s, w); },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::tsp_w(s.ranks),
+                                     s.ranks, rank);
+          },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -132,8 +150,40 @@ DecodeStrategy tspw_strategy() {
   };
 }
 
+// ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
+
+// SP on --ranks Σ ranks: T = 1.
+tsp::MeshDecodeShape sp_shape(const GenerateShape& s) {
+  return tsp::sp_mesh_shape(tspw_shape(s));
+}
+
+DecodeStrategy sp_strategy() {
+  return DecodeStrategy{
+      .name = "sp",
+      .description =
+          "SP / context parallel on Σ = --ranks ranks: weights replicated, the KV cache "
+          "sharded over the sequence, pass-Q attention merged by an LSE all-gather and an "
+          "all-reduce (tsp/sp_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) { return refusal([&] { tsp::validate_sp(tspw_shape(s)); }); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank, sp_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::sp(s.ranks),
+                                     s.ranks, rank);
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
+          "--ranks: the planner's bytes per token (all NKV heads) over the rank's reserved "
+          "positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy()};
+  return {reference_strategy(), tspw_strategy(), sp_strategy()};
 }
 
 }  // namespace

@@ -83,6 +83,19 @@ TEST(Generate, TheReferenceHoldsTheWholeCache) {
   EXPECT_EQ(j.at("check").at("ran"), false);
 }
 
+// SP (tsp/sp_decoder.hpp) on 3 ranks, a degree that divides neither the default model's heads
+// nor its vocabulary: the run passes, each rank's KV bytes equal the closed form.
+TEST(Generate, SpOnThreeRanksPassesWithTheKvCacheOfTheClosedForm) {
+  const std::string json = temp_path("sp.json");
+  const Outcome o = tspemu({"generate", "-q", "--strategy", "sp", "--ranks", "3", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank").size(), 3u);
+  EXPECT_EQ(j.at("kv_cache").at("match"), true);
+  EXPECT_EQ(j.at("check").at("numerics_ok"), true);
+  EXPECT_EQ(j.at("verdict"), "pass");
+}
+
 TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
   struct Case {
     std::vector<std::string> args;
