@@ -1,6 +1,7 @@
 #include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "decode_session.hpp"
@@ -182,8 +183,59 @@ DecodeStrategy sp_strategy() {
   };
 }
 
+// TP+SP on --ranks = T × Σ ranks. The rule for T: the smallest divisor of --ranks in
+// (1, --ranks) that divides NH, NKV, F and V (each rank of a row holds whole heads, MLP columns
+// and vocabulary rows), so Σ = --ranks / T is the largest SP degree a true mesh (T, Σ >= 2)
+// allows; std::invalid_argument when there is none.
+tsp::MeshDecodeShape tp_sp_shape(const GenerateShape& s) {
+  const ref::ModelConfig& m = s.model;
+  for (int t = 2; t < s.ranks; ++t)
+    if (s.ranks % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.ffn % t == 0 &&
+        m.vocab % t == 0) {
+      tsp::MeshDecodeShape ms{.model = m,
+                              .T = t,
+                              .Sp = s.ranks / t,
+                              .batch = s.batch,
+                              .max_context = s.max_context,
+                              .interleave = s.interleave};
+      ms.validate();
+      return ms;
+    }
+  throw std::invalid_argument(
+      "TP+SP decode: no T in (1, " + std::to_string(s.ranks) + ") divides the ranks " +
+      std::to_string(s.ranks) + " and NH=" + std::to_string(m.n_heads) +
+      ", NKV=" + std::to_string(m.n_kv_heads) + ", F=" + std::to_string(m.ffn) +
+      ", V=" + std::to_string(m.vocab) + " (a T × Σ mesh with T, Σ >= 2)");
+}
+
+DecodeStrategy tp_sp_strategy() {
+  return DecodeStrategy{
+      .name = "tp-sp",
+      .description =
+          "the TP+SP mesh on --ranks = T × Σ ranks, T the smallest divisor > 1 of --ranks "
+          "dividing the heads, KV heads, MLP width and vocabulary: TP over each row, SP pass-Q "
+          "over each column on the row's head shard (tsp/mesh_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal([&] { (void)tp_sp_shape(s); }); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank, tp_sp_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const tsp::MeshDecodeShape ms = tp_sp_shape(s);
+            return reserved_kv_bytes(s, prompt_lengths,
+                                     tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp), ms.Sp,
+                                     rank / ms.T);
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(row, b, max_context), 64) over Σ, "
+          "row = rank / T: the planner's bytes per token (NKV/T heads) over the row's reserved "
+          "positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), sp_strategy()};
+  return {reference_strategy(), tspw_strategy(), sp_strategy(), tp_sp_strategy()};
 }
 
 }  // namespace

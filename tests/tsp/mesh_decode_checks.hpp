@@ -1,8 +1,8 @@
 // The checks the SP and TP+SP mesh decoders' tests share (tsp/sp_decoder.hpp,
 // tsp/mesh_decoder.hpp), on top of decode_test_support.hpp: each rank's KV cache (its head shard
 // of its row's positions) against the oracle's cache, each rank's KV bytes against the planner's
-// closed form, and every decode step's traffic, stage by stage on every rank, against the
-// planner's mesh_decode_stage_traffic. Test-only.
+// closed form, every decode step's traffic, stage by stage on every rank, against the planner's
+// mesh_decode_stage_traffic, and the refusal of bad input. Test-only.
 //
 // Bounds of the cache check (double): layer 0's K and V are the reference's bit for bit (the
 //   embedding row is exact, the norm is the same per row, each K/V element is one dot product over
@@ -16,6 +16,7 @@
 //   kv_cache_bytes() and last_traffic() (a MeshTraffic).
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -222,6 +224,51 @@ void expect_traffic_equals_planner(const MeshDecodeShape& s, const Prompts& prom
     for (const std::string& f : findings[static_cast<std::size_t>(r)])
       ADD_FAILURE() << label_of(s) << ": " << f;
   }
+}
+
+// Bad input on a decoder made by make(rank) for B = 2, max_context = 8, V = 96 on `ranks` ranks:
+// each refusal names the strategy (`label`, e.g. "SP decode"), the sequence, position and value,
+// and a refused call leaves the decoder usable.
+template <class Make>
+void expect_bad_input_refused(const std::string& label, int ranks, Make&& make) {
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  World world({.ranks = ranks});
+  world.run([&](Rank& r) {
+    const auto dec = make(r);
+    const std::vector<std::int32_t> two{1, 2};
+    EXPECT_THAT([&] { dec->decode_step(two); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr(label + ": decode_step before")));
+    EXPECT_THAT(
+        [&] {
+          dec->prefill({{1, 2}, {}});
+        },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
+    EXPECT_THAT(
+        [&] {
+          dec->prefill({{1, 2}});
+        },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
+    EXPECT_THAT(
+        [&] {
+          dec->prefill({{1, 96}, {3}});
+        },
+        ThrowsMessage<std::invalid_argument>(
+            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
+    EXPECT_THAT(
+        [&] {
+          dec->prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
+        },
+        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
+    dec->prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
+    const std::vector<std::int32_t> bad{1, -1};
+    EXPECT_THAT(
+        [&] { dec->decode_step(bad); },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
+    dec->decode_step(two);  // sequence 0 now holds positions 0..7
+    EXPECT_THAT([&] { dec->decode_step(two); },
+                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+  });
 }
 
 }  // namespace tspemu::tsp::testing

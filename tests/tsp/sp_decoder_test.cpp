@@ -100,42 +100,7 @@ TEST(SpDecodeShape, RunsDegreesTspwRefusesAndRefusesBadValuesNamingThem) {
 TEST(SpDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const DecodeShape s = sp_shape(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = 2});
-  world.run([&](Rank& r) {
-    SpDecoder dec(r, s, w);
-    const std::vector<std::int32_t> two{1, 2};
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr("SP decode: decode_step before")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}, {}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 96}, {3}});
-        },
-        ThrowsMessage<std::invalid_argument>(
-            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
-        },
-        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
-    dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
-    const std::vector<std::int32_t> bad{1, -1};
-    EXPECT_THAT(
-        [&] { dec.decode_step(bad); },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
-    dec.decode_step(two);  // sequence 0 now holds positions 0..7
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
-  });
+  testing::expect_bad_input_refused("SP decode", 2, sp_factory(s, w));
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
