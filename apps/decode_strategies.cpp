@@ -11,6 +11,7 @@
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/mesh_decoder.hpp"
 #include "tspemu/tsp/sp_decoder.hpp"
+#include "tspemu/tsp/tp_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -69,24 +70,33 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// "" when check() returns, else the std::invalid_argument it throws (a shape's validation).
-std::string refusal(const std::function<void()>& check) {
+// The decoder shape of a GenerateShape: D is the world's ranks (TSP-W's D, TP's T).
+tsp::DecodeShape decode_shape(const GenerateShape& s) {
+  return tsp::DecodeShape{.model = s.model,
+                          .D = s.ranks,
+                          .batch = s.batch,
+                          .max_context = s.max_context,
+                          .interleave = s.interleave};
+}
+
+// "" when validate accepts the shape, else its message.
+std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate,
+                    const GenerateShape& s) {
   try {
-    check();
+    validate(decode_shape(s));
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
   return "";
 }
 
-// One rank's session of a parallel decoder of tsp/ (TSP-W, SP, TP+SP): its prefill, decode_step
-// and KV cache bytes.
+// A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TP
+// (tsp/tp_decoder.hpp).
 template <class Decoder>
 class DecoderSession final : public DecodeSession {
  public:
-  template <class Shape>
-  DecoderSession(Rank& rank, const Shape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, s, w) {}
+  DecoderSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
+      : decoder_(rank, decode_shape(s), w) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -116,14 +126,11 @@ std::uint64_t reserved_kv_bytes(const GenerateShape& s,
   return (bytes + 63) / 64 * 64;
 }
 
-// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
-// sequence-sharded KV cache.
-tsp::DecodeShape tspw_shape(const GenerateShape& s) {
-  return tsp::DecodeShape{.model = s.model,
-                          .D = s.ranks,
-                          .batch = s.batch,
-                          .max_context = s.max_context,
-                          .interleave = s.interleave};
+// TSP-W: D = --ranks token shards, rank r the shard.
+std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                            int rank) {
+  return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::tsp_w(s.ranks), s.ranks,
+                           rank);
 }
 
 DecodeStrategy tspw_strategy() {
@@ -134,16 +141,15 @@ DecodeStrategy tspw_strategy() {
           "attention over the sequence-sharded KV cache by log-sum-exp merges "
           "(tsp/tspw_decoder.hpp)",
       .why_invalid =
-          [](const GenerateShape& s) { return refusal([&] { tspw_shape(s).validate(); }); },
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { d.validate(); }, s);
+          },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, tspw_shape(s), w);
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, s, w);
       },
-      .kv_cache_bytes =
-          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
-            return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::tsp_w(s.ranks),
-                                     s.ranks, rank);
-          },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -151,12 +157,39 @@ DecodeStrategy tspw_strategy() {
   };
 }
 
-// ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
-
-// SP on --ranks Σ ranks: T = 1.
-tsp::MeshDecodeShape sp_shape(const GenerateShape& s) {
-  return tsp::sp_mesh_shape(tspw_shape(s));
+// TP (tsp/tp_decoder.hpp): every rank caches every position of its KV heads, reserved at
+// prefill for max_context positions: the planner's bytes per token and layer × L × B·max_context,
+// rounded up to the arena's 64 bytes.
+std::uint64_t tp_kv_bytes(const GenerateShape& s) {
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const std::uint64_t bytes =
+      static_cast<std::uint64_t>(s.model.n_layers) * static_cast<std::uint64_t>(s.batch) *
+      static_cast<std::uint64_t>(s.max_context) *
+      tsp::cost::kv_bytes_per_token_layer(m, tsp::cost::DecodeStrategy::tp(s.ranks), sizeof(float));
+  return (bytes + 63) / 64 * 64;
 }
+
+DecodeStrategy tp_strategy() {
+  return DecodeStrategy{
+      .name = "tp",
+      .description =
+          "Megatron tensor parallelism on T = --ranks: head-sharded projections and KV cache, "
+          "every position on every rank; past T = NKV each KV head is duplicated T/NKV times "
+          "(tsp/tp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_tp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, s, w);
+      },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
+                           int) { return tp_kv_bytes(s); },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): the planner's bytes per "
+          "token (plan/decode_cost.hpp, max(NKV/T, 1) KV heads) over every reserved position",
+  };
+}
+
+// ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
 
 DecodeStrategy sp_strategy() {
   return DecodeStrategy{
@@ -165,11 +198,10 @@ DecodeStrategy sp_strategy() {
           "SP / context parallel on Σ = --ranks ranks: weights replicated, the KV cache "
           "sharded over the sequence, pass-Q attention merged by an LSE all-gather and an "
           "all-reduce (tsp/sp_decoder.hpp)",
-      .why_invalid =
-          [](const GenerateShape& s) { return refusal([&] { tsp::validate_sp(tspw_shape(s)); }); },
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_sp, s); },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank, sp_shape(s), w);
+        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, s, w);
       },
       .kv_cache_bytes =
           [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
@@ -183,30 +215,37 @@ DecodeStrategy sp_strategy() {
   };
 }
 
-// TP+SP on --ranks = T × Σ ranks. The rule for T: the smallest divisor of --ranks in
-// (1, --ranks) that divides NH, NKV, F and V (each rank of a row holds whole heads, MLP columns
-// and vocabulary rows), so Σ = --ranks / T is the largest SP degree a true mesh (T, Σ >= 2)
-// allows; std::invalid_argument when there is none.
-tsp::MeshDecodeShape tp_sp_shape(const GenerateShape& s) {
-  const ref::ModelConfig& m = s.model;
-  for (int t = 2; t < s.ranks; ++t)
-    if (s.ranks % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.ffn % t == 0 &&
+// TP+SP on D = --ranks = T × Σ ranks. The rule for T: the smallest divisor of D in (1, D) that
+// divides NH, NKV, F and V (each rank of a row holds whole heads, MLP columns and vocabulary
+// rows), so Σ = D / T is the largest SP degree a true mesh (T, Σ >= 2) allows;
+// std::invalid_argument when there is none.
+tsp::MeshDecodeShape tp_sp_shape(const tsp::DecodeShape& d) {
+  const ref::ModelConfig& m = d.model;
+  for (int t = 2; t < d.D; ++t)
+    if (d.D % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.ffn % t == 0 &&
         m.vocab % t == 0) {
       tsp::MeshDecodeShape ms{.model = m,
                               .T = t,
-                              .Sp = s.ranks / t,
-                              .batch = s.batch,
-                              .max_context = s.max_context,
-                              .interleave = s.interleave};
+                              .Sp = d.D / t,
+                              .batch = d.batch,
+                              .max_context = d.max_context,
+                              .interleave = d.interleave};
       ms.validate();
       return ms;
     }
   throw std::invalid_argument(
-      "TP+SP decode: no T in (1, " + std::to_string(s.ranks) + ") divides the ranks " +
-      std::to_string(s.ranks) + " and NH=" + std::to_string(m.n_heads) +
+      "TP+SP decode: no T in (1, " + std::to_string(d.D) + ") divides the ranks " +
+      std::to_string(d.D) + " and NH=" + std::to_string(m.n_heads) +
       ", NKV=" + std::to_string(m.n_kv_heads) + ", F=" + std::to_string(m.ffn) +
       ", V=" + std::to_string(m.vocab) + " (a T × Σ mesh with T, Σ >= 2)");
 }
+
+// The mesh decoder on the mesh tp_sp_shape picks (DecoderSession makes it from a DecodeShape).
+class TpSpDecoder final : public tsp::MeshDecoder {
+ public:
+  TpSpDecoder(Rank& rank, const tsp::DecodeShape& d, const ref::ModelWeights<float>& w)
+      : tsp::MeshDecoder(rank, tp_sp_shape(d), w) {}
+};
 
 DecodeStrategy tp_sp_strategy() {
   return DecodeStrategy{
@@ -215,14 +254,17 @@ DecodeStrategy tp_sp_strategy() {
           "the TP+SP mesh on --ranks = T × Σ ranks, T the smallest divisor > 1 of --ranks "
           "dividing the heads, KV heads, MLP width and vocabulary: TP over each row, SP pass-Q "
           "over each column on the row's head shard (tsp/mesh_decoder.hpp)",
-      .why_invalid = [](const GenerateShape& s) { return refusal([&] { (void)tp_sp_shape(s); }); },
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { (void)tp_sp_shape(d); }, s);
+          },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank, tp_sp_shape(s), w);
+        return std::make_unique<DecoderSession<TpSpDecoder>>(rank, s, w);
       },
       .kv_cache_bytes =
           [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
-            const tsp::MeshDecodeShape ms = tp_sp_shape(s);
+            const tsp::MeshDecodeShape ms = tp_sp_shape(decode_shape(s));
             return reserved_kv_bytes(s, prompt_lengths,
                                      tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp), ms.Sp,
                                      rank / ms.T);
@@ -235,7 +277,7 @@ DecodeStrategy tp_sp_strategy() {
 }
 
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), sp_strategy(), tp_sp_strategy()};
+  return {reference_strategy(), tspw_strategy(), tp_strategy(), sp_strategy(), tp_sp_strategy()};
 }
 
 }  // namespace

@@ -20,14 +20,17 @@
 //   seconds at the small test models.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -36,6 +39,7 @@
 
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/model_config.hpp"
 #include "tspemu/reference/numerics.hpp"
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/arena.hpp"
@@ -48,6 +52,20 @@ using Feed = std::vector<std::vector<std::int32_t>>;  // [steps][B]
 
 inline constexpr double kOracleFactor = 3.0;  // as the other block checks
 inline constexpr int kGreedySteps = 256;
+
+// A small GQA test model (L = 2, F = V = 96, RoPE base 500) with NH query and NKV KV heads of
+// size hidden / NH: the shapes of tspw_test_model.hpp with the KV heads chosen per test.
+inline ref::ModelConfig small_gqa_model(int n_heads, int n_kv_heads, int hidden) {
+  ref::ModelConfig c;
+  c.vocab = 96;
+  c.n_layers = 2;
+  c.ffn = 96;
+  c.rope_base = 500.0;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.hidden = hidden;
+  return c;
+}
 
 // Five random prompts of lengths 1 (shorter than any degree: ranks without a key of it at
 // first), 7 and 13 (prime), 12 and 16, ids in [0, vocab).
@@ -66,6 +84,18 @@ inline std::int64_t longest(const Prompts& p) {
   std::size_t n = 0;
   for (const auto& s : p) n = std::max(n, s.size());
   return static_cast<std::int64_t>(n);
+}
+
+// The largest |K| or |V| of a reference cache.
+inline double max_magnitude(const ref::KvCache<double>& cache) {
+  double max_mag = 0;
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int b = 0; b < cache.batch(); ++b)
+      for (std::int64_t p = 0; p < cache.length(b); ++p)
+        for (const bool is_k : {true, false})
+          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
+            max_mag = std::max(max_mag, std::abs(x));
+  return max_mag;
 }
 
 // The decoder a factory builds, and what its last_traffic() returns (std::monostate without one).
@@ -276,6 +306,63 @@ void expect_batch_independent(const Prompts& prompts, const std::vector<int>& wh
                             V * sizeof(single[0].logits[i][0])),
                 0)
           << "sequence " << b << " step " << i;
+  }
+}
+
+// The input checks every decoder makes before computing anything, on one rank's decoder `dec`
+// of batch 2, V = 96, max_context 8 (each thrown message names `who`, the sequence, position and
+// value): decode before prefill, an empty prompt, a token outside [0, V), a prompt or a decode
+// step past max_context. Leaves dec prefilled with prompts of 7 and 1 tokens and one step
+// decoded.
+template <class Decoder>
+void expect_bad_input_refused(Decoder& dec, const std::string& who) {
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const std::vector<std::int32_t> two{1, 2};
+  EXPECT_THAT([&] { dec.decode_step(two); }, ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr(who + ": decode_step before prefill")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1, 2}, {}});
+      },
+      ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1, 96}, {3}});
+      },
+      ThrowsMessage<std::invalid_argument>(
+          HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
+      },
+      ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
+  dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
+  const std::vector<std::int32_t> bad{1, -1};
+  EXPECT_THAT([&] { dec.decode_step(bad); }, ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr("sequence 1 position 1 has token -1")));
+  dec.decode_step(two);  // sequence 0 now holds positions 0..7
+  EXPECT_THAT([&] { dec.decode_step(two); },
+              ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+}
+
+// A rank's KV cache reservation by the planner: L × tokens × bytes per token and layer
+// (plan/decode_cost.hpp's kv_bytes_per_token_layer), rounded up to the arena's 64 bytes
+// (rank_kv_cache.hpp's bytes()).
+inline std::uint64_t planner_kv_cache_bytes(int layers, std::uint64_t tokens,
+                                            std::uint64_t bytes_per_token_layer) {
+  constexpr std::uint64_t kArenaGranularity = 64;
+  const std::uint64_t raw = static_cast<std::uint64_t>(layers) * tokens * bytes_per_token_layer;
+  return (raw + kArenaGranularity - 1) / kArenaGranularity * kArenaGranularity;
+}
+
+// Per-rank findings of a run (one line each, naming rank and step) become test failures, and
+// every rank checked `steps` steps.
+inline void expect_no_findings(const std::vector<std::vector<std::string>>& findings,
+                               const std::vector<int>& checked, int steps) {
+  for (std::size_t r = 0; r < findings.size(); ++r) {
+    EXPECT_EQ(checked[r], steps) << "rank " << r;
+    for (const std::string& f : findings[r]) ADD_FAILURE() << f;
   }
 }
 

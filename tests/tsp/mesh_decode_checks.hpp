@@ -73,18 +73,6 @@ inline std::uint64_t planned_kv_bytes(const MeshDecodeShape& s, const Prompts& p
   return (raw + 63) / 64 * 64;
 }
 
-// The largest |K| or |V| of a reference cache.
-inline double max_magnitude(const ref::KvCache<double>& cache) {
-  double max_mag = 0;
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int b = 0; b < cache.batch(); ++b)
-      for (std::int64_t p = 0; p < cache.length(b); ++p)
-        for (const bool is_k : {true, false})
-          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
-            max_mag = std::max(max_mag, std::abs(x));
-  return max_mag;
-}
-
 // One line per position where world rank r's cache disagrees with the reference's: held by the
 // wrong row, a count that is not the map's, or K/V of its KV heads [head0, head0 + kv.kv_heads())
 // beyond the bound (layer 0 exact; later layers kMeshCacheRtol · max_mag). worst: the largest

@@ -49,6 +49,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::kGreedySteps;
 using testing::longest;
+using testing::max_magnitude;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
 
@@ -102,18 +103,6 @@ std::vector<RankRun<T>> run_tspw(
                                  [&](Rank& rank, const BasicTspwDecoder<T>& dec) {
                                    if (inspect) inspect(rank, dec);
                                  });
-}
-
-// The largest |K| or |V| of a reference cache.
-double max_magnitude(const ref::KvCache<double>& cache) {
-  double max_mag = 0;
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int b = 0; b < cache.batch(); ++b)
-      for (std::int64_t p = 0; p < cache.length(b); ++p)
-        for (const bool is_k : {true, false})
-          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
-            max_mag = std::max(max_mag, std::abs(x));
-  return max_mag;
 }
 
 // One line per position where rank `rank`'s cache disagrees with the reference's: held by the
@@ -200,33 +189,7 @@ TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   World world({.ranks = 2});
   world.run([&](Rank& r) {
     TspwDecoder dec(r, s, w);
-    const std::vector<std::int32_t> two{1, 2};
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr("before prefill")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}, {}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 96}, {3}});
-        },
-        ThrowsMessage<std::invalid_argument>(
-            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
-        },
-        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
-    dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
-    const std::vector<std::int32_t> bad{1, -1};
-    EXPECT_THAT(
-        [&] { dec.decode_step(bad); },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
-    dec.decode_step(two);  // sequence 0 now holds positions 0..7
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+    testing::expect_bad_input_refused(dec, "TSP-W decode");
   });
 }
 

@@ -242,6 +242,22 @@ TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
                                     std::uint64_t beta, int rank);
 
+// ---- Per-stage counts of the mesh schedules (the TP and Helix decoders' last_traffic()) --------
+
+// decode_step_traffic split by collective, all layers summed: one stage per entry of
+// decode_cost's comm that makes calls of its own, named by its `what` ("W_O all-reduce", "MLP
+// down all-reduce", "embedding all-reduce", "LM head logits all-gather", Helix's "partials
+// all-to-all", ...), in decode_cost's order; a packed entry (Helix's LSE) adds its bytes to the
+// stage it rides with. The stages' sum is decode_step_traffic. Requirements and errors as
+// decode_step_traffic.
+struct DecodeStageTraffic {
+  std::string what;
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  TrafficCounters traffic;
+};
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank);
+
 // ---- SP and TP+SP decode by stage (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) ----------------
 
 // One decode step of B tokens of SP (Σ) or TP+SP (T × Σ) as `rank` (row·T + col) counts it, split
