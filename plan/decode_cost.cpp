@@ -500,38 +500,4 @@ std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const 
   return stages;
 }
 
-// ---- SP and TP+SP decode by stage --------------------------------------------------------------
-
-MeshStageTraffic mesh_decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
-                                           std::int64_t B, std::uint64_t beta, int rank) {
-  if (st.scheme != DecodeScheme::sp && st.scheme != DecodeScheme::tp_sp)
-    refuse(st, "mesh_decode_stage_traffic counts SP and TP+SP only");
-  check_decode_shape(m, st);
-  if (B < 1) refuse(st, "B=" + std::to_string(B) + " must be >= 1");
-  if (rank < 0 || rank >= st.ranks())
-    refuse(st,
-           "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(st.ranks()) + ")");
-  const int T = st.T, S = st.Sp, col = rank % T, row = rank / T;
-  const u64 L = U(m.layers), Bu = U(B), h = U(m.hidden), nh = U(m.n_heads), Tu = U(T);
-  MeshStageTraffic t;
-  if (T > 1) {
-    if (m.vocab % T != 0)
-      refuse(st, "T must divide the vocabulary " + std::to_string(m.vocab) +
-                     " for the LM head's all-gather");
-    const u64 ar = all_reduce_bytes(Bu * h, T, col, static_cast<double>(beta));
-    t.o_proj.add(K::all_reduce, L, ar, ar);
-    t.mlp.add(K::all_reduce, L, ar, ar);
-    t.embedding.add(K::all_reduce, 1, ar, ar);
-    const u64 logits = (Tu - 1) * Bu * U(m.vocab / T) * beta;
-    t.lm_head.add(K::all_gather, 1, logits, logits);
-  }
-  if (S > 1) {
-    const u64 lse = (U(S) - 1) * Bu * (nh / Tu) * kLseBytes;
-    t.lse_gather.add(K::all_gather, L, lse, lse);
-    const u64 ar = all_reduce_bytes(Bu * h / Tu, S, row, static_cast<double>(beta));
-    t.output_reduce.add(K::all_reduce, L, ar, ar);
-  }
-  return t;
-}
-
 }  // namespace tspemu::tsp::cost

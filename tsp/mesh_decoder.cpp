@@ -6,13 +6,15 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "decode_parts.hpp"
 
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/rope.hpp"
-#include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/packed_shards.hpp"
@@ -23,17 +25,6 @@ namespace {
 
 std::string str(std::int64_t v) {
   return std::to_string(v);
-}
-
-// after - before, kind by kind (the counters only grow within a run).
-TrafficCounters difference(const TrafficCounters& after, const TrafficCounters& before) {
-  TrafficCounters d;
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    d.by_kind[k] = {after.by_kind[k].calls - before.by_kind[k].calls,
-                    after.by_kind[k].bytes_sent - before.by_kind[k].bytes_sent,
-                    after.by_kind[k].bytes_received - before.by_kind[k].bytes_received};
-  }
-  return d;
 }
 
 }  // namespace
@@ -61,23 +52,18 @@ void MeshDecodeShape::validate() const {
 
 template <class T>
 struct BasicMeshDecoder<T>::Weights {
-  TspShape packing;  // degree T: packed_shards.hpp cuts head / MLP shard col by it
-  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
-  Buffer<T> embed;                                               // [V/T, C] rows col·V/T..
-  Buffer<T> head;        // [V/T, C]; empty when tied (the embedding's rows serve)
-  Buffer<T> final_norm;  // [C]
-  const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
+  TspShape packing;  // degree T: packed_shards.hpp cuts head shard col by it
+  std::vector<Buffer<T>> attention, input_norm;  // [L] each: W_Q/K/V/O of head shard col
+  std::vector<detail::MlpShard<T>> mlp;          // [L]: MLP shard col
+  detail::VocabShard<T> vocab;                   // rows col·V/T.. of the embedding and LM head
+  Weights(Arena& a, const ref::ModelWeights<T>& master, int tp, int col)
+      : vocab(a, master, tp, col) {}
 };
 
-// The new tokens of one step, sequence-major: sequence b's count[b] tokens at global positions
-// positions[offset[b]].. are rows offset[b].. of the step's N rows.
+// The new tokens of one step (decode_parts.hpp).
 template <class T>
-struct BasicMeshDecoder<T>::Step {
-  std::vector<std::int32_t> tokens;     // [N]
-  std::vector<int> count;               // [B]
-  std::vector<std::size_t> offset;      // [B]
-  std::vector<std::int64_t> positions;  // [N] global
-  int rows() const { return static_cast<int>(tokens.size()); }
+struct BasicMeshDecoder<T>::Step : detail::DecodeStep {
+  explicit Step(detail::DecodeStep s) : detail::DecodeStep(std::move(s)) {}
 };
 
 template <class T>
@@ -88,7 +74,7 @@ void BasicMeshDecoder<T>::reject(const std::string& why) const {
 template <class T>
 BasicMeshDecoder<T>::BasicMeshDecoder(Rank& rank, const MeshDecodeShape& shape,
                                       const ref::ModelWeights<T>& master)
-    : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
+    : rank_(rank), s_(shape) {
   s_.validate();
   if (rank.size() != s_.ranks())
     reject("world has " + str(rank.size()) + " ranks but T·Σ=" + str(s_.T) + "·" + str(s_.Sp) +
@@ -104,31 +90,18 @@ BasicMeshDecoder<T>::BasicMeshDecoder(Rank& rank, const MeshDecodeShape& shape,
   col_ = rank.id() % s_.T;
   tp_ = rank.comm().split(row_, col_, "tp_row" + str(row_));
   sp_ = rank.comm().split(col_, row_, "sp_col" + str(col_));
+  Arena& a = rank.arena();
+  w_ = std::make_unique<Weights>(a, master, s_.T, col_);
   Weights& w = *w_;
   w.packing.model = m;
   w.packing.D = s_.T;
   w.packing.S = 2 * s_.T;
-  Arena& a = rank.arena();
   for (const auto& layer : master.layers) {
     w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
     pack_attention_shard(layer, w.packing, col_, w.attention.back().data());
-    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
-    pack_mlp_shard(layer, w.packing, col_, w.mlp.back().data());
-    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
-    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
+    w.input_norm.push_back(detail::rows_of(a, layer.input_norm, C, 0, 1));
+    w.mlp.emplace_back(a, layer, m, s_.T, col_);
   }
-  const std::size_t shard = VC / static_cast<std::size_t>(s_.T);
-  const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(col_) * shard);
-  w.embed = a.allocate<T>(shard, Category::weights);
-  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
-  if (!m.tie_embeddings) {
-    w.head = a.allocate<T>(shard, Category::weights);
-    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
-  }
-  w.final_norm = a.allocate<T>(C, Category::weights);
-  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
 }
 
 template <class T>
@@ -156,30 +129,9 @@ std::int64_t BasicMeshDecoder<T>::length(int seq) const {
 
 template <class T>
 std::vector<T> BasicMeshDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  const int B = s_.batch, V = s_.model.vocab;
-  if (prompts.size() != static_cast<std::size_t>(B))
-    reject("prefill: " + str(static_cast<std::int64_t>(prompts.size())) +
-           " prompts for batch B=" + str(B));
-  Step step;
-  std::vector<std::int64_t> lengths;
-  for (int b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<std::size_t>(b)];
-    if (p.empty()) reject("prefill: prompt of sequence " + str(b) + " is empty");
-    if (static_cast<std::int64_t>(p.size()) > s_.max_context)
-      throw std::length_error(std::string(s_.label()) + " decode: prefill: sequence " + str(b) +
-                              "'s prompt of " + str(static_cast<std::int64_t>(p.size())) +
-                              " positions exceeds max_context=" + str(s_.max_context));
-    for (std::size_t i = 0; i < p.size(); ++i)
-      if (p[i] < 0 || p[i] >= V)
-        reject("prefill: sequence " + str(b) + " position " + str(static_cast<std::int64_t>(i)) +
-               " has token " + str(p[i]) + " outside [0, " + str(V) + ")");
-    step.offset.push_back(step.tokens.size());
-    step.count.push_back(static_cast<int>(p.size()));
-    step.tokens.insert(step.tokens.end(), p.begin(), p.end());
-    for (std::size_t i = 0; i < p.size(); ++i)
-      step.positions.push_back(static_cast<std::int64_t>(i));
-    lengths.push_back(static_cast<std::int64_t>(p.size()));
-  }
+  const std::string who = std::string(s_.label()) + " decode";
+  const Step step(detail::prefill_step(who, prompts, s_.batch, s_.model.vocab, s_.max_context));
+  const std::vector<std::int64_t> lengths = detail::step_lengths(step);
   // The cache holds this rank's NKV/T KV heads: a config with NKV/T KV heads sizes its rows
   // (head size and layers unchanged).
   ref::ModelConfig held = s_.model;
@@ -194,27 +146,9 @@ std::vector<T> BasicMeshDecoder<T>::prefill(const std::vector<std::vector<std::i
 
 template <class T>
 std::vector<T> BasicMeshDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  const int B = s_.batch, V = s_.model.vocab;
-  if (!cache_) reject("decode_step before prefill");
-  if (tokens.size() != static_cast<std::size_t>(B))
-    reject("decode_step: " + str(static_cast<std::int64_t>(tokens.size())) +
-           " tokens for batch B=" + str(B) + " (one per sequence)");
-  Step step;
-  for (int b = 0; b < B; ++b) {
-    const std::int64_t pos = lengths_[static_cast<std::size_t>(b)];
-    const std::int32_t t = tokens[static_cast<std::size_t>(b)];
-    if (t < 0 || t >= V)
-      reject("decode_step: sequence " + str(b) + " position " + str(pos) + " has token " + str(t) +
-             " outside [0, " + str(V) + ")");
-    if (pos >= s_.max_context)
-      throw std::length_error(std::string(s_.label()) + " decode: decode_step: sequence " + str(b) +
-                              " would hold position " + str(pos) +
-                              ", beyond max_context=" + str(s_.max_context));
-    step.offset.push_back(static_cast<std::size_t>(b));
-    step.count.push_back(1);
-    step.tokens.push_back(t);
-    step.positions.push_back(pos);
-  }
+  const std::string who = std::string(s_.label()) + " decode";
+  const Step step(
+      detail::next_step(who, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
   auto phase = rank_.arena().phase(s_.T == 1 ? "sp.decode" : "tp_sp.decode");
   std::vector<T> logits = run(step);
   for (std::int64_t& n : lengths_) ++n;
@@ -224,19 +158,18 @@ std::vector<T> BasicMeshDecoder<T>::decode_step(std::span<const std::int32_t> to
 // The step's dimensions and buffers (arena: workspace, and comm for what collectives move).
 template <class T>
 struct BasicMeshDecoder<T>::Scratch {
-  int B, N, C, NH, hs, NHl, NKVl, Fl, Vl;
+  int B, N, C, NH, hs, NHl, NKVl;
   std::size_t rows, Cz, qdl, kvl, nlse;  // nlse: LSE entries of the step, NHl·N
-  Buffer<T> x, mid, xn, rstd, q, k, v, out, lse, lse_all, scale, partial, gate, up, h;
+  Buffer<T> x, mid, xn, rstd, q, k, v, out, lse, lse_all, scale, partial;
 
   Scratch(Arena& a, const MeshDecodeShape& s, const Step& st) {
     const ref::ModelConfig& m = s.model;
     B = s.batch, N = st.rows(), C = m.hidden, NH = m.n_heads, hs = m.head_size();
-    NHl = NH / s.T, NKVl = m.n_kv_heads / s.T, Fl = m.ffn / s.T, Vl = m.vocab / s.T;
+    NHl = NH / s.T, NKVl = m.n_kv_heads / s.T;
     rows = static_cast<std::size_t>(N), Cz = static_cast<std::size_t>(C);
     qdl = static_cast<std::size_t>(NHl) * hs;   // q (and attention output) columns of the shard
     kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns of the shard
     nlse = static_cast<std::size_t>(NHl) * rows;
-    const std::size_t NF = rows * static_cast<std::size_t>(Fl);
     x = a.allocate<T>(rows * Cz, Category::workspace, /*zero=*/true);
     mid = a.allocate<T>(rows * Cz, Category::workspace);
     xn = a.allocate<T>(rows * Cz, Category::workspace);
@@ -249,42 +182,23 @@ struct BasicMeshDecoder<T>::Scratch {
     lse_all = a.allocate<T>(static_cast<std::size_t>(s.Sp) * nlse, Category::comm);
     scale = a.allocate<T>(nlse, Category::workspace);
     partial = a.allocate<T>(rows * Cz, Category::comm);  // all-reduced over the row
-    gate = a.allocate<T>(NF, Category::workspace);
-    up = a.allocate<T>(NF, Category::workspace);
-    h = a.allocate<T>(NF, Category::workspace);
   }
 };
-
-template <class T>
-void BasicMeshDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
-  const TrafficCounters before = rank_.counters();
-  collective();
-  into += difference(rank_.counters(), before);
-}
 
 template <class T>
 std::vector<T> BasicMeshDecoder<T>::run(const Step& st) {
   Scratch sc(rank_.arena(), s_, st);
   traffic_ = {};
-  embed(st, sc);
+  // x = embed_tokens(tokens), vocabulary-parallel over the row (a row of one rank: no call)
+  detail::embed(rank_, tp_, w_->vocab, st, sc.C, sc.x, traffic_.embedding);
   for (int l = 0; l < s_.model.n_layers; ++l) {
     attention(l, st, sc);
-    mlp(l, st, sc);
+    // x = mid + mlp(mid): column gate/up, row down, all-reduce over the row
+    detail::mlp_block(rank_, tp_, w_->mlp[static_cast<std::size_t>(l)], st, s_.model, sc.mid, sc.x,
+                      traffic_.mlp);
   }
-  return lm_head(st, sc);
-}
-
-// x = embed_tokens(tokens). T > 1: the owner of each id's row writes it, the others zeros; the
-// row's all-reduce adds exact zeros, so x is the embedding row bit for bit.          [N, C]
-template <class T>
-void BasicMeshDecoder<T>::embed(const Step& st, Scratch& sc) {
-  for (std::size_t n = 0; n < sc.rows; ++n) {
-    const int t = st.tokens[n];
-    if (t / sc.Vl == col_)
-      std::copy_n(w_->embed.data() + static_cast<std::size_t>(t - col_ * sc.Vl) * sc.Cz, sc.Cz,
-                  sc.x.data() + n * sc.Cz);
-  }
-  if (s_.T > 1) measured(traffic_.embedding, [&] { all_reduce<T>(tp_, sc.x.span()); });
+  // logits of each sequence's last row, this rank's V/T ids all-gathered over the row: [B, V]
+  return detail::lm_head(rank_, tp_, w_->vocab, st, s_.model, sc.x, traffic_.lm_head);
 }
 
 // The attention block of layer l: mid = x + o_proj(attention), every stage of the header.
@@ -334,7 +248,8 @@ void BasicMeshDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
     ref::matmul_nt(sc.partial.data() + o * Cz, sc.out.data() + o * qdl, aw.wo,
                    st.count[static_cast<std::size_t>(b)], sc.C, static_cast<int>(qdl));
   }
-  if (s_.T > 1) measured(traffic_.o_proj, [&] { all_reduce<T>(tp_, sc.partial.span()); });
+  if (s_.T > 1)
+    detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(tp_, sc.partial.span()); });
   for (std::size_t i = 0; i < sc.rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
 }
 
@@ -342,7 +257,7 @@ void BasicMeshDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
 // head) folded in column order, each rank's out scaled by exp(lse - LSE), all_reduce of out.
 template <class T>
 void BasicMeshDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
-  measured(traffic_.lse_gather, [&] {
+  detail::measured(rank_, traffic_.lse_gather, [&] {
     all_gather<T>(sp_, std::span<const T>(sc.lse.data(), sc.lse.size()), sc.lse_all.span());
   });
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -369,54 +284,7 @@ void BasicMeshDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
         for (std::size_t c = 0; c < hs; ++c) row[c] *= f;
       }
   }
-  measured(traffic_.output_reduce, [&] { all_reduce<T>(sp_, sc.out.span()); });
-}
-
-// The MLP block of layer l, column gate/up and row down over the row: x = mid + Σ_t
-// down^(t)(silu(gate^(t)) ⊙ up^(t)).
-template <class T>
-void BasicMeshDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
-  const auto lz = static_cast<std::size_t>(l);
-  const auto mw = mlp_view(static_cast<const T*>(w_->mlp[lz].data()), w_->packing);
-  ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.mid.data(), w_->post_norm[lz].data(), sc.N,
-                       sc.C, s_.model.norm_eps);
-  for (int b = 0; b < sc.B; ++b) {
-    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-    const int n = st.count[static_cast<std::size_t>(b)];
-    const std::size_t f = o * static_cast<std::size_t>(sc.Fl);
-    ref::matmul_nt(sc.gate.data() + f, sc.xn.data() + o * sc.Cz, mw.gate, n, sc.Fl, sc.C);
-    ref::matmul_nt(sc.up.data() + f, sc.xn.data() + o * sc.Cz, mw.up, n, sc.Fl, sc.C);
-    ref::silu_mul_forward(sc.h.data() + f, sc.gate.data() + f, sc.up.data() + f,
-                          static_cast<std::size_t>(n) * sc.Fl);
-    ref::matmul_nt(sc.partial.data() + o * sc.Cz, sc.h.data() + f, mw.down, n, sc.C, sc.Fl);
-  }
-  if (s_.T > 1) measured(traffic_.mlp, [&] { all_reduce<T>(tp_, sc.partial.span()); });
-  for (std::size_t i = 0; i < sc.rows * sc.Cz; ++i) sc.x[i] = sc.mid[i] + sc.partial[i];
-}
-
-// LM head: final norm of each sequence's last row, this rank's V/T logits, all-gathered over the
-// row when T > 1: [B, V].
-template <class T>
-std::vector<T> BasicMeshDecoder<T>::lm_head(const Step& st, Scratch& sc) {
-  Arena& a = rank_.arena();
-  const std::size_t Vz = static_cast<std::size_t>(sc.Vl), Bz = static_cast<std::size_t>(sc.B);
-  const auto V = static_cast<std::size_t>(s_.model.vocab), Tz = static_cast<std::size_t>(s_.T);
-  auto mine = a.allocate<T>(Bz * Vz, Category::comm);
-  for (std::size_t b = 0; b < Bz; ++b) {
-    const std::size_t last = st.offset[b] + static_cast<std::size_t>(st.count[b]) - 1;
-    ref::rmsnorm_forward(sc.xn.data(), sc.rstd.data(), sc.x.data() + last * sc.Cz,
-                         w_->final_norm.data(), 1, sc.C, s_.model.norm_eps);
-    ref::matmul_nt(mine.data() + b * Vz, sc.xn.data(), w_->head_rows(), 1, sc.Vl, sc.C);
-  }
-  if (s_.T == 1) return {mine.begin(), mine.end()};
-  auto all = a.allocate<T>(Tz * Bz * Vz, Category::comm);
-  measured(traffic_.lm_head,
-           [&] { all_gather<T>(tp_, std::span<const T>(mine.data(), mine.size()), all.span()); });
-  std::vector<T> logits(Bz * V);
-  for (std::size_t p = 0; p < Tz; ++p)
-    for (std::size_t b = 0; b < Bz; ++b)
-      std::copy_n(all.data() + (p * Bz + b) * Vz, Vz, logits.data() + b * V + p * Vz);
-  return logits;
+  detail::measured(rank_, traffic_.output_reduce, [&] { all_reduce<T>(sp_, sc.out.span()); });
 }
 
 template class BasicMeshDecoder<float>;

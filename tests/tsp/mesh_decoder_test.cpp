@@ -101,7 +101,16 @@ TEST(MeshDecodeShape, RefusesTNotDividingTheHeadsMlpOrVocabularyNamingThem) {
 TEST(MeshDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const MeshDecodeShape s = mesh_shape({2, 2}, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  testing::expect_bad_input_refused("TP+SP decode", 4, mesh_factory(s, w));
+  World world({.ranks = 4});
+  world.run([&](Rank& r) {
+    MeshDecoder dec(r, s, w);
+    EXPECT_THAT(
+        [&] {
+          dec.prefill({{1, 2}});
+        },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
+    testing::expect_bad_input_refused(dec, "TP+SP decode");
+  });
 }
 
 // ---------------------------------------------------------------- float, teacher-forced

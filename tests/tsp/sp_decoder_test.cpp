@@ -100,7 +100,16 @@ TEST(SpDecodeShape, RunsDegreesTspwRefusesAndRefusesBadValuesNamingThem) {
 TEST(SpDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const DecodeShape s = sp_shape(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  testing::expect_bad_input_refused("SP decode", 2, sp_factory(s, w));
+  World world({.ranks = 2});
+  world.run([&](Rank& r) {
+    SpDecoder dec(r, s, w);
+    EXPECT_THAT(
+        [&] {
+          dec.prefill({{1, 2}});
+        },
+        ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
+    testing::expect_bad_input_refused(dec, "SP decode");
+  });
 }
 
 // ---------------------------------------------------------------- float, teacher-forced

@@ -258,23 +258,4 @@ struct DecodeStageTraffic {
 std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
                                                      std::int64_t B, std::uint64_t beta, int rank);
 
-// ---- SP and TP+SP decode by stage (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) ----------------
-
-// One decode step of B tokens of SP (Σ) or TP+SP (T × Σ) as `rank` (row·T + col) counts it, split
-// into the decoder's stages (BasicMeshDecoder::last_traffic()'s MeshTraffic), all layers summed:
-//   T > 1, over the row: o_proj and mlp all_reduce of B·h elements (L calls each), embedding
-//     all_reduce of B·h and lm_head all_gather of [B, V/T] blocks (once per step);
-//   Σ > 1, over the column: lse_gather all_gather of B·n_h/T fp32 per rank and output_reduce
-//     all_reduce of B·h/T elements (L calls each).
-// total() equals decode_step_traffic(m, st, B, beta, rank). Requirements: st.scheme sp or tp_sp,
-// check_decode_shape(st), T | V when T > 1, B >= 1, rank in [0, T·Σ) (std::invalid_argument).
-struct MeshStageTraffic {
-  TrafficCounters embedding, lse_gather, output_reduce, o_proj, mlp, lm_head;
-  TrafficCounters total() const {
-    return embedding + lse_gather + output_reduce + o_proj + mlp + lm_head;
-  }
-};
-MeshStageTraffic mesh_decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
-                                           std::int64_t B, std::uint64_t beta, int rank);
-
 }  // namespace tspemu::tsp::cost

@@ -65,7 +65,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -132,13 +131,8 @@ class BasicMeshDecoder {
   struct Step;
   struct Scratch;
   std::vector<T> run(const Step& step);
-  void embed(const Step& st, Scratch& sc);
   void attention(int layer, const Step& st, Scratch& sc);
   void merge_partials(const Step& st, Scratch& sc);
-  void mlp(int layer, const Step& st, Scratch& sc);
-  std::vector<T> lm_head(const Step& st, Scratch& sc);
-  // Runs one collective, adding what it moved on this rank to `into`.
-  void measured(TrafficCounters& into, const std::function<void()>& collective);
   [[noreturn]] void reject(const std::string& why) const;
 
   Rank& rank_;
