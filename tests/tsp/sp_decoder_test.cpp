@@ -12,7 +12,7 @@
 //     top-1/top-2 margin below ~1e-12 of the logits; a schedule bug moves logits by O(1)).
 //   - double KV cache contents: mesh_decode_checks.hpp's bound (layer 0 exact, later layers
 //     1e-13 of the largest magnitude).
-//   - traffic and KV bytes: equal (integers) to mesh_decode_stage_traffic and the planner's
+//   - traffic and KV bytes: equal (integers) to decode_stage_traffic and the planner's
 //     kv_bytes_per_token_layer over the rank's reserved positions.
 #include "tspemu/tsp/sp_decoder.hpp"
 

@@ -55,8 +55,11 @@
 //   - kv_cache_bytes() is the arena's Category::kv_cache charge (rank_kv_cache.hpp):
 //     round_up(2·L·NKVl·hs·sizeof(T)·Σ_b count(σ, b, max_context), 64).
 //   - last_traffic() is what this rank's collectives moved in the last prefill or decode_step,
-//     by stage; for a decode step it equals plan/decode_cost.hpp's mesh_decode_stage_traffic
-//     (the LSE travels in T: the planner's fp32 LSE is the float decoder's).
+//     by stage; for a decode step each stage equals the one of plan/decode_cost.hpp's
+//     decode_stage_traffic(sp(Σ) or tp_sp(T, Σ)) of the same collective ("embedding all-reduce",
+//     "LSE all-gather", "attention output all-reduce", "W_O all-reduce", "MLP down all-reduce",
+//     "LM head logits all-gather"; the LSE travels in T: the planner's fp32 LSE is the float
+//     decoder's).
 // Cost per decode step (B tokens), per rank: weights P/T read once per sequence; KV of its head
 //   shard over its positions; comm per layer: T > 1 two all_reduce of B·C over the row; Σ > 1
 //   all_gather of B·NHl LSE and all_reduce of B·C/T over the column; per step T > 1 all_reduce of

@@ -23,8 +23,8 @@
 //   prefill before decode_step, inside one World::run.
 // Guarantees: as mesh_decoder.hpp (bad input named before anything is computed; logits bitwise
 //   equal on every rank); last_traffic() has only the lse_gather and output_reduce stages, equal
-//   to plan/decode_cost.hpp's mesh_decode_stage_traffic(sp(Σ)) per decode step (the LSE travels
-//   in T: the planner's fp32 LSE is the float decoder's); kv_cache_bytes() =
+//   to plan/decode_cost.hpp's decode_stage_traffic(sp(Σ)) per decode step (the LSE travels in T:
+//   the planner's fp32 LSE is the float decoder's); kv_cache_bytes() =
 //   round_up(2·L·NKV·hs·sizeof(T)·Σ_b count(r, b, max_context), 64).
 // Cost per decode step (B tokens), per rank: all weights P read once per sequence, the K/V of
 //   its ~S/Σ positions; comm per layer: all_gather of B·NH LSE values ((Σ-1)·B·NH received) and
