@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/mesh_decoder.hpp"
 #include "tspemu/tsp/sp_decoder.hpp"
@@ -91,12 +93,13 @@ std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate
 }
 
 // A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TP
-// (tsp/tp_decoder.hpp).
+// (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp).
 template <class Decoder>
 class DecoderSession final : public DecodeSession {
  public:
-  DecoderSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, decode_shape(s), w) {}
+  // The decoder's constructor arguments: (rank, decode_shape(s)[, its own], weights).
+  template <class... Args>
+  explicit DecoderSession(Args&&... args) : decoder_(std::forward<Args>(args)...) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -109,13 +112,12 @@ class DecoderSession final : public DecodeSession {
   Decoder decoder_;
 };
 
-// The planner's KV bytes per token and layer of strategy st (plan/decode_cost.hpp) × L × the
-// positions the ownership map over `shards` token shards gives token shard `shard` below
-// max_context (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
+// The planner's KV bytes per token and layer (plan/decode_cost.hpp) of strategy `st` × L × the
+// positions an ownership map over `shards` token shards gives shard `shard` below max_context
+// (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
 // (rank_kv_cache.hpp).
-std::uint64_t reserved_kv_bytes(const GenerateShape& s,
-                                std::span<const std::int64_t> prompt_lengths,
-                                const tsp::cost::DecodeStrategy& st, int shards, int shard) {
+std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                               int shards, int shard, const tsp::cost::DecodeStrategy& st) {
   const tsp::KvOwnership own(shards, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
@@ -124,13 +126,6 @@ std::uint64_t reserved_kv_bytes(const GenerateShape& s,
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
                               tsp::cost::kv_bytes_per_token_layer(m, st, sizeof(float));
   return (bytes + 63) / 64 * 64;
-}
-
-// TSP-W: D = --ranks token shards, rank r the shard.
-std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                            int rank) {
-  return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::tsp_w(s.ranks), s.ranks,
-                           rank);
 }
 
 DecodeStrategy tspw_strategy() {
@@ -146,10 +141,13 @@ DecodeStrategy tspw_strategy() {
           },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, decode_shape(s), w);
       },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_w(s.ranks));
+          },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -179,13 +177,50 @@ DecodeStrategy tp_strategy() {
       .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_tp, s); },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, decode_shape(s), w);
       },
       .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
                            int) { return tp_kv_bytes(s); },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): the planner's bytes per "
           "token (plan/decode_cost.hpp, max(NKV/T, 1) KV heads) over every reserved position",
+  };
+}
+
+// Helix's split of N = --ranks (no flag of its own): TP_A = gcd(N/2, NKV), KVP = N / TP_A, so
+// KVP >= 2 whenever N >= 2 and TP_A divides NKV (no KV duplication); N = 1 is 1 × 1.
+int helix_kvp(const GenerateShape& s) {
+  const int tpa = s.ranks >= 2 ? std::gcd(s.ranks / 2, s.model.n_kv_heads) : 1;
+  return s.ranks / std::max(tpa, 1);
+}
+
+DecodeStrategy helix_strategy() {
+  return DecodeStrategy{
+      .name = "helix",
+      .description =
+          "Helix on N = --ranks = KVP x TP_A with TP_A = gcd(N/2, NKV): attention head-sharded "
+          "over TP_A and KV-sharded over the sequence across KVP (log-sum-exp merge), W_O, "
+          "MLP and vocabulary TP over all N (tsp/helix_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal(
+                [&s](const tsp::DecodeShape& d) { tsp::validate_helix(d, helix_kvp(s)); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::HelixDecoder>>(rank, decode_shape(s),
+                                                                   helix_kvp(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const int kvp = helix_kvp(s), tpa = s.ranks / kvp;
+            return sharded_kv_bytes(s, prompt_lengths, kvp, rank / tpa,
+                                    tsp::cost::DecodeStrategy::helix(kvp, tpa));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(k, b, max_context), 64), k = rank / "
+          "TP_A: the planner's bytes per token (plan/decode_cost.hpp, max(NKV/TP_A, 1) KV heads) "
+          "over the token shard's reserved positions",
   };
 }
 
@@ -201,12 +236,12 @@ DecodeStrategy sp_strategy() {
       .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_sp, s); },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, decode_shape(s), w);
       },
       .kv_cache_bytes =
           [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
-            return reserved_kv_bytes(s, prompt_lengths, tsp::cost::DecodeStrategy::sp(s.ranks),
-                                     s.ranks, rank);
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::sp(s.ranks));
           },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
@@ -240,13 +275,6 @@ tsp::MeshDecodeShape tp_sp_shape(const tsp::DecodeShape& d) {
       ", V=" + std::to_string(m.vocab) + " (a T × Σ mesh with T, Σ >= 2)");
 }
 
-// The mesh decoder on the mesh tp_sp_shape picks (DecoderSession makes it from a DecodeShape).
-class TpSpDecoder final : public tsp::MeshDecoder {
- public:
-  TpSpDecoder(Rank& rank, const tsp::DecodeShape& d, const ref::ModelWeights<float>& w)
-      : tsp::MeshDecoder(rank, tp_sp_shape(d), w) {}
-};
-
 DecodeStrategy tp_sp_strategy() {
   return DecodeStrategy{
       .name = "tp-sp",
@@ -260,14 +288,14 @@ DecodeStrategy tp_sp_strategy() {
           },
       .make = [](Rank& rank, const GenerateShape& s,
                  const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
-        return std::make_unique<DecoderSession<TpSpDecoder>>(rank, s, w);
+        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank,
+                                                                  tp_sp_shape(decode_shape(s)), w);
       },
       .kv_cache_bytes =
           [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
             const tsp::MeshDecodeShape ms = tp_sp_shape(decode_shape(s));
-            return reserved_kv_bytes(s, prompt_lengths,
-                                     tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp), ms.Sp,
-                                     rank / ms.T);
+            return sharded_kv_bytes(s, prompt_lengths, ms.Sp, rank / ms.T,
+                                    tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp));
           },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(row, b, max_context), 64) over Σ, "
@@ -277,7 +305,8 @@ DecodeStrategy tp_sp_strategy() {
 }
 
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), tp_strategy(), sp_strategy(), tp_sp_strategy()};
+  return {reference_strategy(), tspw_strategy(), tp_strategy(),
+          helix_strategy(),     sp_strategy(),   tp_sp_strategy()};
 }
 
 }  // namespace

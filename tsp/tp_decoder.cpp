@@ -1,17 +1,10 @@
 #include "tspemu/tsp/tp_decoder.hpp"
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "decode_parts.hpp"
-#include "tspemu/core/dry_run.hpp"
-#include "tspemu/reference/attention.hpp"
-#include "tspemu/reference/matmul.hpp"
-#include "tspemu/reference/rmsnorm.hpp"
-#include "tspemu/reference/rope.hpp"
-#include "tspemu/runtime/collectives.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 
 namespace tspemu::tsp {
@@ -43,23 +36,20 @@ void validate_tp(const DecodeShape& s) {
   if (s.max_context < 1) reject("max_context=" + str(s.max_context) + " must be > 0");
   if (s.interleave < 1) reject("interleave I=" + str(s.interleave) + " must be >= 1");
   require_divides(T, s.model.n_heads, "NH", "each rank owns NH/T query heads");
-  if (nkv % T != 0 && T % nkv != 0)
-    reject("T=" + str(T) + " neither divides NKV=" + str(nkv) + " nor is a multiple of it: " +
-           "a rank's query heads would span a KV head split between ranks (T | NKV shards the "
-           "KV heads, NKV | T duplicates each T/NKV times)");
+  detail::require_kv_heads_fit(kWho, "T", T, nkv);
   require_divides(T, s.model.ffn, "F", "each rank owns F/T MLP columns");
   require_divides(T, s.model.vocab, "V", "each rank owns V/T vocabulary rows");
 }
 
 int tp_kv_heads_per_rank(const ref::ModelConfig& m, int T) {
-  return T <= m.n_kv_heads ? m.n_kv_heads / T : 1;
+  return detail::kv_head_shard(m, T, 0).count;
 }
 
 template <class T>
 struct BasicTpDecoder<T>::Weights {
-  int kv0 = 0;                                        // the model's KV head of this rank's first
-  std::vector<Buffer<T>> wq, wk, wv, wo, input_norm;  // [L] each
-  std::vector<detail::MlpShard<T>> mlp;               // [L]
+  std::vector<detail::QkvShard<T>> qkv;  // [L]
+  std::vector<Buffer<T>> wo;             // [L]
+  std::vector<detail::MlpShard<T>> mlp;  // [L]
   std::unique_ptr<detail::VocabShard<T>> vocab;
 };
 
@@ -69,30 +59,18 @@ BasicTpDecoder<T>::BasicTpDecoder(Rank& rank, const DecodeShape& shape,
     : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
   validate_tp(s_);
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but T=" + str(s_.D));
-  if (dry_run()) throw std::logic_error("TP decode: a dry run is not supported");
   const ref::ModelConfig& m = s_.model;
+  detail::check_master(kWho, m, master);
   const auto C = static_cast<std::size_t>(m.hidden);
-  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
-  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
-      master.layers.size() != static_cast<std::size_t>(m.n_layers))
-    reject("master weights do not match the model " + m.to_string());
-  const int Tn = s_.D, r = rank.id(), hs = m.head_size();
-  const int NHl = m.n_heads / Tn, NKVl = tp_kv_heads_per_rank(m, Tn);
+  const int Tn = s_.D, r = rank.id();
+  const std::size_t qdl =
+      static_cast<std::size_t>(m.n_heads / Tn) * static_cast<std::size_t>(m.head_size());
   Weights& w = *w_;
-  w.kv0 = Tn <= m.n_kv_heads ? r * NKVl : r / (Tn / m.n_kv_heads);
-  const auto hz = static_cast<std::size_t>(hs);
-  const std::size_t qdl = static_cast<std::size_t>(NHl) * hz,
-                    kvl = static_cast<std::size_t>(NKVl) * hz;
-  const std::size_t q0 = static_cast<std::size_t>(r) * qdl,
-                    k0 = static_cast<std::size_t>(w.kv0) * hz;
   Arena& a = rank.arena();
   for (const auto& layer : master.layers) {
-    w.wq.push_back(detail::rows_of(a, layer.wq, C, q0, qdl));
-    w.wk.push_back(detail::rows_of(a, layer.wk, C, k0, kvl));
-    w.wv.push_back(detail::rows_of(a, layer.wv, C, k0, kvl));
-    w.wo.push_back(
-        detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.n_heads) * hz, q0, qdl));
-    w.input_norm.push_back(detail::rows_of(a, layer.input_norm, C, 0, 1));
+    w.qkv.emplace_back(a, layer, m, Tn, r);
+    w.wo.push_back(detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
+                                   static_cast<std::size_t>(r) * qdl, qdl));
     w.mlp.emplace_back(a, layer, m, Tn, r);
   }
   w.vocab = std::make_unique<detail::VocabShard<T>>(a, master, Tn, r);
@@ -103,13 +81,12 @@ BasicTpDecoder<T>::~BasicTpDecoder() = default;
 
 template <class T>
 const RankKvCache<T>& BasicTpDecoder<T>::cache() const {
-  if (!cache_) throw std::logic_error("TP decode: no cache before prefill");
-  return *cache_;
+  return detail::cache_or_throw(kWho, cache_.get());
 }
 
 template <class T>
 int BasicTpDecoder<T>::first_kv_head() const {
-  return w_->kv0;
+  return w_->qkv.front().kv.first;
 }
 
 template <class T>
@@ -119,37 +96,25 @@ std::size_t BasicTpDecoder<T>::kv_cache_bytes() const {
 
 template <class T>
 std::int64_t BasicTpDecoder<T>::length(int seq) const {
-  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
-    throw std::out_of_range("TP decode: sequence " + str(seq) + " outside [0, " +
-                            str(static_cast<std::int64_t>(lengths_.size())) + ")");
-  return lengths_[static_cast<std::size_t>(seq)];
+  return detail::length_or_throw(kWho, lengths_, seq);
 }
 
 // One step's new tokens, its dimensions and buffers.
 template <class T>
-struct BasicTpDecoder<T>::Pass {
+struct BasicTpDecoder<T>::Pass : detail::StepBuffers<T> {
   detail::DecodeStep st;
-  int NHl = 0, NKVl = 0, hs = 0;
-  std::size_t rows = 0, C = 0, qdl = 0, kvl = 0;
-  Buffer<T> x, mid, xn, rstd, q, k, v, out, lse, partial;
+  int NHl, NKVl, hs;
 
-  Pass(Arena& a, const DecodeShape& s, detail::DecodeStep step) : st(std::move(step)) {
-    const ref::ModelConfig& m = s.model;
-    NHl = m.n_heads / s.D, NKVl = tp_kv_heads_per_rank(m, s.D), hs = m.head_size();
-    rows = static_cast<std::size_t>(st.rows()), C = static_cast<std::size_t>(m.hidden);
-    qdl = static_cast<std::size_t>(NHl) * static_cast<std::size_t>(hs);
-    kvl = static_cast<std::size_t>(NKVl) * static_cast<std::size_t>(hs);
-    x = a.allocate<T>(rows * C, Category::workspace, /*zero=*/true);
-    mid = a.allocate<T>(rows * C, Category::workspace);
-    xn = a.allocate<T>(rows * C, Category::workspace);
-    rstd = a.allocate<T>(rows, Category::workspace);
-    q = a.allocate<T>(rows * qdl, Category::workspace);
-    k = a.allocate<T>(rows * kvl, Category::workspace);
-    v = a.allocate<T>(rows * kvl, Category::workspace);
-    out = a.allocate<T>(rows * qdl, Category::workspace);
-    lse = a.allocate<T>(rows * static_cast<std::size_t>(NHl), Category::workspace);
-    partial = a.allocate<T>(rows * C, Category::workspace);
-  }
+  Pass(Arena& a, const DecodeShape& s, detail::DecodeStep step)
+      : detail::StepBuffers<T>(a, static_cast<std::size_t>(step.rows()),
+                               static_cast<std::size_t>(s.model.hidden),
+                               static_cast<std::size_t>(s.model.n_heads / s.D),
+                               static_cast<std::size_t>(tp_kv_heads_per_rank(s.model, s.D)),
+                               static_cast<std::size_t>(s.model.head_size())),
+        st(std::move(step)),
+        NHl(s.model.n_heads / s.D),
+        NKVl(tp_kv_heads_per_rank(s.model, s.D)),
+        hs(s.model.head_size()) {}
 };
 
 template <class T>
@@ -198,36 +163,10 @@ void BasicTpDecoder<T>::attention(int l, Pass& p) {
   const Weights& w = *w_;
   const auto lz = static_cast<std::size_t>(l);
   const detail::DecodeStep& st = p.st;
-  const std::size_t C = p.C, qdl = p.qdl, kvl = p.kvl;
-  ref::rmsnorm_forward(p.xn.data(), p.rstd.data(), p.x.data(), w.input_norm[lz].data(), st.rows(),
-                       m.hidden, m.norm_eps);
-  for (std::size_t b = 0; b < st.count.size(); ++b) {
-    const std::size_t o = st.offset[b];
-    const int n = st.count[b];
-    const T* xn = p.xn.data() + o * C;
-    ref::matmul_nt(p.q.data() + o * qdl, xn, w.wq[lz].data(), n, static_cast<int>(qdl), m.hidden);
-    ref::matmul_nt(p.k.data() + o * kvl, xn, w.wk[lz].data(), n, static_cast<int>(kvl), m.hidden);
-    ref::matmul_nt(p.v.data() + o * kvl, xn, w.wv[lz].data(), n, static_cast<int>(kvl), m.hidden);
-    const std::int64_t* pos = st.positions.data() + o;
-    ref::rope_forward(p.q.data() + o * qdl, pos, 1, n, p.NHl, p.hs, m.rope_base);
-    ref::rope_forward(p.k.data() + o * kvl, pos, 1, n, p.NKVl, p.hs, m.rope_base);
-    const int seq = static_cast<int>(b);
-    for (int i = 0; i < n; ++i) {
-      const std::size_t row = o + static_cast<std::size_t>(i);
-      cache_->append(l, seq, st.positions[row], p.k.data() + row * kvl, p.v.data() + row * kvl);
-    }
-    // attend: the sequence's queries over all its cached keys, masked by global position
-    const auto keys = cache_->positions(l, seq);
-    ref::causal_attention_forward(
-        p.out.data() + o * qdl, p.lse.data() + o * static_cast<std::size_t>(p.NHl),
-        p.q.data() + o * qdl, cache_->keys(l, seq), cache_->values(l, seq), pos, keys.data(),
-        ref::AttentionDims{1, n, static_cast<int>(keys.size()), p.NHl, p.NKVl, p.hs});
-    // o_proj, row-parallel: this rank's share of the sum over heads
-    ref::matmul_nt(p.partial.data() + o * C, p.out.data() + o * qdl, w.wo[lz].data(), n, m.hidden,
-                   static_cast<int>(qdl));
-  }
-  detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(rank_.comm(), p.partial.span()); });
-  for (std::size_t i = 0; i < p.rows * C; ++i) p.mid[i] = p.x[i] + p.partial[i];
+  detail::project_qkv(w.qkv[lz], m, st, p.x, p.xn, p.rstd, p.q, p.k, p.v);
+  detail::append_and_attend(*cache_, l, st, p, p.NHl, p.NKVl, p.hs);
+  // o_proj, row-parallel: this rank's share of the sum over heads
+  detail::o_proj_all_reduce(rank_, st, m, p.out.data(), p.NHl * p.hs, w.wo[lz], p, traffic_.o_proj);
 }
 
 template class BasicTpDecoder<float>;

@@ -158,10 +158,10 @@ std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> to
 template <class T>
 struct BasicTspwDecoder<T>::Scratch {
   int D, r, B, N, C, NH, NKV, hs, NHl, NKVl, Fl, Vl;
-  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud, block;  // block: one all_to_all block
-  std::vector<std::int64_t> rotation;                  // [N] RoPE's positions
-  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, send, recv, att,
-      att_lse, partial, gate, up, h, krow, vrow;
+  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud;
+  std::vector<std::int64_t> rotation;  // [N] RoPE's positions
+  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, att, partial,
+      gate, up, h, krow, vrow;
 
   Scratch(Arena& a, const DecodeShape& s, int rank, const Step& st) {
     const ref::ModelConfig& m = s.model;
@@ -173,7 +173,6 @@ struct BasicTspwDecoder<T>::Scratch {
     qdl = static_cast<std::size_t>(NHl) * hs;   // q columns of a head shard
     kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns of a head shard
     qd = static_cast<std::size_t>(NH) * hs, kvd = static_cast<std::size_t>(NKV) * hs;
-    block = rows * qdl + rows * static_cast<std::size_t>(NHl);
     const std::size_t NF = rows * static_cast<std::size_t>(Fl);
     x = a.allocate<T>(rows * Cz, Category::workspace, /*zero=*/true);
     mid = a.allocate<T>(rows * Cz, Category::workspace);
@@ -188,10 +187,7 @@ struct BasicTspwDecoder<T>::Scratch {
     q = a.allocate<T>(rows * qd, Category::workspace);
     out = a.allocate<T>(rows * qd, Category::workspace);
     lse = a.allocate<T>(static_cast<std::size_t>(NH) * rows, Category::workspace);
-    send = a.allocate<T>(ud * block, Category::comm);
-    recv = a.allocate<T>(ud * block, Category::comm);
     att = a.allocate<T>(rows * qdl, Category::workspace);
-    att_lse = a.allocate<T>(static_cast<std::size_t>(NHl) * rows, Category::workspace);
     partial = a.allocate<T>(rows * Cz, Category::workspace);
     gate = a.allocate<T>(NF, Category::workspace);
     up = a.allocate<T>(NF, Category::workspace);
@@ -330,37 +326,12 @@ void BasicTspwDecoder<T>::route(int l, const Step& st, Scratch& sc) {
     }
 }
 
-// partials to the head owners: block p = heads p·NHl.. of every row: out [N, NHl, hs], then lse
-// per sequence [NHl, n_b]; merged into att [N, NHl·hs] by log-sum-exp in rank order.
+// partials to the head owners, merged by log-sum-exp in rank order (decode_parts.hpp): att
+// [N, NHl·hs] of this rank's heads.
 template <class T>
 void BasicTspwDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
-  const std::size_t qdl = sc.qdl, qd = sc.qd, rows = sc.rows,
-                    NHl = static_cast<std::size_t>(sc.NHl);
-  for (std::size_t p = 0; p < sc.ud; ++p) {
-    T* blk = sc.send.data() + p * sc.block;
-    for (std::size_t n = 0; n < rows; ++n)
-      std::copy_n(sc.out.data() + n * qd + p * qdl, qdl, blk + n * qdl);
-    for (int b = 0; b < sc.B; ++b) {
-      const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-      const auto nb = static_cast<std::size_t>(st.count[static_cast<std::size_t>(b)]);
-      std::copy_n(sc.lse.data() + static_cast<std::size_t>(sc.NH) * o + p * NHl * nb, NHl * nb,
-                  blk + rows * qdl + NHl * o);
-    }
-  }
-  measured(traffic_.partials, [&] {
-    all_to_all<T>(rank_.comm(), std::span<const T>(sc.send.data(), sc.send.size()), sc.recv.span());
-  });
-  std::fill(sc.att.begin(), sc.att.end(), T(0));
-  std::fill(sc.att_lse.begin(), sc.att_lse.end(), -std::numeric_limits<T>::infinity());
-  for (int b = 0; b < sc.B; ++b) {
-    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-    const ref::AttentionDims md{1, st.count[static_cast<std::size_t>(b)], 0, sc.NHl, sc.NHl, sc.hs};
-    for (std::size_t p = 0; p < sc.ud; ++p) {  // rank order: the same sums on every head owner
-      const T* blk = sc.recv.data() + p * sc.block;
-      ref::merge_attention_partials(sc.att.data() + o * qdl, sc.att_lse.data() + NHl * o,
-                                    blk + o * qdl, blk + rows * qdl + NHl * o, md);
-    }
-  }
+  detail::exchange_partials(rank_, rank_.comm(), st, sc.out.data(), sc.lse.data(), sc.NH, sc.hs,
+                            sc.att, traffic_.partials);
 }
 
 // The MLP block of layer l, column gate/up and row down: x = mid + Σ_r down^(r)(silu(gate^(r)) ⊙

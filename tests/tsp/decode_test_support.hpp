@@ -37,6 +37,7 @@
 #include <variant>
 #include <vector>
 
+#include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/model_config.hpp"
@@ -44,6 +45,8 @@
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp::testing {
 
@@ -96,6 +99,54 @@ inline double max_magnitude(const ref::KvCache<double>& cache) {
           for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
             max_mag = std::max(max_mag, std::abs(x));
   return max_mag;
+}
+
+// One line per position where a rank's cache disagrees with the reference cache `want`: held
+// where its ownership map does not put it on this token shard (kv.rank()) or missing where it
+// does, a held count other than the map's, or K/V of the rank's KV heads [first_head,
+// first_head + kv.kv_heads()) beyond the bound: layer 0 exact (the same dot products over C, RoPE
+// at the same global position), later layers rtol · max_mag (their residual carries sums split
+// over ranks). Lines name `rank` (the world rank), layer, sequence and position. worst: the
+// largest relative difference of layers >= 1.
+inline std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
+                                                 int first_head, const ref::KvCache<double>& want,
+                                                 double max_mag, double rtol, double& worst) {
+  std::vector<std::string> errors;
+  const KvOwnership& own = kv.ownership();
+  const std::size_t first =
+      static_cast<std::size_t>(first_head) * static_cast<std::size_t>(kv.head_size());
+  for (int l = 0; l < want.n_layers(); ++l)
+    for (int b = 0; b < want.batch(); ++b) {
+      for (std::int64_t p = 0; p < want.length(b); ++p) {
+        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
+        if (kv.holds(l, b, p) != (own.owner(b, p) == kv.rank())) {
+          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
+                           " but owned by token shard " + std::to_string(own.owner(b, p)));
+          continue;
+        }
+        if (!kv.holds(l, b, p)) continue;
+        for (const bool is_k : {true, false}) {
+          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
+          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double d = std::abs(got[i] - ref_row[first + i]);
+            if (l > 0) worst = std::max(worst, d / max_mag);
+            if ((l == 0 && d != 0) || d > rtol * max_mag) {
+              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
+                               "]: " + std::to_string(got[i]) + " vs reference " +
+                               std::to_string(ref_row[first + i]));
+              break;
+            }
+          }
+        }
+      }
+      if (kv.held(l, b) != own.count(kv.rank(), b, want.length(b)))
+        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
+                         std::to_string(b));
+    }
+  return errors;
 }
 
 // The decoder a factory builds, and what its last_traffic() returns (std::monostate without one).
@@ -364,6 +415,35 @@ inline void expect_no_findings(const std::vector<std::vector<std::string>>& find
     EXPECT_EQ(checked[r], steps) << "rank " << r;
     for (const std::string& f : findings[r]) ADD_FAILURE() << f;
   }
+}
+
+// One decode step of a mesh decoder (TP, Helix) against the planner on one rank, one line per
+// disagreement, each starting with `at`: every stage of the decoder's, named as the planner's
+// decode_stage_traffic entries, equal to the planner's stage of that name; as many stages as the
+// planner's; the decoder's total equal to decode_step_traffic (`want_total`).
+inline std::vector<std::string> stage_findings(
+    const std::string& at, const std::vector<std::pair<std::string, const TrafficCounters*>>& mine,
+    const TrafficCounters& total, const std::vector<cost::DecodeStageTraffic>& want,
+    const TrafficCounters& want_total) {
+  std::vector<std::string> out;
+  if (want.size() != mine.size())
+    out.push_back(at + ": the planner has " + std::to_string(want.size()) + " stages");
+  for (const auto& [what, counters] : mine) {
+    bool found = false;
+    for (const auto& stage : want)
+      if (stage.what == what) {
+        found = true;
+        if (!(stage.traffic == *counters))
+          out.push_back(at + " stage " + what + ": received " +
+                        std::to_string(counters->total_received()) + " sent " +
+                        std::to_string(counters->total_sent()) + " vs planner " +
+                        std::to_string(stage.traffic.total_received()) + " / " +
+                        std::to_string(stage.traffic.total_sent()));
+      }
+    if (!found) out.push_back(at + ": the planner has no stage " + what);
+  }
+  if (!(total == want_total)) out.push_back(at + ": total differs from decode_step_traffic");
+  return out;
 }
 
 }  // namespace tspemu::tsp::testing

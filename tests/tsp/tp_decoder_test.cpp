@@ -81,43 +81,6 @@ std::uint64_t planner_kv_bytes(const ref::ModelConfig& cfg, int B, std::int64_t 
       cost::kv_bytes_per_token_layer(ms, cost::DecodeStrategy::tp(T), beta));
 }
 
-// One line per position where rank `rank`'s cache disagrees with the reference cache's slice of
-// its KV heads (layer 0: exact; later layers kCacheRtol · max_mag), or holds a count other than
-// every position of the sequence.
-std::vector<std::string> cache_mismatches(int rank, const BasicTpDecoder<double>& dec,
-                                          const ref::KvCache<double>& want, double max_mag) {
-  std::vector<std::string> errors;
-  const RankKvCache<double>& kv = dec.cache();
-  const std::size_t row = kv.row();
-  const std::size_t first =
-      static_cast<std::size_t>(dec.first_kv_head()) * static_cast<std::size_t>(kv.head_size());
-  for (int l = 0; l < want.n_layers(); ++l)
-    for (int b = 0; b < want.batch(); ++b) {
-      const std::string seq = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                              " sequence " + std::to_string(b);
-      if (kv.held(l, b) != want.length(b)) {
-        errors.push_back(seq + " holds " + std::to_string(kv.held(l, b)) + " positions, not " +
-                         std::to_string(want.length(b)));
-        continue;
-      }
-      for (std::int64_t p = 0; p < want.length(b); ++p)
-        for (const bool is_k : {true, false}) {
-          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
-          const auto full = is_k ? want.k(l, b, p) : want.v(l, b, p);
-          for (std::size_t i = 0; i < row; ++i) {
-            const double d = std::abs(got[i] - full[first + i]);
-            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
-              errors.push_back(seq + " position " + std::to_string(p) + (is_k ? " K[" : " V[") +
-                               std::to_string(i) + "]: " + std::to_string(got[i]) +
-                               " vs reference " + std::to_string(full[first + i]));
-              break;
-            }
-          }
-        }
-    }
-  return errors;
-}
-
 // ---------------------------------------------------------------- shape validation
 
 TEST(TpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNkv) {
@@ -214,8 +177,10 @@ TEST_P(TpGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   std::vector<std::string> cache_errors;
   auto inspect = [&](Rank& rank, const BasicTpDecoder<double>& dec,
                      const ref::Generation<double>& oracle) {
+    double worst = 0;
     const auto e =
-        cache_mismatches(rank.id(), dec, oracle.cache, testing::max_magnitude(oracle.cache));
+        testing::cache_mismatches(rank.id(), dec.cache(), dec.first_kv_head(), oracle.cache,
+                                  testing::max_magnitude(oracle.cache), kCacheRtol, worst);
     const std::lock_guard lock(m);
     cache_errors.insert(cache_errors.end(), e.begin(), e.end());
   };
@@ -270,26 +235,11 @@ TEST_P(TpTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersCl
           {"MLP down all-reduce", &got.mlp},
           {"embedding all-reduce", &got.embedding},
           {"LM head logits all-gather", &got.lm_head}};
-      const auto want = cost::decode_stage_traffic(ms, st, B, sizeof(float), r);
       const std::string at = "rank " + std::to_string(r) + " step " + std::to_string(step);
-      if (want.size() != mine.size())
-        out.push_back(at + ": the planner has " + std::to_string(want.size()) + " stages");
-      for (const auto& [what, counters] : mine) {
-        bool found = false;
-        for (const auto& stage : want)
-          if (stage.what == what) {
-            found = true;
-            if (!(stage.traffic == *counters))
-              out.push_back(at + " stage " + what + ": received " +
-                            std::to_string(counters->total_received()) + " sent " +
-                            std::to_string(counters->total_sent()) + " vs planner " +
-                            std::to_string(stage.traffic.total_received()) + " / " +
-                            std::to_string(stage.traffic.total_sent()));
-          }
-        if (!found) out.push_back(at + ": the planner has no stage " + what);
-      }
-      if (!(got.total() == cost::decode_step_traffic(ms, st, B, sizeof(float), r)))
-        out.push_back(at + ": total differs from decode_step_traffic");
+      const auto f = testing::stage_findings(
+          at, mine, got.total(), cost::decode_stage_traffic(ms, st, B, sizeof(float), r),
+          cost::decode_step_traffic(ms, st, B, sizeof(float), r));
+      out.insert(out.end(), f.begin(), f.end());
       ++checked[static_cast<std::size_t>(r)];
     }
     const std::uint64_t want_kv = planner_kv_bytes(cfg, B, s.max_context, c.T, sizeof(float));

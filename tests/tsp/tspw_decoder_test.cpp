@@ -105,46 +105,12 @@ std::vector<RankRun<T>> run_tspw(
                                  });
 }
 
-// One line per position where rank `rank`'s cache disagrees with the reference's: held by the
-// wrong rank, a count that is not the map's, or K/V beyond the bound of the file comment (layer 0:
-// exact; later layers kCacheRtol · max_mag). worst: the largest relative difference of layers >= 1.
+// One rank's cache against the reference's (testing::cache_mismatches: every KV head, the bound
+// of the file comment).
 std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
                                           const ref::KvCache<double>& want, double max_mag,
                                           double& worst) {
-  std::vector<std::string> errors;
-  const KvOwnership& own = kv.ownership();
-  for (int l = 0; l < want.n_layers(); ++l)
-    for (int b = 0; b < want.batch(); ++b) {
-      for (std::int64_t p = 0; p < want.length(b); ++p) {
-        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
-        if (kv.holds(l, b, p) != (own.owner(b, p) == rank)) {
-          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
-                           " but owned by rank " + std::to_string(own.owner(b, p)));
-          continue;
-        }
-        if (!kv.holds(l, b, p)) continue;
-        for (const bool is_k : {true, false}) {
-          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
-          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
-          for (std::size_t i = 0; i < got.size(); ++i) {
-            const double d = std::abs(got[i] - ref_row[i]);
-            if (l > 0) worst = std::max(worst, d / max_mag);
-            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
-              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
-                               "]: " + std::to_string(got[i]) + " vs reference " +
-                               std::to_string(ref_row[i]));
-              break;
-            }
-          }
-        }
-      }
-      if (kv.held(l, b) != own.count(rank, b, want.length(b)))
-        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
-                         std::to_string(b));
-    }
-  return errors;
+  return testing::cache_mismatches(rank, kv, 0, want, max_mag, kCacheRtol, worst);
 }
 
 // ---------------------------------------------------------------- shape validation
