@@ -11,6 +11,8 @@
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/mesh_decoder.hpp"
+#include "tspemu/tsp/sp_decoder.hpp"
 #include "tspemu/tsp/tp_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
@@ -222,8 +224,89 @@ DecodeStrategy helix_strategy() {
   };
 }
 
+// ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
+
+DecodeStrategy sp_strategy() {
+  return DecodeStrategy{
+      .name = "sp",
+      .description =
+          "SP / context parallel on Σ = --ranks ranks: weights replicated, the KV cache "
+          "sharded over the sequence, pass-Q attention merged by an LSE all-gather and an "
+          "all-reduce (tsp/sp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_sp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::sp(s.ranks));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
+          "--ranks: the planner's bytes per token (all NKV heads) over the rank's reserved "
+          "positions",
+  };
+}
+
+// TP+SP on D = --ranks = T × Σ ranks. The rule for T: the smallest divisor of D in (1, D) that
+// divides NH, NKV, F and V (each rank of a row holds whole heads, MLP columns and vocabulary
+// rows), so Σ = D / T is the largest SP degree a true mesh (T, Σ >= 2) allows;
+// std::invalid_argument when there is none.
+tsp::MeshDecodeShape tp_sp_shape(const tsp::DecodeShape& d) {
+  const ref::ModelConfig& m = d.model;
+  for (int t = 2; t < d.D; ++t)
+    if (d.D % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.ffn % t == 0 &&
+        m.vocab % t == 0) {
+      tsp::MeshDecodeShape ms{.model = m,
+                              .T = t,
+                              .Sp = d.D / t,
+                              .batch = d.batch,
+                              .max_context = d.max_context,
+                              .interleave = d.interleave};
+      ms.validate();
+      return ms;
+    }
+  throw std::invalid_argument(
+      "TP+SP decode: no T in (1, " + std::to_string(d.D) + ") divides the ranks " +
+      std::to_string(d.D) + " and NH=" + std::to_string(m.n_heads) +
+      ", NKV=" + std::to_string(m.n_kv_heads) + ", F=" + std::to_string(m.ffn) +
+      ", V=" + std::to_string(m.vocab) + " (a T × Σ mesh with T, Σ >= 2)");
+}
+
+DecodeStrategy tp_sp_strategy() {
+  return DecodeStrategy{
+      .name = "tp-sp",
+      .description =
+          "the TP+SP mesh on --ranks = T × Σ ranks, T the smallest divisor > 1 of --ranks "
+          "dividing the heads, KV heads, MLP width and vocabulary: TP over each row, SP pass-Q "
+          "over each column on the row's head shard (tsp/mesh_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { (void)tp_sp_shape(d); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank,
+                                                                  tp_sp_shape(decode_shape(s)), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const tsp::MeshDecodeShape ms = tp_sp_shape(decode_shape(s));
+            return sharded_kv_bytes(s, prompt_lengths, ms.Sp, rank / ms.T,
+                                    tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(row, b, max_context), 64) over Σ, "
+          "row = rank / T: the planner's bytes per token (NKV/T heads) over the row's reserved "
+          "positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), tp_strategy(), helix_strategy()};
+  return {reference_strategy(), tspw_strategy(), tp_strategy(),
+          helix_strategy(),     sp_strategy(),   tp_sp_strategy()};
 }
 
 }  // namespace

@@ -139,7 +139,7 @@ void embed(Rank& rank, Comm& comm, const VocabShard<T>& v, const DecodeStep& st,
       std::copy_n(v.embed.data() + static_cast<std::size_t>(t - v.r * v.Vl) * Cz, Cz,
                   x.data() + i * Cz);
   }
-  measured(rank, traffic, [&] { all_reduce<T>(comm, x.span()); });
+  if (comm.size() > 1) measured(rank, traffic, [&] { all_reduce<T>(comm, x.span()); });
 }
 
 template <class T>
@@ -159,8 +159,12 @@ std::vector<T> lm_head(Rank& rank, Comm& comm, const VocabShard<T>& v, const Dec
                          m.hidden, m.norm_eps);
     ref::matmul_nt(mine.data() + b * Vz, xn.data(), v.head_rows(), 1, v.Vl, m.hidden);
   }
-  measured(rank, traffic,
-           [&] { all_gather<T>(comm, std::span<const T>(mine.data(), mine.size()), all.span()); });
+  if (n > 1)
+    measured(rank, traffic, [&] {
+      all_gather<T>(comm, std::span<const T>(mine.data(), mine.size()), all.span());
+    });
+  else
+    std::copy(mine.begin(), mine.end(), all.begin());
   std::vector<T> logits(Bz * V);
   for (std::size_t p = 0; p < n; ++p)
     for (std::size_t b = 0; b < Bz; ++b)
@@ -205,7 +209,7 @@ void mlp_block(Rank& rank, Comm& comm, const MlpShard<T>& w, const DecodeStep& s
                           static_cast<std::size_t>(n) * static_cast<std::size_t>(w.Fl));
     ref::matmul_nt(partial.data() + o * C, h.data() + f, w.down.data(), n, m.hidden, w.Fl);
   }
-  measured(rank, traffic, [&] { all_reduce<T>(comm, partial.span()); });
+  if (comm.size() > 1) measured(rank, traffic, [&] { all_reduce<T>(comm, partial.span()); });
   for (std::size_t i = 0; i < rows * C; ++i) x[i] = mid[i] + partial[i];
 }
 

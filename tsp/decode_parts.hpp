@@ -74,6 +74,10 @@ struct VocabShard {
   const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
 };
 
+// A group of one rank (the row of an SP mesh, T = 1) makes no call: embed, lm_head and mlp_block
+// skip their collective there (a call over one rank would move nothing but count a call the
+// planner's closed forms do not have).
+
 // x [N, C] = embed_tokens(step.tokens): the owner of each id's row writes it, the others zeros,
 // and the all-reduce over `comm` (the vocabulary's n ranks, this rank's index r) adds exact
 // zeros, so x is the embedding row bit for bit. `x` must be zeroed.
