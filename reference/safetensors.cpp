@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -19,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strict_json.hpp"
 #include "tspemu/core/atomic_file.hpp"
+#include "tspemu/core/regular_file.hpp"
 #include "tspemu/core/sanitized.hpp"
 
 namespace tspemu::ref {
@@ -135,13 +135,12 @@ SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     fail("cannot read '" + sanitized(path, 256) + "': it is a directory");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '" + sanitized(path, 256) + "'");
+  // A regular file only (a FIFO would block the read, /dev/zero never end it), read to its size.
   std::vector<unsigned char> bytes;
-  try {  // filebuf reports a read error (EIO, EISDIR) by throwing, not through the stream state
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::ios_base::failure& e) {
-    fail("cannot read '" + sanitized(path, 256) + "': " + e.what());
+  try {
+    bytes = read_regular_file<std::vector<unsigned char>>(path, UINT64_MAX);
+  } catch (const FileReadError& e) {
+    fail(e.what());
   }
   try {
     SafetensorsReader r = from_bytes(std::move(bytes));
@@ -164,40 +163,27 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
 namespace {
 
 // The header's JSON, refused when malformed, nested deeper than kMaxHeaderDepth or holding a key
-// twice in one object.
+// twice in one object: checked by a SAX pass that builds nothing (so a 100,000-deep header is
+// refused at its fourth bracket), then parsed; both linear in the header's size.
 nlohmann::json parse_header(const char* begin, const char* end) {
-  // The parser callback (rather than a SAX handler) because it keeps nlohmann's own DOM
-  // builder and still sees every container open before its contents are parsed: throwing there
-  // stops a 100,000-deep header at its fourth bracket, so nothing deep is built, dumped or freed.
-  // It also sees each key before nlohmann's std::map would let a duplicate overwrite the first.
-  // depth: containers open around the event (the header object's own keys are at depth 1).
-  std::vector<std::set<std::string>> keys;  // the keys seen so far in each open object
-  bool root_is_object = false;
-  std::string entry;  // the header key whose value is being parsed: a tensor's name
-  const auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    const auto where = [&] {
-      if (!root_is_object || depth < 2) return std::string();
-      return entry == "__metadata__" ? "__metadata__: " : "tensor " + quote(entry) + ": ";
-    };
-    if (event == Event::object_start || event == Event::array_start) {
-      if (depth >= kMaxHeaderDepth) {
-        fail(where() + "header nests deeper than " + std::to_string(kMaxHeaderDepth) +
-             " levels (the header object, an entry object, a flat array)");
-      }
-      if (depth == 0) root_is_object = event == Event::object_start;
-      if (event == Event::object_start) keys.emplace_back();
-    } else if (event == Event::object_end) {
-      keys.pop_back();
-    } else if (event == Event::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (depth == 1) entry = key;
-      if (!keys.back().insert(key).second) fail(where() + "duplicate key " + quote(key));
+  const detail::StrictJsonCheck* at = nullptr;
+  const auto refuse = [&](const std::string& reason) {
+    if (reason == "not valid JSON") fail("header is not valid JSON");
+    std::string where;  // the entry being parsed, once inside one
+    if (at != nullptr && at->root_is_object() && at->depth() >= 2) {
+      where =
+          at->entry() == "__metadata__" ? "__metadata__: " : "tensor " + quote(at->entry()) + ": ";
     }
-    return true;
+    if (reason.starts_with("nests deeper")) {
+      fail(where + "header nests deeper than " + std::to_string(kMaxHeaderDepth) +
+           " levels (the header object, an entry object, a flat array)");
+    }
+    fail(where + reason);
   };
-  nlohmann::json header = nlohmann::json::parse(begin, end, check, /*allow_exceptions=*/false);
-  if (header.is_discarded()) fail("header is not valid JSON");
+  detail::StrictJsonCheck check(kMaxHeaderDepth, refuse);
+  at = &check;
+  nlohmann::json header =
+      detail::parse_checked_json(std::string_view(begin, std::size_t(end - begin)), check, refuse);
   if (!header.is_object()) fail("header JSON is not an object");
   return header;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -487,6 +488,57 @@ TEST(Safetensors, RejectsADirectoryWithItsPath) {
   const ScratchDir dir("tspemu_read_dir");
   const std::string msg = error_of([&] { SafetensorsReader::from_file(dir.path.string()); });
   EXPECT_THAT(msg, HasSubstr("cannot read '" + dir.path.string() + "': it is a directory"));
+}
+
+TEST(Safetensors, RejectsAFifoAndADeviceNamingThemWithoutBlockingOrAllocating) {
+  const ScratchDir dir("tspemu_read_fifo");
+  const std::string fifo = (dir.path / "model.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever opens the FIFO: a blocking open or read would hang this test.
+  EXPECT_THAT(error_of([&] { SafetensorsReader::from_file(fifo); }),
+              HasSubstr("cannot read '" + fifo + "': not a regular file (a FIFO)"));
+  // /dev/zero never ends: read to its end it exhausts memory.
+  EXPECT_THAT(error_of([] { SafetensorsReader::from_file("/dev/zero"); }),
+              HasSubstr("cannot read '/dev/zero': not a regular file (a character device)"));
+  const std::string link = (dir.path / "zero.safetensors").string();
+  std::filesystem::create_symlink("/dev/zero", link);
+  EXPECT_THAT(error_of([&] { SafetensorsReader::from_file(link); }),
+              HasSubstr("cannot read '" + link + "': not a regular file (a character device)"));
+}
+
+// A header of n one-float tensors "t0", "t1", ... at consecutive offsets; the last one's name is
+// `last` when given.
+std::string many_tensors_header(std::size_t n, const std::string& last = "") {
+  std::string h = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string name = i + 1 == n && !last.empty() ? last : "t" + std::to_string(i);
+    h += (i ? ",\"" : "\"") + name + R"(":{"dtype":"F32","shape":[1],"data_offsets":[)" +
+         std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  return h + "}";
+}
+
+// The header check is one pass that keeps a key set per open object: every entry of a large
+// header is read, and a refusal that only its last entry triggers is still found and named.
+TEST(Safetensors, AHeaderOfManyTensorsIsReadWholeAndItsLastEntryChecked) {
+  constexpr std::size_t kTensors = 50000;
+  const Bytes data(4 * kTensors);
+  const SafetensorsReader r =
+      SafetensorsReader::from_bytes(make_file(many_tensors_header(kTensors), data));
+  ASSERT_EQ(r.tensors().size(), kTensors);
+  for (const std::size_t i : {std::size_t{0}, kTensors / 2, kTensors - 1}) {
+    const TensorInfo& ti = r.info("t" + std::to_string(i));
+    EXPECT_EQ(ti.begin, 4 * i);
+    EXPECT_EQ(ti.end, 4 * i + 4);
+    EXPECT_EQ(ti.shape, std::vector<std::int64_t>{1});
+  }
+  EXPECT_THAT(reader_error(make_file(many_tensors_header(kTensors, "t0"), data)),
+              HasSubstr("duplicate key 't0'"));
+  std::string deep = many_tensors_header(kTensors);
+  deep.replace(deep.rfind("[1]"), 3, "[[1]]");
+  EXPECT_THAT(reader_error(make_file(deep, data)),
+              HasSubstr("tensor 't" + std::to_string(kTensors - 1) +
+                        "': header nests deeper than 3 levels"));
 }
 
 // Random truncations and bit flips of a valid checkpoint: each must load or throw
