@@ -510,9 +510,38 @@ ModelConfig config_from_metadata(const SafetensorsReader& file) {
   return parse_config(file.metadata(), file.source());
 }
 
+namespace {
+
+// "[i, j]" of flat index `flat` in a row-major tensor of this shape.
+std::string coordinates(std::size_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> at(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    at[d] = std::int64_t(flat % std::size_t(shape[d]));
+    flat /= std::size_t(shape[d]);
+  }
+  return shape_str(at);
+}
+
+// Refuses the first element of `v` (tensor `name`, read from `source`) that is NaN or infinite.
+template <class T>
+void check_finite(const std::string& name, const std::vector<T>& v,
+                  const std::vector<std::int64_t>& shape, const std::string& source) {
+  const auto bad = std::find_if(v.begin(), v.end(), [](T x) { return !std::isfinite(x); });
+  if (bad == v.end()) return;
+  const auto i = std::size_t(bad - v.begin());
+  std::ostringstream value;
+  value << *bad;
+  throw NonFiniteWeightError("safetensors: tensor " + quote(name) + ": element " +
+                             std::to_string(i) + " " + coordinates(i, shape) + " of " +
+                             std::to_string(v.size()) + " is " + value.str() +
+                             " (a weight must be finite)" + in_file(source));
+}
+
+}  // namespace
+
 template <class T>
 ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
-                           const std::string& source) {
+                           const std::string& source, LoadOptions opts) {
   cfg.validate();
   const std::string in = in_file(source);
   // Every check against the files comes before any allocation, so a file claiming a huge config
@@ -542,12 +571,17 @@ ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
     fail("the " + std::to_string(files.size()) + " tensors cannot hold " +
          std::to_string(cfg.n_layers) + " layers" + in);
   }
+  const SafetensorsReader* stored_head = nullptr;  // an lm_head.weight beside a tied config
   for (const auto& [name, file] : files) {
     if (expected.count(name)) continue;
     const TensorInfo& ti = file->info(name);
     const bool inv_freq = name.size() >= 19 && name.ends_with("rotary_emb.inv_freq");
     const bool tied_head = cfg.tie_embeddings && name == "lm_head.weight" &&
                            ti.shape == std::vector<std::int64_t>{cfg.vocab, cfg.hidden};
+    if (tied_head) {
+      check_float_dtype(name, ti.dtype, file->source());
+      stored_head = file;
+    }
     if (!inv_freq && !tied_head) {
       fail("unexpected tensor " + quote(name) + " " + shape_str(ti.shape) + " for config " +
            cfg.to_string() + in_file(file->source()));
@@ -555,15 +589,35 @@ ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
   }
   ModelWeights<T> w = std::move(skeleton);
   w.layers.resize(std::size_t(cfg.n_layers));
-  for (auto& p : parameters(w)) *p.data = files.at(p.name)->template read<T>(p.name);
+  for (auto& p : parameters(w)) {
+    const SafetensorsReader& file = *files.at(p.name);
+    *p.data = file.template read<T>(p.name);
+    if (!opts.allow_nonfinite) check_finite(p.name, *p.data, p.shape, file.source());
+  }
+  // A tied model's head is its embedding: a stored head that differs would be silently unused.
+  if (stored_head != nullptr) {
+    const std::vector<T> head = stored_head->template read<T>("lm_head.weight");
+    const auto diff = std::mismatch(head.begin(), head.end(), w.embed.begin(),
+                                    [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0; });
+    if (diff.first != head.end()) {
+      const auto i = std::size_t(diff.first - head.begin());
+      fail(
+          "unexpected tensor 'lm_head.weight': the config ties the head to "
+          "'model.embed_tokens.weight', and the stored head differs from it at element " +
+          std::to_string(i) + " " + coordinates(i, {cfg.vocab, cfg.hidden}) +
+          " (a tied model would ignore it: remove it, or untie the config)" +
+          in_file(stored_head->source()));
+    }
+  }
   return w;
 }
 
 template <class T>
-ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg) {
+ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg,
+                           LoadOptions opts) {
   TensorFiles files;
   for (const auto& [name, info] : file.tensors()) files.emplace(name, &file);
-  return load_model<T>(files, cfg, file.source());
+  return load_model<T>(files, cfg, file.source(), opts);
 }
 
 template <class T>
@@ -594,11 +648,13 @@ std::vector<unsigned char> save_model_bytes(const ModelWeights<T>& w) {
 template std::vector<float> SafetensorsReader::read<float>(const std::string&) const;
 template std::vector<double> SafetensorsReader::read<double>(const std::string&) const;
 template ModelWeights<float> load_model<float>(const TensorFiles&, const ModelConfig&,
-                                               const std::string&);
+                                               const std::string&, LoadOptions);
 template ModelWeights<double> load_model<double>(const TensorFiles&, const ModelConfig&,
-                                                 const std::string&);
-template ModelWeights<float> load_model<float>(const SafetensorsReader&, const ModelConfig&);
-template ModelWeights<double> load_model<double>(const SafetensorsReader&, const ModelConfig&);
+                                                 const std::string&, LoadOptions);
+template ModelWeights<float> load_model<float>(const SafetensorsReader&, const ModelConfig&,
+                                               LoadOptions);
+template ModelWeights<double> load_model<double>(const SafetensorsReader&, const ModelConfig&,
+                                                 LoadOptions);
 template ModelWeights<float> load_model<float>(const std::string&, const ModelConfig&);
 template ModelWeights<double> load_model<double>(const std::string&, const ModelConfig&);
 template void save_model<float>(const std::string&, const ModelWeights<float>&);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -199,6 +200,42 @@ TEST(Checkpoint, NonRegularFilesAreRefusedNamingThemWithoutBlocking) {
               std::string::npos)
         << o.err;
   }
+  fs::remove_all(a);
+}
+
+// Weights holding NaN or Inf are refused naming the tensor, the element and the flag that allows
+// them; a stored lm_head.weight beside a tied config.json that differs from the embedding is
+// refused by name rather than silently unused.
+TEST(Checkpoint, NonFiniteWeightsAndAnUnusedHeadAreRefusedNamingTheTensor) {
+  const std::string a = temp_path("nonfinite");
+  fs::remove_all(a);
+  const ref::ModelConfig cfg{
+      .vocab = 256, .hidden = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn = 64};
+  auto w = ref::init_weights<float>(cfg, 3);
+  w.layers[1].w_down[70] = std::numeric_limits<float>::infinity();  // row 1, column 6 of [32, 64]
+  ref::save_hf_checkpoint(a, w, 0);
+  Outcome o = tspemu({"run", "--seq", "32", "-q", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("--weights " + a +
+                       ": safetensors: tensor 'model.layers.1.mlp.down_proj.weight': element 70 "
+                       "[1, 6] of 2048 is inf (a weight must be finite) (file '" +
+                       a + "/model.safetensors'); --allow-nonfinite-weights loads it anyway"),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"run", "--seq", "32", "-q", "--weights", a, "--allow-nonfinite-weights"});
+  EXPECT_EQ(o.err.find("must be finite"), std::string::npos) << o.err;
+
+  w.layers[1].w_down[70] = 0.5f;
+  ref::save_hf_checkpoint(a, w, 0);  // untied: lm_head.weight stored
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(a + "/config.json"));
+  config["tie_word_embeddings"] = true;
+  std::ofstream(a + "/config.json") << config.dump();
+  o = tspemu({"train", "-q", "--seq", "32", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("unexpected tensor 'lm_head.weight': the config ties the head to "
+                       "'model.embed_tokens.weight'"),
+            std::string::npos)
+      << o.err;
   fs::remove_all(a);
 }
 

@@ -243,14 +243,60 @@ TEST(Safetensors, RejectsUnexpectedTensorButToleratesRotaryBuffers) {
       cfg));
 }
 
-TEST(Safetensors, TiedConfigIgnoresAStoredHeadOfTheEmbeddingShape) {
+// A tied model's head is its embedding: a stored lm_head.weight that differs would be silently
+// unused (issue 41), so it is refused by name; one equal to the embedding is the same tensor
+// stored twice and loads.
+TEST(Safetensors, TiedConfigRefusesAStoredHeadThatDiffersFromTheEmbedding) {
   const ModelConfig untied = testing::tiny_gqa_config();
   ModelConfig tied = untied;
   tied.tie_embeddings = true;
-  const auto w = init_weights<float>(untied, 1);
+  auto w = init_weights<float>(untied, 1);
+  expect_load_error(save_model_bytes(w), tied,
+                    "unexpected tensor 'lm_head.weight': the config ties the head to "
+                    "'model.embed_tokens.weight', and the stored head differs from it at element 0 "
+                    "[0, 0]");
+  w.lm_head = w.embed;
+  w.lm_head.back() += 1.0f;
+  expect_load_error(save_model_bytes(w), tied,
+                    "differs from it at element " + std::to_string(w.embed.size() - 1) + " [" +
+                        std::to_string(untied.vocab - 1) + ", " +
+                        std::to_string(untied.hidden - 1) + "]");
+  w.lm_head = w.embed;
   const auto loaded = load_model<float>(SafetensorsReader::from_bytes(save_model_bytes(w)), tied);
   EXPECT_TRUE(loaded.lm_head.empty());
   EXPECT_EQ(loaded.embed, w.embed);
+}
+
+// NaN or an infinity in any weight is refused naming the tensor, the first bad element (flat
+// index and coordinates) and its value, unless allowed; an F64 value past float's range becomes
+// inf on conversion and is refused the same way.
+TEST(Safetensors, NonFiniteWeightsAreRefusedNamingTensorAndElementUnlessAllowed) {
+  const ModelConfig cfg = testing::tiny_gqa_config();
+  const std::string name = "model.layers.1.self_attn.k_proj.weight";
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e300}) {
+    auto w = init_weights<double>(cfg, 1);
+    std::vector<double>* t = nullptr;
+    std::vector<std::int64_t> shape;
+    for (const auto& p : parameters(w)) {
+      if (p.name == name) t = p.data, shape = p.shape;
+    }
+    ASSERT_NE(t, nullptr);
+    const std::size_t at = shape[1] + 2;  // row 1, column 2
+    (*t)[at] = bad;
+    (*t)[at + 1] = std::nan("");  // only the first is named
+    const Bytes file = save_model_bytes(w);
+    try {
+      load_model<float>(SafetensorsReader::from_bytes(file), cfg);
+      ADD_FAILURE() << "loaded a non-finite weight " << bad;
+    } catch (const NonFiniteWeightError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("tensor '" + name + "': element " + std::to_string(at) +
+                                      " [1, 2] of " + std::to_string(t->size()) + " is "));
+      EXPECT_THAT(e.what(), HasSubstr(std::isnan(bad) ? "nan" : "inf"));
+    }
+    const auto loaded = load_model<float>(SafetensorsReader::from_bytes(file), cfg,
+                                          LoadOptions{.allow_nonfinite = true});
+    EXPECT_FALSE(std::isfinite(loaded.layers[1].wk[at]));
+  }
 }
 
 TEST(Safetensors, ConfigMetadataMissingOrUnparsableFieldIsNamed) {
