@@ -7,6 +7,7 @@
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/tspm_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -65,19 +66,21 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
-// sequence-sharded KV cache.
-class TspwSession final : public DecodeSession {
+// The shape a sequence-sharded TSP decoder (tsp/tspw_decoder.hpp's DecodeShape) runs on.
+tsp::DecodeShape tsp_shape(const GenerateShape& s) {
+  return tsp::DecodeShape{.model = s.model,
+                          .D = s.ranks,
+                          .batch = s.batch,
+                          .max_context = s.max_context,
+                          .interleave = s.interleave};
+}
+
+// A TSP decoder (TSP-W: tsp/tspw_decoder.hpp, TSP-M: tsp/tspm_decoder.hpp) as a rank's session.
+template <class Decoder>
+class TspSession final : public DecodeSession {
  public:
-  TspwSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, tspw_shape(s), w) {}
-  static tsp::DecodeShape tspw_shape(const GenerateShape& s) {
-    return tsp::DecodeShape{.model = s.model,
-                            .D = s.ranks,
-                            .batch = s.batch,
-                            .max_context = s.max_context,
-                            .interleave = s.interleave};
-  }
+  TspSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
+      : decoder_(rank, tsp_shape(s), w) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -87,7 +90,7 @@ class TspwSession final : public DecodeSession {
   std::uint64_t kv_cache_bytes() const override { return decoder_.kv_cache_bytes(); }
 
  private:
-  tsp::TspwDecoder decoder_;
+  Decoder decoder_;
 };
 
 // The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
@@ -106,23 +109,26 @@ std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t
   return (bytes + 63) / 64 * 64;
 }
 
-DecodeStrategy tspw_strategy() {
+// A TSP decode strategy: `validate` throws std::invalid_argument for a shape it cannot run; the
+// KV cache is TSP-W's layout for both variants (tspw_kv_bytes).
+template <class Decoder>
+DecodeStrategy tsp_strategy(const std::string& name, const std::string& description,
+                            void (*validate)(const tsp::DecodeShape&)) {
   return DecodeStrategy{
-      .name = "tsp-w",
-      .description =
-          "TSP with weights in place: TP-style projections on TSP's weight shards, "
-          "attention over the sequence-sharded KV cache by log-sum-exp merges "
-          "(tsp/tspw_decoder.hpp)",
-      .why_invalid = [](const GenerateShape& s) -> std::string {
+      .name = name,
+      .description = description,
+      .why_invalid = [validate](const GenerateShape& s) -> std::string {
         try {
-          TspwSession::tspw_shape(s).validate();
+          validate(tsp_shape(s));
         } catch (const std::invalid_argument& e) {
           return e.what();
         }
         return "";
       },
-      .make = [](Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-          -> std::unique_ptr<DecodeSession> { return std::make_unique<TspwSession>(rank, s, w); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<TspSession<Decoder>>(rank, s, w);
+      },
       .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
                            int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
       .kv_formula =
@@ -132,8 +138,25 @@ DecodeStrategy tspw_strategy() {
   };
 }
 
+DecodeStrategy tspw_strategy() {
+  return tsp_strategy<tsp::TspwDecoder>(
+      "tsp-w",
+      "TSP with weights in place: TP-style projections on TSP's weight shards, attention over "
+      "the sequence-sharded KV cache by log-sum-exp merges (tsp/tspw_decoder.hpp)",
+      [](const tsp::DecodeShape& s) { s.validate(); });
+}
+
+DecodeStrategy tspm_strategy() {
+  return tsp_strategy<tsp::TspmDecoder>(
+      "tsp-m",
+      "TSP with weights moving, as in training: the weight shards broadcast and ringed every "
+      "step, each token's K/V kept by its owner, attention merged by log-sum-exp "
+      "(tsp/tspm_decoder.hpp)",
+      &tsp::TspmDecoder::validate);
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy()};
+  return {reference_strategy(), tspw_strategy(), tspm_strategy()};
 }
 
 }  // namespace

@@ -27,17 +27,6 @@ std::string str(std::int64_t v) {
   return std::to_string(v);
 }
 
-// DecodeShape's rules, with TSP-M named: its messages open "TSP-W decode: ".
-void validate(const DecodeShape& s) {
-  try {
-    s.validate();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what(), tspw = "TSP-W decode: ";
-    throw std::invalid_argument(std::string(kWho) + ": " +
-                                (what.starts_with(tspw) ? what.substr(tspw.size()) : what));
-  }
-}
-
 std::size_t z(std::int64_t v) {
   return static_cast<std::size_t>(v);
 }
@@ -85,6 +74,18 @@ struct BasicTspmDecoder<T>::Step {
   }
   std::size_t owned(int p) const { return rows_of[z(p)].size(); }
 };
+
+// DecodeShape's rules, with TSP-M named: its messages open "TSP-W decode: ".
+template <class T>
+void BasicTspmDecoder<T>::validate(const DecodeShape& shape) {
+  try {
+    shape.validate();
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what(), tspw = "TSP-W decode: ";
+    throw std::invalid_argument(std::string(kWho) + ": " +
+                                (what.starts_with(tspw) ? what.substr(tspw.size()) : what));
+  }
+}
 
 template <class T>
 BasicTspmDecoder<T>::BasicTspmDecoder(Rank& rank, const DecodeShape& shape,

@@ -101,6 +101,8 @@ template <class T>
 class BasicTspmDecoder {
  public:
   BasicTspmDecoder(Rank& rank, const DecodeShape& shape, const ref::ModelWeights<T>& master);
+  // DecodeShape::validate() with TSP-M named (std::invalid_argument "TSP-M decode: ...").
+  static void validate(const DecodeShape& shape);
   ~BasicTspmDecoder();
   BasicTspmDecoder(const BasicTspmDecoder&) = delete;
   BasicTspmDecoder& operator=(const BasicTspmDecoder&) = delete;
