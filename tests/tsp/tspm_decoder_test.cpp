@@ -293,8 +293,8 @@ TEST_P(TspmTrafficModel, EveryStageOfEveryStepOnEveryRankEqualsThePlannersClosed
         cost::tspm_step_stage_traffic(m, D, prompt_owners, last_owners, sizeof(float), r));
     ref::Sampler greedy = ref::Sampler::greedy();
     for (int step = 0; step < steps; ++step) {
-      std::vector<int> owners;
-      for (int b = 0; b < B; ++b) owners.push_back(own.owner(b, dec.length(b)));
+      std::vector<int> owners(static_cast<std::size_t>(B));
+      for (int b = 0; b < B; ++b) owners[static_cast<std::size_t>(b)] = own.owner(b, dec.length(b));
       logits = dec.decode_step(greedy.sample(std::span<const float>(logits), B, cfg.vocab));
       expect_stages_equal("rank " + std::to_string(r) + " step " + std::to_string(step),
                           dec.last_traffic(),
