@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace tspemu::tsp::cost {
 
@@ -457,6 +458,16 @@ TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::
 
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
                                     std::uint64_t beta, int rank) {
+  TrafficCounters t;
+  for (const DecodeStageTraffic& s : decode_stage_traffic(m, st, B, beta, rank)) t += s.traffic;
+  return t;
+}
+
+// ---- Per-stage counts of the mesh schedules
+// -------------------------------------------------------
+
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank) {
   if (st.tsp())
     refuse(st,
            "use tspw_decode_step_traffic or tspm_decode_stage_traffic (TSP: the token owners "
@@ -467,8 +478,7 @@ TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& s
            "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(st.ranks()) + ")");
   const DecodeCost c = decode_cost(m, st, std::vector<i64>(static_cast<std::size_t>(B), 1), beta);
   const int col = rank % st.T, row = rank / st.T;
-  TrafficCounters t;
-  CollectiveKind last = K::barrier;
+  std::vector<DecodeStageTraffic> stages;
   for (const DecodeCollective& e : c.comm) {
     const int idx = e.axis == Group::tp ? col : e.axis == Group::sp ? row : rank;
     const u64 n = U(e.group), times = e.per_layer ? c.layers : 1;
@@ -479,16 +489,17 @@ TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& s
     } else {  // all_gather (payload: the output), all_to_all (payload: one rank's input)
       sent = received = (n - 1) * (e.payload / n);
     }
-    if (e.packed) {  // rides in the previous call: its bytes, no call
-      TrafficCounters::Entry& p = t[last];
+    if (e.packed && !stages.empty()) {  // rides in the previous call: its bytes, no call
+      TrafficCounters::Entry& p = stages.back().traffic[stages.back().kind];
       p.bytes_sent += times * e.calls * sent;
       p.bytes_received += times * e.calls * received;
       continue;
     }
-    t.add(e.kind, times * e.calls, sent, received);
-    last = e.kind;
+    DecodeStageTraffic s{e.what, e.kind, {}};
+    s.traffic.add(e.kind, times * e.calls, sent, received);
+    stages.push_back(std::move(s));
   }
-  return t;
+  return stages;
 }
 
 // ---- TSP-M runtime counting -------------------------------------------------------------------

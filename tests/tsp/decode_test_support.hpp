@@ -20,26 +20,33 @@
 //   seconds at the small test models.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/model_config.hpp"
 #include "tspemu/reference/numerics.hpp"
 #include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/arena.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp::testing {
 
@@ -48,6 +55,20 @@ using Feed = std::vector<std::vector<std::int32_t>>;  // [steps][B]
 
 inline constexpr double kOracleFactor = 3.0;  // as the other block checks
 inline constexpr int kGreedySteps = 256;
+
+// A small GQA test model (L = 2, F = V = 96, RoPE base 500) with NH query and NKV KV heads of
+// size hidden / NH: the shapes of tspw_test_model.hpp with the KV heads chosen per test.
+inline ref::ModelConfig small_gqa_model(int n_heads, int n_kv_heads, int hidden) {
+  ref::ModelConfig c;
+  c.vocab = 96;
+  c.n_layers = 2;
+  c.ffn = 96;
+  c.rope_base = 500.0;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.hidden = hidden;
+  return c;
+}
 
 // Five random prompts of lengths 1 (shorter than any degree: ranks without a key of it at
 // first), 7 and 13 (prime), 12 and 16, ids in [0, vocab).
@@ -66,6 +87,66 @@ inline std::int64_t longest(const Prompts& p) {
   std::size_t n = 0;
   for (const auto& s : p) n = std::max(n, s.size());
   return static_cast<std::int64_t>(n);
+}
+
+// The largest |K| or |V| of a reference cache.
+inline double max_magnitude(const ref::KvCache<double>& cache) {
+  double max_mag = 0;
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int b = 0; b < cache.batch(); ++b)
+      for (std::int64_t p = 0; p < cache.length(b); ++p)
+        for (const bool is_k : {true, false})
+          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
+            max_mag = std::max(max_mag, std::abs(x));
+  return max_mag;
+}
+
+// One line per position where a rank's cache disagrees with the reference cache `want`: held
+// where its ownership map does not put it on this token shard (kv.rank()) or missing where it
+// does, a held count other than the map's, or K/V of the rank's KV heads [first_head,
+// first_head + kv.kv_heads()) beyond the bound: layer 0 exact (the same dot products over C, RoPE
+// at the same global position), later layers rtol · max_mag (their residual carries sums split
+// over ranks). Lines name `rank` (the world rank), layer, sequence and position. worst: the
+// largest relative difference of layers >= 1.
+inline std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
+                                                 int first_head, const ref::KvCache<double>& want,
+                                                 double max_mag, double rtol, double& worst) {
+  std::vector<std::string> errors;
+  const KvOwnership& own = kv.ownership();
+  const std::size_t first =
+      static_cast<std::size_t>(first_head) * static_cast<std::size_t>(kv.head_size());
+  for (int l = 0; l < want.n_layers(); ++l)
+    for (int b = 0; b < want.batch(); ++b) {
+      for (std::int64_t p = 0; p < want.length(b); ++p) {
+        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
+        if (kv.holds(l, b, p) != (own.owner(b, p) == kv.rank())) {
+          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
+                           " but owned by token shard " + std::to_string(own.owner(b, p)));
+          continue;
+        }
+        if (!kv.holds(l, b, p)) continue;
+        for (const bool is_k : {true, false}) {
+          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
+          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double d = std::abs(got[i] - ref_row[first + i]);
+            if (l > 0) worst = std::max(worst, d / max_mag);
+            if ((l == 0 && d != 0) || d > rtol * max_mag) {
+              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
+                               "]: " + std::to_string(got[i]) + " vs reference " +
+                               std::to_string(ref_row[first + i]));
+              break;
+            }
+          }
+        }
+      }
+      if (kv.held(l, b) != own.count(kv.rank(), b, want.length(b)))
+        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
+                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
+                         std::to_string(b));
+    }
+  return errors;
 }
 
 // The decoder a factory builds, and what its last_traffic() returns (std::monostate without one).
@@ -277,6 +358,92 @@ void expect_batch_independent(const Prompts& prompts, const std::vector<int>& wh
                 0)
           << "sequence " << b << " step " << i;
   }
+}
+
+// The input checks every decoder makes before computing anything, on one rank's decoder `dec`
+// of batch 2, V = 96, max_context 8 (each thrown message names `who`, the sequence, position and
+// value): decode before prefill, an empty prompt, a token outside [0, V), a prompt or a decode
+// step past max_context. Leaves dec prefilled with prompts of 7 and 1 tokens and one step
+// decoded.
+template <class Decoder>
+void expect_bad_input_refused(Decoder& dec, const std::string& who) {
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
+  const std::vector<std::int32_t> two{1, 2};
+  EXPECT_THAT([&] { dec.decode_step(two); }, ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr(who + ": decode_step before prefill")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1, 2}, {}});
+      },
+      ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1, 96}, {3}});
+      },
+      ThrowsMessage<std::invalid_argument>(
+          HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
+  EXPECT_THAT(
+      [&] {
+        dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
+      },
+      ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
+  dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
+  const std::vector<std::int32_t> bad{1, -1};
+  EXPECT_THAT([&] { dec.decode_step(bad); }, ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr("sequence 1 position 1 has token -1")));
+  dec.decode_step(two);  // sequence 0 now holds positions 0..7
+  EXPECT_THAT([&] { dec.decode_step(two); },
+              ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+}
+
+// A rank's KV cache reservation by the planner: L × tokens × bytes per token and layer
+// (plan/decode_cost.hpp's kv_bytes_per_token_layer), rounded up to the arena's 64 bytes
+// (rank_kv_cache.hpp's bytes()).
+inline std::uint64_t planner_kv_cache_bytes(int layers, std::uint64_t tokens,
+                                            std::uint64_t bytes_per_token_layer) {
+  constexpr std::uint64_t kArenaGranularity = 64;
+  const std::uint64_t raw = static_cast<std::uint64_t>(layers) * tokens * bytes_per_token_layer;
+  return (raw + kArenaGranularity - 1) / kArenaGranularity * kArenaGranularity;
+}
+
+// Per-rank findings of a run (one line each, naming rank and step) become test failures, and
+// every rank checked `steps` steps.
+inline void expect_no_findings(const std::vector<std::vector<std::string>>& findings,
+                               const std::vector<int>& checked, int steps) {
+  for (std::size_t r = 0; r < findings.size(); ++r) {
+    EXPECT_EQ(checked[r], steps) << "rank " << r;
+    for (const std::string& f : findings[r]) ADD_FAILURE() << f;
+  }
+}
+
+// One decode step of a mesh decoder (TP, Helix) against the planner on one rank, one line per
+// disagreement, each starting with `at`: every stage of the decoder's, named as the planner's
+// decode_stage_traffic entries, equal to the planner's stage of that name; as many stages as the
+// planner's; the decoder's total equal to decode_step_traffic (`want_total`).
+inline std::vector<std::string> stage_findings(
+    const std::string& at, const std::vector<std::pair<std::string, const TrafficCounters*>>& mine,
+    const TrafficCounters& total, const std::vector<cost::DecodeStageTraffic>& want,
+    const TrafficCounters& want_total) {
+  std::vector<std::string> out;
+  if (want.size() != mine.size())
+    out.push_back(at + ": the planner has " + std::to_string(want.size()) + " stages");
+  for (const auto& [what, counters] : mine) {
+    bool found = false;
+    for (const auto& stage : want)
+      if (stage.what == what) {
+        found = true;
+        if (!(stage.traffic == *counters))
+          out.push_back(at + " stage " + what + ": received " +
+                        std::to_string(counters->total_received()) + " sent " +
+                        std::to_string(counters->total_sent()) + " vs planner " +
+                        std::to_string(stage.traffic.total_received()) + " / " +
+                        std::to_string(stage.traffic.total_sent()));
+      }
+    if (!found) out.push_back(at + ": the planner has no stage " + what);
+  }
+  if (!(total == want_total)) out.push_back(at + ": total differs from decode_step_traffic");
+  return out;
 }
 
 }  // namespace tspemu::tsp::testing

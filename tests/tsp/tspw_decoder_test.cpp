@@ -49,6 +49,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::kGreedySteps;
 using testing::longest;
+using testing::max_magnitude;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
 
@@ -104,58 +105,12 @@ std::vector<RankRun<T>> run_tspw(
                                  });
 }
 
-// The largest |K| or |V| of a reference cache.
-double max_magnitude(const ref::KvCache<double>& cache) {
-  double max_mag = 0;
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int b = 0; b < cache.batch(); ++b)
-      for (std::int64_t p = 0; p < cache.length(b); ++p)
-        for (const bool is_k : {true, false})
-          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
-            max_mag = std::max(max_mag, std::abs(x));
-  return max_mag;
-}
-
-// One line per position where rank `rank`'s cache disagrees with the reference's: held by the
-// wrong rank, a count that is not the map's, or K/V beyond the bound of the file comment (layer 0:
-// exact; later layers kCacheRtol · max_mag). worst: the largest relative difference of layers >= 1.
+// One rank's cache against the reference's (testing::cache_mismatches: every KV head, the bound
+// of the file comment).
 std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
                                           const ref::KvCache<double>& want, double max_mag,
                                           double& worst) {
-  std::vector<std::string> errors;
-  const KvOwnership& own = kv.ownership();
-  for (int l = 0; l < want.n_layers(); ++l)
-    for (int b = 0; b < want.batch(); ++b) {
-      for (std::int64_t p = 0; p < want.length(b); ++p) {
-        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
-        if (kv.holds(l, b, p) != (own.owner(b, p) == rank)) {
-          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
-                           " but owned by rank " + std::to_string(own.owner(b, p)));
-          continue;
-        }
-        if (!kv.holds(l, b, p)) continue;
-        for (const bool is_k : {true, false}) {
-          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
-          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
-          for (std::size_t i = 0; i < got.size(); ++i) {
-            const double d = std::abs(got[i] - ref_row[i]);
-            if (l > 0) worst = std::max(worst, d / max_mag);
-            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
-              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
-                               "]: " + std::to_string(got[i]) + " vs reference " +
-                               std::to_string(ref_row[i]));
-              break;
-            }
-          }
-        }
-      }
-      if (kv.held(l, b) != own.count(rank, b, want.length(b)))
-        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
-                         std::to_string(b));
-    }
-  return errors;
+  return testing::cache_mismatches(rank, kv, 0, want, max_mag, kCacheRtol, worst);
 }
 
 // ---------------------------------------------------------------- shape validation
@@ -200,33 +155,7 @@ TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   World world({.ranks = 2});
   world.run([&](Rank& r) {
     TspwDecoder dec(r, s, w);
-    const std::vector<std::int32_t> two{1, 2};
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr("before prefill")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}, {}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 96}, {3}});
-        },
-        ThrowsMessage<std::invalid_argument>(
-            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
-        },
-        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
-    dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
-    const std::vector<std::int32_t> bad{1, -1};
-    EXPECT_THAT(
-        [&] { dec.decode_step(bad); },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
-    dec.decode_step(two);  // sequence 0 now holds positions 0..7
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+    testing::expect_bad_input_refused(dec, "TSP-W decode");
   });
 }
 

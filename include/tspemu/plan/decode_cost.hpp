@@ -246,8 +246,30 @@ TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
                                     std::uint64_t beta, int rank);
 
+// ---- Per-stage counts of the mesh schedules (the TP and Helix decoders' last_traffic()) --------
+
+// decode_step_traffic split by collective, all layers summed: one stage per entry of
+// decode_cost's comm that makes calls of its own, named by its `what` ("W_O all-reduce", "MLP
+// down all-reduce", "embedding all-reduce", "LM head logits all-gather", Helix's "partials
+// all-to-all", ...), in decode_cost's order; a packed entry (Helix's LSE) adds its bytes to the
+// stage it rides with. The stages' sum is decode_step_traffic. Requirements and errors as
+// decode_step_traffic.
+struct DecodeStageTraffic {
+  std::string what;
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  TrafficCounters traffic;
+};
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank);
+
 // ---- TSP-M runtime counting (tsp/tspm_decoder.hpp) ---------------------------------------------
 
+// Not a decode_stage_traffic case: that form has one (st, B) per step and counts every rank alike
+// within its group, while a TSP-M rank's Q gather, partials and logits depend on which rank owns
+// each new token (n_p, k_r below), its broadcasts on which turn it is the root, and the decoder's
+// calls are all_gatherv / send / recv / broadcast, not decode_cost's symmetric collectives. So,
+// like TSP-W's, its per-stage counts take the owners; decode_stage_traffic refuses tsp_m.
+//
 // One TSP-M step as `rank` (0 <= rank < D) counts it, by BasicTspmDecoder::last_traffic()'s stages,
 // all layers summed. token_owners: the rank owning each new token (decode: B of them, one per
 // sequence; prefill: every prompt token); last_owners [B]: the owner of each sequence's last new
