@@ -1,9 +1,9 @@
-// What the parallel decoders share (private to tspemu::tsp; tspw_decoder.hpp, tp_decoder.hpp,
-// helix_decoder.hpp): the step of new tokens with the input checks and their messages, the
-// measurement of what a collective moved on this rank, weight slices cut from the master, the
-// KV heads of a head shard (with duplication past NKV), the Q/K/V projections of a head shard,
-// the exchange and log-sum-exp merge of partial attention outputs, and the blocks that are plain
-// Megatron TP over a group of n ranks — the vocabulary-parallel embedding (all-reduce) and LM
+// What the parallel decoders share (private to tspemu::tsp; tspw_decoder.hpp, tspm_decoder.hpp,
+// tp_decoder.hpp, helix_decoder.hpp): the step of new tokens with the input checks and their
+// messages, the measurement of what a collective moved on this rank, weight slices cut from the
+// master, the KV heads of a head shard (with duplication past NKV), the Q/K/V projections of a head
+// shard, the exchange and log-sum-exp merge of partial attention outputs, and the blocks that are
+// plain Megatron TP over a group of n ranks — the vocabulary-parallel embedding (all-reduce) and LM
 // head (all-gather of [B, V/n]) and the MLP (column gate/up, row down + all-reduce).
 //
 // Every GEMM, norm and attention call is per sequence (one GEMM row's bits can depend on the other

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "decode_batch.hpp"
+#include "decode_parts.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
@@ -45,19 +45,19 @@ struct BasicTspmDecoder<T>::Weights {
   T* head_rows() { return head.empty() ? embed.data() : head.data(); }
 };
 
-// The step's tokens (DecodeBatch, sequence-major) and who owns each: rows_of[p] lists the step
-// rows rank p owns in step order, so rank p's rows of sequence b are rows_of[p][first[p][b]..]
-// (cnt[p][b] of them), contiguous.
+// The step's tokens (decode_parts' DecodeStep, sequence-major) and who owns each: rows_of[p] lists
+// the step rows rank p owns in step order, so rank p's rows of sequence b are
+// rows_of[p][first[p][b]..] (cnt[p][b] of them), contiguous.
 template <class T>
 struct BasicTspmDecoder<T>::Step {
-  DecodeBatch batch;
+  detail::DecodeStep batch;
   std::vector<std::vector<std::size_t>> rows_of;  // [D][n_p]
   std::vector<std::vector<std::size_t>> first;    // [D][B]
   std::vector<std::vector<int>> cnt;              // [D][B]
   std::vector<int> last_owner;                    // [B] owner of each sequence's last new row
 
-  Step(DecodeBatch b, const KvOwnership& own, int D) : batch(std::move(b)) {
-    const int B = batch.batch();
+  Step(detail::DecodeStep b, const KvOwnership& own, int D) : batch(std::move(b)) {
+    const int B = static_cast<int>(batch.count.size());
     rows_of.assign(z(D), {});
     first.assign(z(D), std::vector<std::size_t>(z(B), 0));
     cnt.assign(z(D), std::vector<int>(z(B), 0));
@@ -159,8 +159,9 @@ std::int64_t BasicTspmDecoder<T>::length(int seq) const {
 
 template <class T>
 std::vector<T> BasicTspmDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  DecodeBatch batch = prefill_batch(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context);
-  const std::vector<std::int64_t> lengths = batch.lengths();
+  detail::DecodeStep batch =
+      detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context);
+  const std::vector<std::int64_t> lengths = detail::step_lengths(batch);
   cache_.reset();  // a new batch: the old reservation goes back to the arena first
   cache_ =
       std::make_unique<RankKvCache<T>>(rank_.arena(), rank_.id(), s_.model,
@@ -172,8 +173,8 @@ std::vector<T> BasicTspmDecoder<T>::prefill(const std::vector<std::vector<std::i
 
 template <class T>
 std::vector<T> BasicTspmDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  if (!cache_) throw std::invalid_argument(std::string(kWho) + ": decode_step before prefill");
-  DecodeBatch batch = decode_batch(kWho, tokens, lengths_, s_.model.vocab, s_.max_context);
+  detail::DecodeStep batch =
+      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr);
   auto phase = rank_.arena().phase("tspm.decode");
   std::vector<T> logits = run(Step(std::move(batch), cache_->ownership(), s_.D));
   for (std::int64_t& n : lengths_) ++n;
