@@ -34,15 +34,9 @@ std::size_t z(std::int64_t v) {
 }  // namespace
 
 template <class T>
-struct BasicTspmDecoder<T>::Weights {
-  TspShape packing;  // the dimensions packed_shards.hpp cuts by
-  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
-  Buffer<T> embed;                                               // [V/D, C] rows r·V/D..
-  Buffer<T> head;        // [V/D, C]; empty when tied (the embedding's rows serve)
-  Buffer<T> final_norm;  // [C]
+struct BasicTspmDecoder<T>::Weights : detail::TspShards<T> {
   // In flight (Category::comm): one attention shard, two MLP shards, one vocabulary shard.
   Buffer<T> attention_in, mlp_ring0, mlp_ring1, vocab_in;
-  T* head_rows() { return head.empty() ? embed.data() : head.data(); }
 };
 
 // The step's tokens (decode_parts' DecodeStep, sequence-major) and who owns each: rows_of[p] lists
@@ -95,40 +89,11 @@ BasicTspmDecoder<T>::BasicTspmDecoder(Rank& rank, const DecodeShape& shape,
   if (rank.size() != s_.D)
     throw std::invalid_argument(std::string(kWho) + ": world has " + str(rank.size()) +
                                 " ranks but D=" + str(s_.D));
-  if (dry_run()) throw std::logic_error(std::string(kWho) + ": a dry run is not supported");
-  const ref::ModelConfig& m = s_.model;
-  const std::size_t C = z(m.hidden);
-  const std::size_t VC = z(m.vocab) * C;
-  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
-      master.layers.size() != z(m.n_layers))
-    throw std::invalid_argument(std::string(kWho) + ": master weights do not match the model " +
-                                m.to_string());
   Weights& w = *w_;
-  w.packing.model = m;
-  w.packing.D = s_.D;
-  w.packing.S = 2 * s_.D;
+  static_cast<detail::TspShards<T>&>(w) =
+      detail::load_tsp_shards(kWho, rank.arena(), s_.model, s_.D, rank.id(), master);
   Arena& a = rank.arena();
-  const int r = rank.id();
-  for (const auto& layer : master.layers) {
-    w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
-    pack_attention_shard(layer, w.packing, r, w.attention.back().data());
-    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
-    pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
-    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
-    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
-  }
-  const std::size_t shard = VC / z(s_.D);
-  const auto first = static_cast<std::ptrdiff_t>(z(r) * shard);
-  w.embed = a.allocate<T>(shard, Category::weights);
-  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
-  if (!m.tie_embeddings) {
-    w.head = a.allocate<T>(shard, Category::weights);
-    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
-  }
-  w.final_norm = a.allocate<T>(C, Category::weights);
-  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
+  const std::size_t shard = z(s_.model.vocab) * z(s_.model.hidden) / z(s_.D);
   w.attention_in = a.allocate<T>(attention_shard_size(w.packing), Category::comm);
   w.mlp_ring0 = a.allocate<T>(mlp_shard_size(w.packing), Category::comm);
   w.mlp_ring1 = a.allocate<T>(mlp_shard_size(w.packing), Category::comm);
