@@ -1,7 +1,6 @@
 #include "tspemu/tsp/tspm_decoder.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -196,20 +195,6 @@ struct BasicTspmDecoder<T>::Scratch {
 };
 
 template <class T>
-void BasicTspmDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
-  // The counters only grow within a run: what `collective` moved is after - before, entry-wise.
-  const TrafficCounters before = rank_.counters();
-  collective();
-  const TrafficCounters& after = rank_.counters();
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    TrafficCounters::Entry& e = into.by_kind[k];
-    const TrafficCounters::Entry &a = after.by_kind[k], &b = before.by_kind[k];
-    e = {e.calls + (a.calls - b.calls), e.bytes_sent + (a.bytes_sent - b.bytes_sent),
-         e.bytes_received + (a.bytes_received - b.bytes_received)};
-  }
-}
-
-template <class T>
 std::vector<T> BasicTspmDecoder<T>::run(const Step& st) {
   Scratch sc(rank_.arena(), s_, rank_.id(), st, *cache_);
   traffic_ = {};
@@ -229,7 +214,8 @@ void BasicTspmDecoder<T>::embed(const Step& st, Scratch& sc) {
   const std::size_t shard = z(sc.Vl) * sc.Cz;
   for (int s = 0; s < sc.D; ++s) {
     T* E = s == sc.r ? w.embed.data() : w.vocab_in.data();
-    measured(traffic_.embedding, [&] { broadcast<T>(rank_.comm(), std::span<T>(E, shard), s); });
+    detail::measured(rank_, traffic_.embedding,
+                     [&] { broadcast<T>(rank_.comm(), std::span<T>(E, shard), s); });
     for (std::size_t i = 0; i < sc.own; ++i) {
       const int t = st.batch.tokens[st.rows_of[z(sc.r)][i]];
       if (t / sc.Vl == s) std::copy_n(E + z(t - s * sc.Vl) * sc.Cz, sc.Cz, sc.x.data() + i * sc.Cz);
@@ -263,8 +249,9 @@ void BasicTspmDecoder<T>::attend_shard(int l, int s, const Step& st, Scratch& sc
   Comm& comm = rank_.comm();
   const std::size_t qdl = sc.qdl, kvl = sc.kvl, Cz = sc.Cz;
   T* W = s == sc.r ? w.attention[z(l)].data() : w.attention_in.data();
-  measured(traffic_.attention_shards,
-           [&] { broadcast<T>(comm, std::span<T>(W, attention_shard_size(w.packing)), s); });
+  detail::measured(rank_, traffic_.attention_shards, [&] {
+    broadcast<T>(comm, std::span<T>(W, attention_shard_size(w.packing)), s);
+  });
   const auto aw = attention_view(static_cast<const T*>(W), w.packing);
   const auto& first = st.first[z(sc.r)];
   const auto& cnt = st.cnt[z(sc.r)];
@@ -285,7 +272,7 @@ void BasicTspmDecoder<T>::attend_shard(int l, int s, const Step& st, Scratch& sc
     std::copy_n(sc.v.data() + i * kvl, kvl, sc.stage_v.data() + i * sc.kvd + z(s) * kvl);
   }
   // q gather: every rank's rows, rank-major, then back to step order
-  measured(traffic_.q_gather, [&] {
+  detail::measured(rank_, traffic_.q_gather, [&] {
     all_gatherv<T>(comm, std::span<const T>(sc.q.data(), sc.own * qdl), sc.qall.span());
   });
   std::size_t g = 0;
@@ -347,7 +334,7 @@ void BasicTspmDecoder<T>::exchange_partials(const Step& st, Scratch& sc) {
       }
     }
   const std::size_t mine = sc.own * sc.part;
-  measured(traffic_.partials, [&] {
+  detail::measured(rank_, traffic_.partials, [&] {
     std::vector<SendHandle> sends;
     std::vector<RecvHandle> recvs;
     for (int p = 0; p < sc.D; ++p)
@@ -396,7 +383,7 @@ void BasicTspmDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
     SendHandle sent;
     RecvHandle got;
     if (k + 1 < sc.D)
-      measured(traffic_.mlp_shards, [&] {
+      detail::measured(rank_, traffic_.mlp_shards, [&] {
         sent = isend<T>(rank_.comm(), std::span<const T>(cur, shard), (sc.r + 1) % sc.D);
         got = irecv<T>(rank_.comm(), std::span<T>(next, shard), (sc.r + sc.D - 1) % sc.D);
       });
@@ -413,7 +400,7 @@ void BasicTspmDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
                      /*accumulate=*/true);
     }
     if (k + 1 < sc.D) {
-      measured(traffic_.mlp_shards, [&] {
+      detail::measured(rank_, traffic_.mlp_shards, [&] {
         got.wait();
         sent.wait();
       });
@@ -441,11 +428,12 @@ std::vector<T> BasicTspmDecoder<T>::lm_head(const Step& st, Scratch& sc) {
                          w.final_norm.data(), 1, sc.C, s_.model.norm_eps);
   for (int s = 0; s < sc.D; ++s) {
     T* H = s == sc.r ? w.head_rows() : w.vocab_in.data();
-    measured(traffic_.lm_head, [&] { broadcast<T>(rank_.comm(), std::span<T>(H, shard), s); });
+    detail::measured(rank_, traffic_.lm_head,
+                     [&] { broadcast<T>(rank_.comm(), std::span<T>(H, shard), s); });
     for (std::size_t i = 0; i < last.size(); ++i)
       ref::matmul_nt(mine.data() + i * V + z(s) * Vl, xn.data() + i * sc.Cz, H, 1, sc.Vl, sc.C);
   }
-  measured(traffic_.logits, [&] {
+  detail::measured(rank_, traffic_.logits, [&] {
     all_gatherv<T>(rank_.comm(), std::span<const T>(mine.data(), last.size() * V), all.span());
   });
   std::vector<T> logits(z(sc.B) * V);

@@ -74,7 +74,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -130,8 +129,6 @@ class BasicTspmDecoder {
   void exchange_partials(const Step& st, Scratch& sc);
   void mlp(int layer, const Step& st, Scratch& sc);
   std::vector<T> lm_head(const Step& st, Scratch& sc);
-  // Runs one collective, adding what it moved on this rank to `into`.
-  void measured(TrafficCounters& into, const std::function<void()>& collective);
 
   Rank& rank_;
   DecodeShape s_;
