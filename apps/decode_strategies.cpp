@@ -14,6 +14,7 @@
 #include "tspemu/tsp/mesh_decoder.hpp"
 #include "tspemu/tsp/sp_decoder.hpp"
 #include "tspemu/tsp/tp_decoder.hpp"
+#include "tspemu/tsp/tspm_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -92,8 +93,9 @@ std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate
   return "";
 }
 
-// A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TP
-// (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp).
+// A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TSP-M
+// (tsp/tspm_decoder.hpp), TP (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp), SP
+// (tsp/sp_decoder.hpp), TP+SP (tsp/mesh_decoder.hpp).
 template <class Decoder>
 class DecoderSession final : public DecodeSession {
  public:
@@ -147,6 +149,30 @@ DecodeStrategy tspw_strategy() {
           [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
             return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
                                     tsp::cost::DecodeStrategy::tsp_w(s.ranks));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
+          "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
+          "positions",
+  };
+}
+
+DecodeStrategy tspm_strategy() {
+  return DecodeStrategy{
+      .name = "tsp-m",
+      .description =
+          "TSP with weights moving, as in training: the weight shards broadcast and ringed every "
+          "step, each token's K/V kept by its owner, attention merged by log-sum-exp "
+          "(tsp/tspm_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::TspmDecoder::validate, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TspmDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_m(s.ranks));
           },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
@@ -305,7 +331,7 @@ DecodeStrategy tp_sp_strategy() {
 }
 
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), tp_strategy(),
+  return {reference_strategy(), tspw_strategy(), tspm_strategy(), tp_strategy(),
           helix_strategy(),     sp_strategy(),   tp_sp_strategy()};
 }
 

@@ -316,6 +316,38 @@ void check_master(const std::string& who, const ref::ModelConfig& m,
 }
 
 template <class T>
+TspShards<T> load_tsp_shards(const std::string& who, Arena& a, const ref::ModelConfig& m, int D,
+                             int r, const ref::ModelWeights<T>& master) {
+  check_master(who, m, master);
+  const auto C = static_cast<std::size_t>(m.hidden);
+  TspShards<T> w;
+  w.packing.model = m;
+  w.packing.D = D;
+  w.packing.S = 2 * D;
+  for (const auto& layer : master.layers) {
+    w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
+    pack_attention_shard(layer, w.packing, r, w.attention.back().data());
+    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
+    pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
+    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
+    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
+    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
+    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
+  }
+  const std::size_t shard = static_cast<std::size_t>(m.vocab) * C / static_cast<std::size_t>(D);
+  const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * shard);
+  w.embed = a.allocate<T>(shard, Category::weights);
+  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
+  if (!m.tie_embeddings) {
+    w.head = a.allocate<T>(shard, Category::weights);
+    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
+  }
+  w.final_norm = a.allocate<T>(C, Category::weights);
+  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
+  return w;
+}
+
+template <class T>
 const RankKvCache<T>& cache_or_throw(const std::string& who, const RankKvCache<T>* cache) {
   if (cache == nullptr) throw std::logic_error(who + ": no cache before prefill");
   return *cache;
@@ -400,6 +432,9 @@ void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig&
                                   Buffer<T>&, TrafficCounters&);                                   \
   template void check_master(const std::string&, const ref::ModelConfig&,                          \
                              const ref::ModelWeights<T>&);                                         \
+  template struct TspShards<T>;                                                                    \
+  template TspShards<T> load_tsp_shards(const std::string&, Arena&, const ref::ModelConfig&, int,  \
+                                        int, const ref::ModelWeights<T>&);                         \
   template const RankKvCache<T>& cache_or_throw(const std::string&, const RankKvCache<T>*);        \
   template struct StepBuffers<T>;                                                                  \
   template void append_and_attend(RankKvCache<T>&, int, const DecodeStep&, StepBuffers<T>&, int,   \

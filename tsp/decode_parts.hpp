@@ -1,9 +1,9 @@
-// What the parallel decoders share (private to tspemu::tsp; tspw_decoder.hpp, tp_decoder.hpp,
-// helix_decoder.hpp): the step of new tokens with the input checks and their messages, the
-// measurement of what a collective moved on this rank, weight slices cut from the master, the
-// KV heads of a head shard (with duplication past NKV), the Q/K/V projections of a head shard,
-// the exchange and log-sum-exp merge of partial attention outputs, and the blocks that are plain
-// Megatron TP over a group of n ranks — the vocabulary-parallel embedding (all-reduce) and LM
+// What the parallel decoders share (private to tspemu::tsp; tspw_decoder.hpp, tspm_decoder.hpp,
+// tp_decoder.hpp, helix_decoder.hpp): the step of new tokens with the input checks and their
+// messages, the measurement of what a collective moved on this rank, weight slices cut from the
+// master, the KV heads of a head shard (with duplication past NKV), the Q/K/V projections of a head
+// shard, the exchange and log-sum-exp merge of partial attention outputs, and the blocks that are
+// plain Megatron TP over a group of n ranks — the vocabulary-parallel embedding (all-reduce) and LM
 // head (all-gather of [B, V/n]) and the MLP (column gate/up, row down + all-reduce).
 //
 // Every GEMM, norm and attention call is per sequence (one GEMM row's bits can depend on the other
@@ -21,6 +21,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/packed_shards.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp::detail {
@@ -151,6 +152,23 @@ void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* ou
 template <class T>
 void check_master(const std::string& who, const ref::ModelConfig& m,
                   const ref::ModelWeights<T>& master);
+// TSP's weight shards on rank r of D, in the training block's layout (packed_shards.hpp, S = 2D):
+// per layer the packed attention and MLP shards and the two norms whole; rows r·V/D.. of the
+// embedding and, untied, of the LM head; the final norm whole; all Category::weights. TSP-W keeps
+// them in place, TSP-M moves them every step. Checks the master as check_master. Requires D | V.
+template <class T>
+struct TspShards {
+  TspShape packing;  // the dimensions packed_shards.hpp cuts by
+  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
+  Buffer<T> embed;                                               // [V/D, C] rows r·V/D..
+  Buffer<T> head;        // [V/D, C]; empty when tied (the embedding's rows serve)
+  Buffer<T> final_norm;  // [C]
+  const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
+  T* head_rows() { return head.empty() ? embed.data() : head.data(); }
+};
+template <class T>
+TspShards<T> load_tsp_shards(const std::string& who, Arena& a, const ref::ModelConfig& m, int D,
+                             int r, const ref::ModelWeights<T>& master);
 // The cache, or std::logic_error "<who>: no cache before prefill".
 template <class T>
 const RankKvCache<T>& cache_or_throw(const std::string& who, const RankKvCache<T>* cache);

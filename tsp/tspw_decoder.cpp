@@ -53,14 +53,7 @@ void DecodeShape::validate() const {
 }
 
 template <class T>
-struct BasicTspwDecoder<T>::Weights {
-  TspShape packing;  // the dimensions packed_shards.hpp cuts by
-  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
-  Buffer<T> embed;                                               // [V/D, C] rows r·V/D..
-  Buffer<T> head;        // [V/D, C]; empty when tied (the embedding's rows serve)
-  Buffer<T> final_norm;  // [C]
-  const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
-};
+struct BasicTspwDecoder<T>::Weights : detail::TspShards<T> {};
 
 // The new tokens of one step (decode_parts.hpp).
 template <class T>
@@ -74,39 +67,7 @@ BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
     : rank_(rank), s_(shape), fault_(fault), w_(std::make_unique<Weights>()) {
   s_.validate();
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but D=" + str(s_.D));
-  if (dry_run()) throw std::logic_error("TSP-W decode: a dry run is not supported");
-  const ref::ModelConfig& m = s_.model;
-  const std::size_t C = static_cast<std::size_t>(m.hidden);
-  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
-  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
-      master.layers.size() != static_cast<std::size_t>(m.n_layers))
-    reject("master weights do not match the model " + m.to_string());
-  Weights& w = *w_;
-  w.packing.model = m;
-  w.packing.D = s_.D;
-  w.packing.S = 2 * s_.D;
-  Arena& a = rank.arena();
-  const int r = rank.id();
-  for (const auto& layer : master.layers) {
-    w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
-    pack_attention_shard(layer, w.packing, r, w.attention.back().data());
-    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
-    pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
-    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
-    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
-  }
-  const std::size_t shard = VC / static_cast<std::size_t>(s_.D);
-  const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * shard);
-  w.embed = a.allocate<T>(shard, Category::weights);
-  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
-  if (!m.tie_embeddings) {
-    w.head = a.allocate<T>(shard, Category::weights);
-    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
-  }
-  w.final_norm = a.allocate<T>(C, Category::weights);
-  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
+  *w_ = {detail::load_tsp_shards(kWho, rank.arena(), s_.model, s_.D, rank.id(), master)};
 }
 
 template <class T>
