@@ -39,8 +39,8 @@ ref::AttentionCore<float> ulysses_core(Comm& comm, const tsp::SequenceLayout& la
     for (std::int64_t p : layout.positions(r)) st->pos.push_back(p);
   // The planted bug: one gathered position off by one (the last token of rank 0's first chunk).
   if (position_bug) st->pos[static_cast<std::size_t>(layout.local_tokens() / 2 - 1)] += 1;
-  auto to_heads = [&comm, n](const float* in, std::vector<float>& out, const ref::AttentionDims& d,
-                             int H) {
+  auto to_heads = [&comm](const float* in, std::vector<float>& out, const ref::AttentionDims& d,
+                          int H) {
     const SequenceHeadsShape s{std::size_t(d.B), std::size_t(d.Tq), std::size_t(H),
                                std::size_t(d.hs)};
     out.resize(s.B * s.S_local * s.H * s.hs);
