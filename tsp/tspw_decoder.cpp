@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
@@ -43,6 +44,16 @@ TrafficCounters difference(const TrafficCounters& after, const TrafficCounters& 
                     after.by_kind[k].bytes_received - before.by_kind[k].bytes_received};
   }
   return d;
+}
+
+// The fault o_proj_shard_swap: rank r (0 or 1) takes rank 1 - r's W_O shard into its packed
+// attention shard, where the group mapping should have handed it its own.
+template <class T>
+void take_partner_wo(const ref::LayerWeights<T>& layer, const TspShape& s, int r, T* packed) {
+  std::vector<T> partner(attention_shard_size(s));
+  pack_attention_shard(layer, s, 1 - r, partner.data());
+  const std::size_t wo_at = static_cast<std::size_t>(attention_view(packed, s).wo - packed);
+  std::copy(partner.begin() + static_cast<std::ptrdiff_t>(wo_at), partner.end(), packed + wo_at);
 }
 
 }  // namespace
@@ -104,6 +115,8 @@ BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
   for (const auto& layer : master.layers) {
     w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
     pack_attention_shard(layer, w.packing, r, w.attention.back().data());
+    if (fault_ == TspwFault::o_proj_shard_swap && s_.D >= 2 && r < 2)
+      take_partner_wo(layer, w.packing, r, w.attention.back().data());
     w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
     pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
     w.input_norm.push_back(a.allocate<T>(C, Category::weights));
