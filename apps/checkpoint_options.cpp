@@ -3,10 +3,14 @@
 #include <filesystem>
 #include <ostream>
 #include <stdexcept>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "output_files.hpp"
+#include "tspemu/core/signal_deferral.hpp"
 #include "tspemu/reference/hf_checkpoint.hpp"
+#include "tspemu/reference/safetensors.hpp"
 
 namespace tspemu::app {
 
@@ -22,6 +26,9 @@ void add_checkpoint_options(CLI::App& sub, CheckpointArgs& a) {
                  "--save: shard the weights into model-0000i-of-0000n.safetensors with an index "
                  "when they pass this many bytes (suffixes kB, MB, GB, KiB, MiB, GiB); 0: one file")
       ->capture_default_str();
+  sub.add_flag("--allow-nonfinite-weights", a.allow_nonfinite,
+               "--weights: load a checkpoint whose weights hold NaN or Inf (refused by default, "
+               "naming the tensor and element: such a model computes garbage)");
   for (const char* flag :
        {"--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--tied"})
     a.model_flags.push_back(sub.get_option(flag));
@@ -42,10 +49,13 @@ std::shared_ptr<const ref::ModelWeights<float>> load_checkpoint_option(const Che
       throw ConfigError(flag->get_name() + " conflicts with --weights " + a.weights +
                         ": the checkpoint's config.json sets the model");
   try {
-    auto w =
-        std::make_shared<const ref::ModelWeights<float>>(ref::load_hf_checkpoint<float>(a.weights));
+    auto w = std::make_shared<const ref::ModelWeights<float>>(
+        ref::load_hf_checkpoint<float>(a.weights, {.allow_nonfinite = a.allow_nonfinite}));
     problem.model = w->config;
     return w;
+  } catch (const ref::NonFiniteWeightError& e) {
+    throw ConfigError("--weights " + a.weights + ": " + e.what() +
+                      "; --allow-nonfinite-weights loads it anyway");
   } catch (const std::runtime_error& e) {  // HfConfigError, SafetensorsError, CheckpointError
     throw ConfigError("--weights " + a.weights + ": " + e.what());
   }
@@ -54,7 +64,14 @@ std::shared_ptr<const ref::ModelWeights<float>> load_checkpoint_option(const Che
 void save_checkpoint_option(const CheckpointArgs& a, const ref::ModelWeights<float>& w,
                             std::ostream& out) {
   if (a.save.empty()) return;
-  const auto files = ref::save_hf_checkpoint(a.save, w, a.save_shard_bytes);
+  std::vector<std::string> files;
+  {
+    // A SIGINT or SIGTERM during the save stops it at the next chunk; the save's cleanup removes
+    // its temporaries, then the signal ends the process (status 128 + signal) with the old
+    // checkpoint as it was, or, arriving while the files are renamed, the new one complete.
+    const SignalDeferral defer;
+    files = ref::save_hf_checkpoint(a.save, w, a.save_shard_bytes);
+  }
   out << "saved: Hugging Face Llama checkpoint in " << a.save << " (" << files.size()
       << " files: " << (files.size() > 2 ? "shards, index and " : "model.safetensors and ")
       << "config.json)\n";

@@ -6,10 +6,14 @@
 // refused as a conflict naming both — and its weights (fp32, from F32/F64/F16/BF16) replace the
 // seeded ones. --save writes the run's weights (run: the weights it used; train: the weights
 // after the last step) as config.json + model.safetensors, sharded with an index above
-// --save-shard-size bytes (0: one file).
+// --save-shard-size bytes (0: one file). A checkpoint whose weights hold NaN or Inf is refused
+// naming the tensor and element unless --allow-nonfinite-weights; a tensor the model does not use
+// (an lm_head.weight that differs from the embedding beside a tied config) is refused by name.
 // Guarantees: every problem is a ConfigError (exit 2) before any rank starts: an unreadable or
 // invalid checkpoint (the reader's message: the file and the tensor or key), a conflicting flag,
-// a --save directory that cannot be created or written.
+// a --save directory that cannot be created or written. A --save that fails or is interrupted
+// (SIGINT, SIGTERM: the signal then ends the process, status 128 + signal) leaves the directory's
+// old checkpoint as it was and no temporary file.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -29,6 +33,7 @@ struct CheckpointArgs {
   std::string weights;  // "": seeded weights
   std::string save;     // "": nothing saved
   std::uint64_t save_shard_bytes = 0;
+  bool allow_nonfinite = false;  // --allow-nonfinite-weights
   // The model flags of the same subcommand (set by add_checkpoint_options), to refuse them
   // beside --weights: CLI11 counts what the command line and --config gave.
   std::vector<const CLI::Option*> model_flags;

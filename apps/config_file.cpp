@@ -4,13 +4,12 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <system_error>
 
 #include "option_table.hpp"
 #include "problem_options.hpp"
+#include "tspemu/core/regular_file.hpp"
 #include "tspemu/core/sanitized.hpp"
 
 namespace tspemu::app {
@@ -38,15 +37,10 @@ std::string read_config_file(const std::string& path) {
   if (size > kMaxConfigBytes)
     throw ConfigError(flag + ": " + std::to_string(size) + " bytes; a config file is at most " +
                       std::to_string(kMaxConfigBytes) + " bytes");
-  try {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw ConfigError(flag + ": cannot read the file");
-    std::ostringstream text;
-    text << f.rdbuf();
-    if (f.bad()) throw ConfigError(flag + ": cannot read the file");
-    return text.str();
-  } catch (const std::ios_base::failure& e) {
-    throw ConfigError(flag + ": cannot read the file (" + sanitized(e.what(), 200) + ")");
+  try {  // on the opened descriptor again: the file may have been swapped since the stat
+    return read_regular_file(path, kMaxConfigBytes, "a config file's bound");
+  } catch (const FileReadError& e) {
+    throw ConfigError(flag + ": " + e.reason());
   }
 }
 

@@ -2,10 +2,10 @@
 
 #include <array>
 #include <cctype>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
+#include "tspemu/core/regular_file.hpp"
 #include "tspemu/reference/init.hpp"
 
 namespace tspemu::app {
@@ -59,11 +59,12 @@ std::vector<std::int32_t> byte_tokens(const std::string& text, const std::string
 }
 
 std::vector<std::int32_t> read_corpus(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("--data " + path + ": cannot open the file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  try {  // a regular file (a FIFO would block, /dev/zero never end), its size bounded first
+    text = read_regular_file(path, kMaxCorpusBytes, "the corpus bound");
+  } catch (const FileReadError& e) {
+    throw std::invalid_argument("--data " + path + ": cannot open the file: " + e.reason());
+  }
   if (text.empty()) throw std::invalid_argument("--data " + path + ": the file is empty");
   if (!path.ends_with(".tokens")) return byte_tokens(text, "--data " + path);
   std::vector<std::int32_t> out;

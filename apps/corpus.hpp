@@ -7,7 +7,8 @@
 // Files: a name ending in ".tokens" holds token ids as decimal integers separated by whitespace;
 //   anything else is UTF-8 text. Errors (std::invalid_argument) name the file and the byte
 //   offset or token index at fault: an unreadable or empty file, malformed UTF-8, a token that is
-//   not a non-negative integer.
+//   not a non-negative integer; a file that is not regular (a FIFO, /dev/zero) or larger than
+//   kMaxCorpusBytes is refused before it is read.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,9 @@
 #include <vector>
 
 namespace tspemu::app {
+
+// 1 GiB of text is 4 GiB of token ids: far past what a training on this emulator consumes.
+inline constexpr std::uint64_t kMaxCorpusBytes = std::uint64_t{1} << 30;
 
 std::vector<std::int32_t> builtin_corpus(std::size_t bytes = 1 << 16);
 std::vector<std::int32_t> read_corpus(const std::string& path);

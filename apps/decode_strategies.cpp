@@ -1,5 +1,8 @@
+#include <algorithm>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -7,7 +10,12 @@
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/mesh_decoder.hpp"
+#include "tspemu/tsp/sp_decoder.hpp"
+#include "tspemu/tsp/tp_decoder.hpp"
+#include "tspemu/tsp/tspm_decoder.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::app {
@@ -69,19 +77,35 @@ DecodeStrategy reference_strategy() {
   };
 }
 
-// TSP-W (tsp/tspw_decoder.hpp): TP-style projections on TSP's weight shards, attention over the
-// sequence-sharded KV cache.
-class TspwSession final : public DecodeSession {
- public:
-  TspwSession(Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-      : decoder_(rank, tspw_shape(s), w) {}
-  static tsp::DecodeShape tspw_shape(const GenerateShape& s) {
-    return tsp::DecodeShape{.model = s.model,
-                            .D = s.ranks,
-                            .batch = s.batch,
-                            .max_context = s.max_context,
-                            .interleave = s.interleave};
+// The decoder shape of a GenerateShape: D is the world's ranks (TSP-W's D, TP's T).
+tsp::DecodeShape decode_shape(const GenerateShape& s) {
+  return tsp::DecodeShape{.model = s.model,
+                          .D = s.ranks,
+                          .batch = s.batch,
+                          .max_context = s.max_context,
+                          .interleave = s.interleave};
+}
+
+// "" when validate accepts the shape, else its message.
+std::string refusal(const std::function<void(const tsp::DecodeShape&)>& validate,
+                    const GenerateShape& s) {
+  try {
+    validate(decode_shape(s));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
   }
+  return "";
+}
+
+// A session over one of the tsp decoders (same calls, float): TSP-W (tsp/tspw_decoder.hpp), TSP-M
+// (tsp/tspm_decoder.hpp), TP (tsp/tp_decoder.hpp), Helix (tsp/helix_decoder.hpp), SP
+// (tsp/sp_decoder.hpp), TP+SP (tsp/mesh_decoder.hpp).
+template <class Decoder>
+class DecoderSession final : public DecodeSession {
+ public:
+  // The decoder's constructor arguments: (rank, decode_shape(s)[, its own], weights).
+  template <class... Args>
+  explicit DecoderSession(Args&&... args) : decoder_(std::forward<Args>(args)...) {}
   std::vector<float> prefill(const std::vector<std::vector<std::int32_t>>& prompts) override {
     return decoder_.prefill(prompts);
   }
@@ -91,22 +115,22 @@ class TspwSession final : public DecodeSession {
   std::uint64_t kv_cache_bytes() const override { return decoder_.kv_cache_bytes(); }
 
  private:
-  tsp::TspwDecoder decoder_;
+  Decoder decoder_;
 };
 
-// The planner's KV bytes per token and layer (plan/decode_cost.hpp) × L × the positions the
-// ownership map gives the rank below max_context (each rank reserves them at prefill), rounded up
-// to the arena's 64-byte granularity (rank_kv_cache.hpp).
-std::uint64_t tspw_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                            int rank) {
-  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+// The planner's KV bytes per token and layer (plan/decode_cost.hpp) of strategy `st` × L × the
+// positions an ownership map over `shards` token shards gives shard `shard` below max_context
+// (each rank reserves them at prefill), rounded up to the arena's 64-byte granularity
+// (rank_kv_cache.hpp).
+std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
+                               int shards, int shard, const tsp::cost::DecodeStrategy& st) {
+  const tsp::KvOwnership own(shards, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
   std::uint64_t positions = 0;
   for (int b = 0; b < s.batch; ++b)
-    positions += static_cast<std::uint64_t>(own.count(rank, b, s.max_context));
+    positions += static_cast<std::uint64_t>(own.count(shard, b, s.max_context));
   const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.model.n_layers) * positions *
-                              tsp::cost::kv_bytes_per_token_layer(
-                                  m, tsp::cost::DecodeStrategy::tsp_w(s.ranks), sizeof(float));
+                              tsp::cost::kv_bytes_per_token_layer(m, st, sizeof(float));
   return (bytes + 63) / 64 * 64;
 }
 
@@ -136,18 +160,19 @@ DecodeStrategy tspw_strategy() {
           "TSP with weights in place: TP-style projections on TSP's weight shards, "
           "attention over the sequence-sharded KV cache by log-sum-exp merges "
           "(tsp/tspw_decoder.hpp)",
-      .why_invalid = [](const GenerateShape& s) -> std::string {
-        try {
-          TspwSession::tspw_shape(s).validate();
-        } catch (const std::invalid_argument& e) {
-          return e.what();
-        }
-        return "";
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { d.validate(); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TspwDecoder>>(rank, decode_shape(s), w);
       },
-      .make = [](Rank& rank, const GenerateShape& s, const ref::ModelWeights<float>& w)
-          -> std::unique_ptr<DecodeSession> { return std::make_unique<TspwSession>(rank, s, w); },
-      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths,
-                           int, int rank) { return tspw_kv_bytes(s, prompt_lengths, rank); },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_w(s.ranks));
+          },
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
@@ -156,8 +181,182 @@ DecodeStrategy tspw_strategy() {
   };
 }
 
+DecodeStrategy tspm_strategy() {
+  return DecodeStrategy{
+      .name = "tsp-m",
+      .description =
+          "TSP with weights moving, as in training: the weight shards broadcast and ringed every "
+          "step, each token's K/V kept by its owner, attention merged by log-sum-exp "
+          "(tsp/tspm_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::TspmDecoder::validate, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TspmDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::tsp_m(s.ranks));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
+          "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
+          "positions",
+  };
+}
+
+// TP (tsp/tp_decoder.hpp): every rank caches every position of its KV heads, reserved at
+// prefill for max_context positions: the planner's bytes per token and layer × L × B·max_context,
+// rounded up to the arena's 64 bytes.
+std::uint64_t tp_kv_bytes(const GenerateShape& s) {
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const std::uint64_t bytes =
+      static_cast<std::uint64_t>(s.model.n_layers) * static_cast<std::uint64_t>(s.batch) *
+      static_cast<std::uint64_t>(s.max_context) *
+      tsp::cost::kv_bytes_per_token_layer(m, tsp::cost::DecodeStrategy::tp(s.ranks), sizeof(float));
+  return (bytes + 63) / 64 * 64;
+}
+
+DecodeStrategy tp_strategy() {
+  return DecodeStrategy{
+      .name = "tp",
+      .description =
+          "Megatron tensor parallelism on T = --ranks: head-sharded projections and KV cache, "
+          "every position on every rank; past T = NKV each KV head is duplicated T/NKV times "
+          "(tsp/tp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_tp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::TpDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
+                           int) { return tp_kv_bytes(s); },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): the planner's bytes per "
+          "token (plan/decode_cost.hpp, max(NKV/T, 1) KV heads) over every reserved position",
+  };
+}
+
+// Helix's split of N = --ranks (no flag of its own): TP_A = gcd(N/2, NKV), KVP = N / TP_A, so
+// KVP >= 2 whenever N >= 2 and TP_A divides NKV (no KV duplication); N = 1 is 1 × 1.
+int helix_kvp(const GenerateShape& s) {
+  const int tpa = s.ranks >= 2 ? std::gcd(s.ranks / 2, s.model.n_kv_heads) : 1;
+  return s.ranks / std::max(tpa, 1);
+}
+
+DecodeStrategy helix_strategy() {
+  return DecodeStrategy{
+      .name = "helix",
+      .description =
+          "Helix on N = --ranks = KVP x TP_A with TP_A = gcd(N/2, NKV): attention head-sharded "
+          "over TP_A and KV-sharded over the sequence across KVP (log-sum-exp merge), W_O, "
+          "MLP and vocabulary TP over all N (tsp/helix_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal(
+                [&s](const tsp::DecodeShape& d) { tsp::validate_helix(d, helix_kvp(s)); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::HelixDecoder>>(rank, decode_shape(s),
+                                                                   helix_kvp(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const int kvp = helix_kvp(s), tpa = s.ranks / kvp;
+            return sharded_kv_bytes(s, prompt_lengths, kvp, rank / tpa,
+                                    tsp::cost::DecodeStrategy::helix(kvp, tpa));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(k, b, max_context), 64), k = rank / "
+          "TP_A: the planner's bytes per token (plan/decode_cost.hpp, max(NKV/TP_A, 1) KV heads) "
+          "over the token shard's reserved positions",
+  };
+}
+
+// ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
+
+DecodeStrategy sp_strategy() {
+  return DecodeStrategy{
+      .name = "sp",
+      .description =
+          "SP / context parallel on Σ = --ranks ranks: weights replicated, the KV cache "
+          "sharded over the sequence, pass-Q attention merged by an LSE all-gather and an "
+          "all-reduce (tsp/sp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_sp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::sp(s.ranks));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
+          "--ranks: the planner's bytes per token (all NKV heads) over the rank's reserved "
+          "positions",
+  };
+}
+
+// TP+SP on D = --ranks = T × Σ ranks. The rule for T: the smallest divisor of D in (1, D) that
+// divides NH, NKV, F and V (each rank of a row holds whole heads, MLP columns and vocabulary
+// rows), so Σ = D / T is the largest SP degree a true mesh (T, Σ >= 2) allows;
+// std::invalid_argument when there is none.
+tsp::MeshDecodeShape tp_sp_shape(const tsp::DecodeShape& d) {
+  const ref::ModelConfig& m = d.model;
+  for (int t = 2; t < d.D; ++t)
+    if (d.D % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.ffn % t == 0 &&
+        m.vocab % t == 0) {
+      tsp::MeshDecodeShape ms{.model = m,
+                              .T = t,
+                              .Sp = d.D / t,
+                              .batch = d.batch,
+                              .max_context = d.max_context,
+                              .interleave = d.interleave};
+      ms.validate();
+      return ms;
+    }
+  throw std::invalid_argument(
+      "TP+SP decode: no T in (1, " + std::to_string(d.D) + ") divides the ranks " +
+      std::to_string(d.D) + " and NH=" + std::to_string(m.n_heads) +
+      ", NKV=" + std::to_string(m.n_kv_heads) + ", F=" + std::to_string(m.ffn) +
+      ", V=" + std::to_string(m.vocab) + " (a T × Σ mesh with T, Σ >= 2)");
+}
+
+DecodeStrategy tp_sp_strategy() {
+  return DecodeStrategy{
+      .name = "tp-sp",
+      .description =
+          "the TP+SP mesh on --ranks = T × Σ ranks, T the smallest divisor > 1 of --ranks "
+          "dividing the heads, KV heads, MLP width and vocabulary: TP over each row, SP pass-Q "
+          "over each column on the row's head shard (tsp/mesh_decoder.hpp)",
+      .why_invalid =
+          [](const GenerateShape& s) {
+            return refusal([](const tsp::DecodeShape& d) { (void)tp_sp_shape(d); }, s);
+          },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::MeshDecoder>>(rank,
+                                                                  tp_sp_shape(decode_shape(s)), w);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            const tsp::MeshDecodeShape ms = tp_sp_shape(decode_shape(s));
+            return sharded_kv_bytes(s, prompt_lengths, ms.Sp, rank / ms.T,
+                                    tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(row, b, max_context), 64) over Σ, "
+          "row = rank / T: the planner's bytes per token (NKV/T heads) over the row's reserved "
+          "positions",
+  };
+}
+
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy()};
+  return {reference_strategy(), tspw_strategy(), tspm_strategy(), tp_strategy(),
+          helix_strategy(),     sp_strategy(),   tp_sp_strategy()};
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <ostream>
 #include <sstream>
 
@@ -13,6 +12,7 @@
 #include "output_files.hpp"
 #include "progress_bar.hpp"
 #include "stack_report.hpp"
+#include "tspemu/core/regular_file.hpp"
 #include "tspemu/core/sanitized.hpp"
 #include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
@@ -80,8 +80,16 @@ Prompts byte_prompt(const GenerateArgs& a, int vocab) {
 
 // The checkpoint's max_position_embeddings, or 0 when config.json has none.
 std::int64_t checkpoint_context(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "config.json");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  // Read after the checkpoint loaded, so config.json was a regular file of a sane size: read it
+  // the same way again (it may have been swapped since).
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::string text;
+  try {
+    text = read_regular_file(path, std::uint64_t{1} << 20, "a config.json's bound");
+  } catch (const FileReadError& e) {
+    throw ConfigError("--weights " + dir + ": " + e.what());
+  }
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_object() && j.contains("max_position_embeddings") &&
       j["max_position_embeddings"].is_number_integer())
     return std::max<std::int64_t>(0, j["max_position_embeddings"].get<std::int64_t>());

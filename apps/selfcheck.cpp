@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "problem_options.hpp"
+#include "run_memory.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -126,7 +129,30 @@ CLI::App* add_selfcheck_command(CLI::App& app, SelfcheckOptions& o) {
   return check;
 }
 
+std::uint64_t selfcheck_rank_bytes(const SelfcheckOptions& opts) {
+  // Both factors are bounded by the option table (2^24 floats, 2^8 ranks): no overflow.
+  return 2 * std::uint64_t{opts.count} * static_cast<std::uint64_t>(opts.ranks) * sizeof(float);
+}
+
+void require_selfcheck_memory(const SelfcheckOptions& opts, std::uint64_t available,
+                              std::size_t capacity) {
+  const std::uint64_t rank = selfcheck_rank_bytes(opts);
+  const std::uint64_t total = rank * static_cast<std::uint64_t>(opts.ranks);
+  const char* why = rank > capacity     ? "a rank's arena exceeds its capacity"
+                    : total > available ? "more than the machine's available memory"
+                                        : nullptr;
+  if (why == nullptr) return;
+  throw ConfigError("memory: selfcheck --count " + std::to_string(opts.count) + " --ranks " +
+                    std::to_string(opts.ranks) + " needs at least " + format_bytes(rank) +
+                    " per rank (all_to_all's input and output of --count x --ranks floats; arena "
+                    "capacity " +
+                    format_bytes(capacity) + ") and " + format_bytes(total) + " in total (" +
+                    format_bytes(available) + " available, MemAvailable in /proc/meminfo): " + why +
+                    "; lower --count or --ranks");
+}
+
 int selfcheck(const SelfcheckOptions& opts, std::ostream& out) {
+  require_selfcheck_memory(opts, available_memory(), WorldOptions{}.arena_capacity);
   World world({.ranks = opts.ranks});
   char line[256];
   std::snprintf(line, sizeof line,

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "blas_main.hpp"
@@ -29,6 +30,7 @@
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/safetensors.hpp"
 
 namespace {
 
@@ -181,6 +183,39 @@ BENCHMARK(BM_DecodeStep)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(10)
     ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+// BM_SafetensorsHeader/N: reading a safetensors file of N one-float tensors (header check, parse
+// and per-tensor validation), the cost a checkpoint's header adds to a load. Linear in N: the
+// time per tensor (counter us_per_tensor) stays flat from 20,000 to 200,000 tensors.
+void BM_SafetensorsHeader(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::string h = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    h += (i ? ",\"t" : "\"t") + std::to_string(i) +
+         R"(":{"dtype":"F32","shape":[1],"data_offsets":[)" + std::to_string(4 * i) + "," +
+         std::to_string(4 * i + 4) + "]}";
+  }
+  h += "}";
+  const std::uint64_t len = h.size();
+  std::vector<unsigned char> file(8 + h.size() + 4 * n);
+  std::memcpy(file.data(), &len, 8);
+  std::memcpy(file.data() + 8, h.data(), h.size());
+  for (auto _ : state) {
+    const SafetensorsReader r = SafetensorsReader::from_bytes(file);
+    benchmark::DoNotOptimize(r.tensors().size());
+  }
+  state.counters["us_per_tensor"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-6,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_SafetensorsHeader)
+    ->Arg(20000)
+    ->Arg(200000)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->Repetitions(3)
     ->ReportAggregatesOnly(true);
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace tspemu::tsp::cost {
 
@@ -177,8 +178,10 @@ std::vector<DecodeCollective> decode_collectives(const ModelShape& m, const Deco
       b.lse("LSE (with the partials)", K::all_to_all, D, Group::all, Du, B * nh / Du, true);
       const u64 shard = U(rows) * h;
       b.add("embedding shard broadcast", K::broadcast, D, Group::all, Du, shard, beta, false);
-      if (!m.tie_embeddings)
-        b.add("LM head shard broadcast", K::broadcast, D, Group::all, Du, shard, beta, false);
+      // Tied: the embedding's shards again (the training forward broadcasts them twice).
+      b.add("LM head shard broadcast", K::broadcast, D, Group::all, Du, shard, beta, false);
+      // The owners' logits to every rank (each samples): the one step beyond training's forward.
+      b.add("logits all-gather", K::all_gather, D, Group::all, 1, B * U(m.vocab), beta, false);
       break;
     }
     case DecodeScheme::tsp_w: {
@@ -455,18 +458,27 @@ TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::
 
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
                                     std::uint64_t beta, int rank) {
+  TrafficCounters t;
+  for (const DecodeStageTraffic& s : decode_stage_traffic(m, st, B, beta, rank)) t += s.traffic;
+  return t;
+}
+
+// ---- Per-stage counts of the mesh schedules
+// -------------------------------------------------------
+
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank) {
   if (st.tsp())
     refuse(st,
-           "use tspw_decode_step_traffic (TSP-W: owners decide the route); TSP-M has no "
-           "runtime schedule");
+           "use tspw_decode_step_traffic or tspm_decode_stage_traffic (TSP: the token owners "
+           "decide the counts)");
   if (B < 1) refuse(st, "B=" + std::to_string(B) + " must be >= 1");
   if (rank < 0 || rank >= st.ranks())
     refuse(st,
            "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(st.ranks()) + ")");
   const DecodeCost c = decode_cost(m, st, std::vector<i64>(static_cast<std::size_t>(B), 1), beta);
   const int col = rank % st.T, row = rank / st.T;
-  TrafficCounters t;
-  CollectiveKind last = K::barrier;
+  std::vector<DecodeStageTraffic> stages;
   for (const DecodeCollective& e : c.comm) {
     const int idx = e.axis == Group::tp ? col : e.axis == Group::sp ? row : rank;
     const u64 n = U(e.group), times = e.per_layer ? c.layers : 1;
@@ -477,16 +489,75 @@ TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& s
     } else {  // all_gather (payload: the output), all_to_all (payload: one rank's input)
       sent = received = (n - 1) * (e.payload / n);
     }
-    if (e.packed) {  // rides in the previous call: its bytes, no call
-      TrafficCounters::Entry& p = t[last];
+    if (e.packed && !stages.empty()) {  // rides in the previous call: its bytes, no call
+      TrafficCounters::Entry& p = stages.back().traffic[stages.back().kind];
       p.bytes_sent += times * e.calls * sent;
       p.bytes_received += times * e.calls * received;
       continue;
     }
-    t.add(e.kind, times * e.calls, sent, received);
-    last = e.kind;
+    DecodeStageTraffic s{e.what, e.kind, {}};
+    s.traffic.add(e.kind, times * e.calls, sent, received);
+    stages.push_back(std::move(s));
   }
+  return stages;
+}
+
+// ---- TSP-M runtime counting -------------------------------------------------------------------
+
+TspmStageTraffic tspm_step_stage_traffic(const ModelShape& m, int D,
+                                         const std::vector<int>& token_owners,
+                                         const std::vector<int>& last_owners, std::uint64_t beta,
+                                         int rank) {
+  const DecodeStrategy st = DecodeStrategy::tsp_m(D);
+  check_decode_shape(m, st);
+  if (rank < 0 || rank >= D) refuse(st, "rank " + std::to_string(rank) + " is not in [0, D)");
+  if (token_owners.empty() || last_owners.empty())
+    refuse(st, "a step of at least one new token per sequence is needed");
+  if (m.vocab % D != 0)
+    refuse(st, "D must divide the vocabulary " + std::to_string(m.vocab) + " (its shards)");
+  const auto tally = [&](const std::vector<int>& owners) {
+    std::vector<u64> n(static_cast<std::size_t>(D), 0);
+    for (int o : owners) {
+      if (o < 0 || o >= D) refuse(st, "owner rank " + std::to_string(o) + " is not in [0, D)");
+      ++n[static_cast<std::size_t>(o)];
+    }
+    return n;
+  };
+  const std::vector<u64> n = tally(token_owners), last = tally(last_owners);
+  TspmStageTraffic t;
+  if (D == 1) return t;
+  const u64 L = U(m.layers), Du = U(D), Dm1 = Du - 1, h = U(m.hidden), V = U(m.vocab);
+  const u64 N = U(static_cast<i64>(token_owners.size())), mine = n[static_cast<std::size_t>(rank)];
+  // A broadcast of `bytes` from each rank in turn: this rank is the root once.
+  const auto broadcasts = [&](TrafficCounters& into, u64 times, u64 bytes) {
+    into.add(K::broadcast, times, 0, bytes);
+    TrafficCounters::Entry& e = into[K::broadcast];
+    e.bytes_received -= (times / Du) * bytes;
+    e.bytes_sent += (times / Du) * Dm1 * bytes;
+  };
+  const u64 vocab_shard = V / Du * h * beta;
+  broadcasts(t.embedding, Du, vocab_shard);
+  broadcasts(t.lm_head, Du, vocab_shard);
+  broadcasts(t.attention_shards, L * Du, U(m.attention_params()) / Du * beta);
+  const u64 mlp_shard = U(m.mlp_params()) / Du * beta;
+  t.mlp_shards.add(K::send, L * Dm1, mlp_shard, 0);
+  t.mlp_shards.add(K::recv, L * Dm1, 0, mlp_shard);
+  const u64 q_row = h / Du * beta;
+  t.q_gather.add(K::all_gatherv, L * Du, Dm1 * mine * q_row, (N - mine) * q_row);
+  const u64 part_row = q_row + U(m.n_heads) / Du * kLseBytes;
+  for (int p = 0; p < D; ++p)
+    if (p != rank && n[static_cast<std::size_t>(p)] > 0)
+      t.partials.add(K::send, L * Du, n[static_cast<std::size_t>(p)] * part_row, 0);
+  if (mine > 0) t.partials.add(K::recv, L * Du * Dm1, 0, mine * part_row);
+  const u64 k = last[static_cast<std::size_t>(rank)], B = U(static_cast<i64>(last_owners.size()));
+  t.logits.add(K::all_gatherv, 1, Dm1 * k * V * beta, (B - k) * V * beta);
   return t;
+}
+
+TspmStageTraffic tspm_decode_stage_traffic(const ModelShape& m, int D,
+                                           const std::vector<int>& owners, std::uint64_t beta,
+                                           int rank) {
+  return tspm_step_stage_traffic(m, D, owners, owners, beta, rank);
 }
 
 }  // namespace tspemu::tsp::cost

@@ -79,7 +79,7 @@ std::map<std::string, std::string> read_weight_map(const std::string& path) {
 }  // namespace
 
 template <class T>
-ModelWeights<T> load_hf_checkpoint(const std::string& dir) {
+ModelWeights<T> load_hf_checkpoint(const std::string& dir, LoadOptions opts) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     fail("checkpoint directory " + quote(dir, 256) +
@@ -96,7 +96,7 @@ ModelWeights<T> load_hf_checkpoint(const std::string& dir) {
   if (!has_single && !has_index) {
     fail("directory " + quote(dir, 256) + " holds neither " + kSingle + " nor " + kIndex);
   }
-  if (has_single) return load_model<T>(SafetensorsReader::from_file(single), cfg);
+  if (has_single) return load_model<T>(SafetensorsReader::from_file(single), cfg, opts);
 
   const std::map<std::string, std::string> weight_map = read_weight_map(index);
   std::map<std::string, std::unique_ptr<SafetensorsReader>> shards;  // by file name
@@ -127,7 +127,7 @@ ModelWeights<T> load_hf_checkpoint(const std::string& dir) {
       }
     }
   }
-  return load_model<T>(files, cfg, index);
+  return load_model<T>(files, cfg, index, opts);
 }
 
 template <class T>
@@ -161,26 +161,32 @@ std::vector<std::string> save_hf_checkpoint(const std::string& dir, const ModelW
     std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
     return std::string(buf);
   };
+  // Every file is staged whole before any is renamed into place: a failure (or a signal that the
+  // caller defers, core/signal_deferral.hpp) before commit() leaves the old checkpoint as it was
+  // and removes the temporaries, never a mix of old and new shards.
   std::vector<std::string> written;
   Json weight_map = Json::object();
-  for (std::size_t s = 0; s < n; ++s) {
-    SafetensorsWriter wr;
-    wr.set_metadata("format", "pt");
-    for (const std::size_t i : shards[s]) {
-      wr.add(params[i].name, std::span<const T>(*params[i].data), params[i].shape);
-      weight_map[params[i].name] = shard_name(s);
-    }
-    written.push_back((d / shard_name(s)).string());
-    wr.save(written.back());
-  }
+  StagedFiles staged;
   try {
+    for (std::size_t s = 0; s < n; ++s) {
+      SafetensorsWriter wr;
+      wr.set_metadata("format", "pt");
+      for (const std::size_t i : shards[s]) {
+        wr.add(params[i].name, std::span<const T>(*params[i].data), params[i].shape);
+        weight_map[params[i].name] = shard_name(s);
+      }
+      written.push_back((d / shard_name(s)).string());
+      const std::vector<unsigned char> bytes = wr.to_bytes();
+      staged.stage(written.back(), {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+    }
     if (n > 1) {
       const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
       written.push_back((d / kIndex).string());
-      write_file_atomically(written.back(), index.dump(2) + "\n");
+      staged.stage(written.back(), index.dump(2) + "\n");
     }
     written.push_back((d / kConfig).string());
-    write_file_atomically(written.back(), config_text);
+    staged.stage(written.back(), config_text);
+    staged.commit();
   } catch (const FileWriteError& e) {
     fail(e.what());
   }
@@ -202,8 +208,8 @@ std::vector<std::string> save_hf_checkpoint(const std::string& dir, const ModelW
   return written;
 }
 
-template ModelWeights<float> load_hf_checkpoint<float>(const std::string&);
-template ModelWeights<double> load_hf_checkpoint<double>(const std::string&);
+template ModelWeights<float> load_hf_checkpoint<float>(const std::string&, LoadOptions);
+template ModelWeights<double> load_hf_checkpoint<double>(const std::string&, LoadOptions);
 template std::vector<std::string> save_hf_checkpoint<float>(const std::string&,
                                                             const ModelWeights<float>&,
                                                             std::uint64_t);

@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -19,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strict_json.hpp"
 #include "tspemu/core/atomic_file.hpp"
+#include "tspemu/core/regular_file.hpp"
 #include "tspemu/core/sanitized.hpp"
 
 namespace tspemu::ref {
@@ -135,13 +135,12 @@ SafetensorsReader SafetensorsReader::from_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     fail("cannot read '" + sanitized(path, 256) + "': it is a directory");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '" + sanitized(path, 256) + "'");
+  // A regular file only (a FIFO would block the read, /dev/zero never end it), read to its size.
   std::vector<unsigned char> bytes;
-  try {  // filebuf reports a read error (EIO, EISDIR) by throwing, not through the stream state
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::ios_base::failure& e) {
-    fail("cannot read '" + sanitized(path, 256) + "': " + e.what());
+  try {
+    bytes = read_regular_file<std::vector<unsigned char>>(path, UINT64_MAX);
+  } catch (const FileReadError& e) {
+    fail(e.what());
   }
   try {
     SafetensorsReader r = from_bytes(std::move(bytes));
@@ -164,40 +163,27 @@ SafetensorsReader SafetensorsReader::from_bytes(std::vector<unsigned char> bytes
 namespace {
 
 // The header's JSON, refused when malformed, nested deeper than kMaxHeaderDepth or holding a key
-// twice in one object.
+// twice in one object: checked by a SAX pass that builds nothing (so a 100,000-deep header is
+// refused at its fourth bracket), then parsed; both linear in the header's size.
 nlohmann::json parse_header(const char* begin, const char* end) {
-  // The parser callback (rather than a SAX handler) because it keeps nlohmann's own DOM
-  // builder and still sees every container open before its contents are parsed: throwing there
-  // stops a 100,000-deep header at its fourth bracket, so nothing deep is built, dumped or freed.
-  // It also sees each key before nlohmann's std::map would let a duplicate overwrite the first.
-  // depth: containers open around the event (the header object's own keys are at depth 1).
-  std::vector<std::set<std::string>> keys;  // the keys seen so far in each open object
-  bool root_is_object = false;
-  std::string entry;  // the header key whose value is being parsed: a tensor's name
-  const auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    const auto where = [&] {
-      if (!root_is_object || depth < 2) return std::string();
-      return entry == "__metadata__" ? "__metadata__: " : "tensor " + quote(entry) + ": ";
-    };
-    if (event == Event::object_start || event == Event::array_start) {
-      if (depth >= kMaxHeaderDepth) {
-        fail(where() + "header nests deeper than " + std::to_string(kMaxHeaderDepth) +
-             " levels (the header object, an entry object, a flat array)");
-      }
-      if (depth == 0) root_is_object = event == Event::object_start;
-      if (event == Event::object_start) keys.emplace_back();
-    } else if (event == Event::object_end) {
-      keys.pop_back();
-    } else if (event == Event::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (depth == 1) entry = key;
-      if (!keys.back().insert(key).second) fail(where() + "duplicate key " + quote(key));
+  const detail::StrictJsonCheck* at = nullptr;
+  const auto refuse = [&](const std::string& reason) {
+    if (reason == "not valid JSON") fail("header is not valid JSON");
+    std::string where;  // the entry being parsed, once inside one
+    if (at != nullptr && at->root_is_object() && at->depth() >= 2) {
+      where =
+          at->entry() == "__metadata__" ? "__metadata__: " : "tensor " + quote(at->entry()) + ": ";
     }
-    return true;
+    if (reason.starts_with("nests deeper")) {
+      fail(where + "header nests deeper than " + std::to_string(kMaxHeaderDepth) +
+           " levels (the header object, an entry object, a flat array)");
+    }
+    fail(where + reason);
   };
-  nlohmann::json header = nlohmann::json::parse(begin, end, check, /*allow_exceptions=*/false);
-  if (header.is_discarded()) fail("header is not valid JSON");
+  detail::StrictJsonCheck check(kMaxHeaderDepth, refuse);
+  at = &check;
+  nlohmann::json header =
+      detail::parse_checked_json(std::string_view(begin, std::size_t(end - begin)), check, refuse);
   if (!header.is_object()) fail("header JSON is not an object");
   return header;
 }
@@ -524,9 +510,38 @@ ModelConfig config_from_metadata(const SafetensorsReader& file) {
   return parse_config(file.metadata(), file.source());
 }
 
+namespace {
+
+// "[i, j]" of flat index `flat` in a row-major tensor of this shape.
+std::string coordinates(std::size_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> at(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    at[d] = std::int64_t(flat % std::size_t(shape[d]));
+    flat /= std::size_t(shape[d]);
+  }
+  return shape_str(at);
+}
+
+// Refuses the first element of `v` (tensor `name`, read from `source`) that is NaN or infinite.
+template <class T>
+void check_finite(const std::string& name, const std::vector<T>& v,
+                  const std::vector<std::int64_t>& shape, const std::string& source) {
+  const auto bad = std::find_if(v.begin(), v.end(), [](T x) { return !std::isfinite(x); });
+  if (bad == v.end()) return;
+  const auto i = std::size_t(bad - v.begin());
+  std::ostringstream value;
+  value << *bad;
+  throw NonFiniteWeightError("safetensors: tensor " + quote(name) + ": element " +
+                             std::to_string(i) + " " + coordinates(i, shape) + " of " +
+                             std::to_string(v.size()) + " is " + value.str() +
+                             " (a weight must be finite)" + in_file(source));
+}
+
+}  // namespace
+
 template <class T>
 ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
-                           const std::string& source) {
+                           const std::string& source, LoadOptions opts) {
   cfg.validate();
   const std::string in = in_file(source);
   // Every check against the files comes before any allocation, so a file claiming a huge config
@@ -556,12 +571,17 @@ ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
     fail("the " + std::to_string(files.size()) + " tensors cannot hold " +
          std::to_string(cfg.n_layers) + " layers" + in);
   }
+  const SafetensorsReader* stored_head = nullptr;  // an lm_head.weight beside a tied config
   for (const auto& [name, file] : files) {
     if (expected.count(name)) continue;
     const TensorInfo& ti = file->info(name);
     const bool inv_freq = name.size() >= 19 && name.ends_with("rotary_emb.inv_freq");
     const bool tied_head = cfg.tie_embeddings && name == "lm_head.weight" &&
                            ti.shape == std::vector<std::int64_t>{cfg.vocab, cfg.hidden};
+    if (tied_head) {
+      check_float_dtype(name, ti.dtype, file->source());
+      stored_head = file;
+    }
     if (!inv_freq && !tied_head) {
       fail("unexpected tensor " + quote(name) + " " + shape_str(ti.shape) + " for config " +
            cfg.to_string() + in_file(file->source()));
@@ -569,15 +589,35 @@ ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
   }
   ModelWeights<T> w = std::move(skeleton);
   w.layers.resize(std::size_t(cfg.n_layers));
-  for (auto& p : parameters(w)) *p.data = files.at(p.name)->template read<T>(p.name);
+  for (auto& p : parameters(w)) {
+    const SafetensorsReader& file = *files.at(p.name);
+    *p.data = file.template read<T>(p.name);
+    if (!opts.allow_nonfinite) check_finite(p.name, *p.data, p.shape, file.source());
+  }
+  // A tied model's head is its embedding: a stored head that differs would be silently unused.
+  if (stored_head != nullptr) {
+    const std::vector<T> head = stored_head->template read<T>("lm_head.weight");
+    const auto diff = std::mismatch(head.begin(), head.end(), w.embed.begin(),
+                                    [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0; });
+    if (diff.first != head.end()) {
+      const auto i = std::size_t(diff.first - head.begin());
+      fail(
+          "unexpected tensor 'lm_head.weight': the config ties the head to "
+          "'model.embed_tokens.weight', and the stored head differs from it at element " +
+          std::to_string(i) + " " + coordinates(i, {cfg.vocab, cfg.hidden}) +
+          " (a tied model would ignore it: remove it, or untie the config)" +
+          in_file(stored_head->source()));
+    }
+  }
   return w;
 }
 
 template <class T>
-ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg) {
+ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg,
+                           LoadOptions opts) {
   TensorFiles files;
   for (const auto& [name, info] : file.tensors()) files.emplace(name, &file);
-  return load_model<T>(files, cfg, file.source());
+  return load_model<T>(files, cfg, file.source(), opts);
 }
 
 template <class T>
@@ -608,11 +648,13 @@ std::vector<unsigned char> save_model_bytes(const ModelWeights<T>& w) {
 template std::vector<float> SafetensorsReader::read<float>(const std::string&) const;
 template std::vector<double> SafetensorsReader::read<double>(const std::string&) const;
 template ModelWeights<float> load_model<float>(const TensorFiles&, const ModelConfig&,
-                                               const std::string&);
+                                               const std::string&, LoadOptions);
 template ModelWeights<double> load_model<double>(const TensorFiles&, const ModelConfig&,
-                                                 const std::string&);
-template ModelWeights<float> load_model<float>(const SafetensorsReader&, const ModelConfig&);
-template ModelWeights<double> load_model<double>(const SafetensorsReader&, const ModelConfig&);
+                                                 const std::string&, LoadOptions);
+template ModelWeights<float> load_model<float>(const SafetensorsReader&, const ModelConfig&,
+                                               LoadOptions);
+template ModelWeights<double> load_model<double>(const SafetensorsReader&, const ModelConfig&,
+                                                 LoadOptions);
 template ModelWeights<float> load_model<float>(const std::string&, const ModelConfig&);
 template ModelWeights<double> load_model<double>(const std::string&, const ModelConfig&);
 template void save_model<float>(const std::string&, const ModelWeights<float>&);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_parts.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
@@ -21,8 +22,10 @@ namespace tspemu::tsp {
 
 namespace {
 
+constexpr const char* kWho = "TSP-W decode";
+
 [[noreturn]] void reject(const std::string& why) {
-  throw std::invalid_argument("TSP-W decode: " + why);
+  throw std::invalid_argument(std::string(kWho) + ": " + why);
 }
 
 std::string str(std::int64_t v) {
@@ -33,17 +36,6 @@ void require_divides(int D, int n, const char* name, const char* why) {
   if (n % D != 0) {
     reject("D=" + str(D) + " does not divide " + name + "=" + str(n) + " (" + why + ")");
   }
-}
-
-// after - before, kind by kind (the counters only grow within a run).
-TrafficCounters difference(const TrafficCounters& after, const TrafficCounters& before) {
-  TrafficCounters d;
-  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
-    d.by_kind[k] = {after.by_kind[k].calls - before.by_kind[k].calls,
-                    after.by_kind[k].bytes_sent - before.by_kind[k].bytes_sent,
-                    after.by_kind[k].bytes_received - before.by_kind[k].bytes_received};
-  }
-  return d;
 }
 
 // The fault o_proj_shard_swap: rank r (0 or 1) takes rank 1 - r's W_O shard into its packed
@@ -72,25 +64,12 @@ void DecodeShape::validate() const {
 }
 
 template <class T>
-struct BasicTspwDecoder<T>::Weights {
-  TspShape packing;  // the dimensions packed_shards.hpp cuts by
-  std::vector<Buffer<T>> attention, mlp, input_norm, post_norm;  // [L] each
-  Buffer<T> embed;                                               // [V/D, C] rows r·V/D..
-  Buffer<T> head;        // [V/D, C]; empty when tied (the embedding's rows serve)
-  Buffer<T> final_norm;  // [C]
-  const T* head_rows() const { return head.empty() ? embed.data() : head.data(); }
-};
+struct BasicTspwDecoder<T>::Weights : detail::TspShards<T> {};
 
-// The new tokens of one step, sequence-major: sequence b's count[b] tokens at global positions
-// start[b].. are rows offset[b].. of the step's N rows.
+// The new tokens of one step (decode_parts.hpp).
 template <class T>
-struct BasicTspwDecoder<T>::Step {
-  std::vector<std::int32_t> tokens;     // [N]
-  std::vector<int> count;               // [B]
-  std::vector<std::size_t> offset;      // [B]
-  std::vector<std::int64_t> positions;  // [N] global
-  bool prefill = false;
-  int rows() const { return static_cast<int>(tokens.size()); }
+struct BasicTspwDecoder<T>::Step : detail::DecodeStep {
+  explicit Step(detail::DecodeStep s) : detail::DecodeStep(std::move(s)) {}
 };
 
 template <class T>
@@ -99,41 +78,11 @@ BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
     : rank_(rank), s_(shape), fault_(fault), w_(std::make_unique<Weights>()) {
   s_.validate();
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but D=" + str(s_.D));
-  if (dry_run()) throw std::logic_error("TSP-W decode: a dry run is not supported");
-  const ref::ModelConfig& m = s_.model;
-  const std::size_t C = static_cast<std::size_t>(m.hidden);
-  const std::size_t VC = static_cast<std::size_t>(m.vocab) * C;
-  if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
-      master.layers.size() != static_cast<std::size_t>(m.n_layers))
-    reject("master weights do not match the model " + m.to_string());
-  Weights& w = *w_;
-  w.packing.model = m;
-  w.packing.D = s_.D;
-  w.packing.S = 2 * s_.D;
-  Arena& a = rank.arena();
-  const int r = rank.id();
-  for (const auto& layer : master.layers) {
-    w.attention.push_back(a.allocate<T>(attention_shard_size(w.packing), Category::weights));
-    pack_attention_shard(layer, w.packing, r, w.attention.back().data());
-    if (fault_ == TspwFault::o_proj_shard_swap && s_.D >= 2 && r < 2)
-      take_partner_wo(layer, w.packing, r, w.attention.back().data());
-    w.mlp.push_back(a.allocate<T>(mlp_shard_size(w.packing), Category::weights));
-    pack_mlp_shard(layer, w.packing, r, w.mlp.back().data());
-    w.input_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.input_norm.begin(), layer.input_norm.end(), w.input_norm.back().data());
-    w.post_norm.push_back(a.allocate<T>(C, Category::weights));
-    std::copy(layer.post_norm.begin(), layer.post_norm.end(), w.post_norm.back().data());
+  *w_ = {detail::load_tsp_shards(kWho, rank.arena(), s_.model, s_.D, rank.id(), master)};
+  if (fault_ == TspwFault::o_proj_shard_swap && s_.D >= 2 && rank.id() < 2) {
+    for (std::size_t l = 0; l < master.layers.size(); ++l)
+      take_partner_wo(master.layers[l], w_->packing, rank.id(), w_->attention[l].data());
   }
-  const std::size_t shard = VC / static_cast<std::size_t>(s_.D);
-  const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * shard);
-  w.embed = a.allocate<T>(shard, Category::weights);
-  std::copy_n(master.embed.begin() + first, shard, w.embed.data());
-  if (!m.tie_embeddings) {
-    w.head = a.allocate<T>(shard, Category::weights);
-    std::copy_n(master.lm_head.begin() + first, shard, w.head.data());
-  }
-  w.final_norm = a.allocate<T>(C, Category::weights);
-  std::copy(master.final_norm.begin(), master.final_norm.end(), w.final_norm.data());
 }
 
 template <class T>
@@ -160,31 +109,8 @@ std::int64_t BasicTspwDecoder<T>::length(int seq) const {
 
 template <class T>
 std::vector<T> BasicTspwDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  const int B = s_.batch, V = s_.model.vocab;
-  if (prompts.size() != static_cast<std::size_t>(B))
-    reject("prefill: " + str(static_cast<std::int64_t>(prompts.size())) +
-           " prompts for batch B=" + str(B));
-  Step step;
-  step.prefill = true;
-  std::vector<std::int64_t> lengths;
-  for (int b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<std::size_t>(b)];
-    if (p.empty()) reject("prefill: prompt of sequence " + str(b) + " is empty");
-    if (static_cast<std::int64_t>(p.size()) > s_.max_context)
-      throw std::length_error("TSP-W decode: prefill: sequence " + str(b) + "'s prompt of " +
-                              str(static_cast<std::int64_t>(p.size())) +
-                              " positions exceeds max_context=" + str(s_.max_context));
-    for (std::size_t i = 0; i < p.size(); ++i)
-      if (p[i] < 0 || p[i] >= V)
-        reject("prefill: sequence " + str(b) + " position " + str(static_cast<std::int64_t>(i)) +
-               " has token " + str(p[i]) + " outside [0, " + str(V) + ")");
-    step.offset.push_back(step.tokens.size());
-    step.count.push_back(static_cast<int>(p.size()));
-    step.tokens.insert(step.tokens.end(), p.begin(), p.end());
-    for (std::size_t i = 0; i < p.size(); ++i)
-      step.positions.push_back(static_cast<std::int64_t>(i));
-    lengths.push_back(static_cast<std::int64_t>(p.size()));
-  }
+  const Step step(detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
+  const std::vector<std::int64_t> lengths = detail::step_lengths(step);
   cache_.reset();  // a new batch: the old reservation goes back to the arena first
   cache_ =
       std::make_unique<RankKvCache<T>>(rank_.arena(), rank_.id(), s_.model,
@@ -196,27 +122,8 @@ std::vector<T> BasicTspwDecoder<T>::prefill(const std::vector<std::vector<std::i
 
 template <class T>
 std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  const int B = s_.batch, V = s_.model.vocab;
-  if (!cache_) reject("decode_step before prefill");
-  if (tokens.size() != static_cast<std::size_t>(B))
-    reject("decode_step: " + str(static_cast<std::int64_t>(tokens.size())) +
-           " tokens for batch B=" + str(B) + " (one per sequence)");
-  Step step;
-  for (int b = 0; b < B; ++b) {
-    const std::int64_t pos = lengths_[static_cast<std::size_t>(b)];
-    const std::int32_t t = tokens[static_cast<std::size_t>(b)];
-    if (t < 0 || t >= V)
-      reject("decode_step: sequence " + str(b) + " position " + str(pos) + " has token " + str(t) +
-             " outside [0, " + str(V) + ")");
-    if (pos >= s_.max_context)
-      throw std::length_error("TSP-W decode: decode_step: sequence " + str(b) +
-                              " would hold position " + str(pos) +
-                              ", beyond max_context=" + str(s_.max_context));
-    step.offset.push_back(static_cast<std::size_t>(b));
-    step.count.push_back(1);
-    step.tokens.push_back(t);
-    step.positions.push_back(pos);
-  }
+  const Step step(
+      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
   auto phase = rank_.arena().phase("tspw.decode");
   std::vector<T> logits = run(step);
   for (std::int64_t& n : lengths_) ++n;
@@ -227,10 +134,10 @@ std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> to
 template <class T>
 struct BasicTspwDecoder<T>::Scratch {
   int D, r, B, N, C, NH, NKV, hs, NHl, NKVl, Fl, Vl;
-  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud, block;  // block: one all_to_all block
-  std::vector<std::int64_t> rotation;                  // [N] RoPE's positions
-  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, send, recv, att,
-      att_lse, partial, gate, up, h, krow, vrow;
+  std::size_t rows, qdl, kvl, qd, kvd, Cz, ud;
+  std::vector<std::int64_t> rotation;  // [N] RoPE's positions
+  Buffer<T> x, mid, xn, rstd, qloc, kloc, vloc, kvsend, kvall, qall, q, out, lse, att, partial,
+      gate, up, h, krow, vrow;
 
   Scratch(Arena& a, const DecodeShape& s, int rank, const Step& st) {
     const ref::ModelConfig& m = s.model;
@@ -242,7 +149,6 @@ struct BasicTspwDecoder<T>::Scratch {
     qdl = static_cast<std::size_t>(NHl) * hs;   // q columns of a head shard
     kvl = static_cast<std::size_t>(NKVl) * hs;  // k (or v) columns of a head shard
     qd = static_cast<std::size_t>(NH) * hs, kvd = static_cast<std::size_t>(NKV) * hs;
-    block = rows * qdl + rows * static_cast<std::size_t>(NHl);
     const std::size_t NF = rows * static_cast<std::size_t>(Fl);
     x = a.allocate<T>(rows * Cz, Category::workspace, /*zero=*/true);
     mid = a.allocate<T>(rows * Cz, Category::workspace);
@@ -257,10 +163,7 @@ struct BasicTspwDecoder<T>::Scratch {
     q = a.allocate<T>(rows * qd, Category::workspace);
     out = a.allocate<T>(rows * qd, Category::workspace);
     lse = a.allocate<T>(static_cast<std::size_t>(NH) * rows, Category::workspace);
-    send = a.allocate<T>(ud * block, Category::comm);
-    recv = a.allocate<T>(ud * block, Category::comm);
     att = a.allocate<T>(rows * qdl, Category::workspace);
-    att_lse = a.allocate<T>(static_cast<std::size_t>(NHl) * rows, Category::workspace);
     partial = a.allocate<T>(rows * Cz, Category::workspace);
     gate = a.allocate<T>(NF, Category::workspace);
     up = a.allocate<T>(NF, Category::workspace);
@@ -272,9 +175,7 @@ struct BasicTspwDecoder<T>::Scratch {
 
 template <class T>
 void BasicTspwDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
-  const TrafficCounters before = rank_.counters();
-  collective();
-  into += difference(rank_.counters(), before);
+  detail::measured(rank_, into, collective);
 }
 
 template <class T>
@@ -401,37 +302,12 @@ void BasicTspwDecoder<T>::route(int l, const Step& st, Scratch& sc) {
     }
 }
 
-// partials to the head owners: block p = heads p·NHl.. of every row: out [N, NHl, hs], then lse
-// per sequence [NHl, n_b]; merged into att [N, NHl·hs] by log-sum-exp in rank order.
+// partials to the head owners, merged by log-sum-exp in rank order (decode_parts.hpp): att
+// [N, NHl·hs] of this rank's heads.
 template <class T>
 void BasicTspwDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
-  const std::size_t qdl = sc.qdl, qd = sc.qd, rows = sc.rows,
-                    NHl = static_cast<std::size_t>(sc.NHl);
-  for (std::size_t p = 0; p < sc.ud; ++p) {
-    T* blk = sc.send.data() + p * sc.block;
-    for (std::size_t n = 0; n < rows; ++n)
-      std::copy_n(sc.out.data() + n * qd + p * qdl, qdl, blk + n * qdl);
-    for (int b = 0; b < sc.B; ++b) {
-      const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-      const auto nb = static_cast<std::size_t>(st.count[static_cast<std::size_t>(b)]);
-      std::copy_n(sc.lse.data() + static_cast<std::size_t>(sc.NH) * o + p * NHl * nb, NHl * nb,
-                  blk + rows * qdl + NHl * o);
-    }
-  }
-  measured(traffic_.partials, [&] {
-    all_to_all<T>(rank_.comm(), std::span<const T>(sc.send.data(), sc.send.size()), sc.recv.span());
-  });
-  std::fill(sc.att.begin(), sc.att.end(), T(0));
-  std::fill(sc.att_lse.begin(), sc.att_lse.end(), -std::numeric_limits<T>::infinity());
-  for (int b = 0; b < sc.B; ++b) {
-    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-    const ref::AttentionDims md{1, st.count[static_cast<std::size_t>(b)], 0, sc.NHl, sc.NHl, sc.hs};
-    for (std::size_t p = 0; p < sc.ud; ++p) {  // rank order: the same sums on every head owner
-      const T* blk = sc.recv.data() + p * sc.block;
-      ref::merge_attention_partials(sc.att.data() + o * qdl, sc.att_lse.data() + NHl * o,
-                                    blk + o * qdl, blk + rows * qdl + NHl * o, md);
-    }
-  }
+  detail::exchange_partials(rank_, rank_.comm(), st, sc.out.data(), sc.lse.data(), sc.NH, sc.hs,
+                            sc.att, traffic_.partials);
 }
 
 // The MLP block of layer l, column gate/up and row down: x = mid + Σ_r down^(r)(silu(gate^(r)) ⊙

@@ -3,12 +3,14 @@
 // training and PyTorch; bad checkpoints and conflicting flags exit 2 naming the file, tensor or
 // flag before any rank starts.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -111,16 +113,22 @@ TEST(Checkpoint, AShardedCheckpointTrainedAndSavedReadsBackInPyTorchAsTheSameTen
   fs::remove_all(b);
 }
 
-TEST(Checkpoint, BadCheckpointsAndConflictingFlagsExitTwoNamingTheFileTensorOrFlag) {
-  const std::string a = temp_path("a");
-  fs::remove_all(a);
+// A fresh checkpoint of kModel's shape, seeded, in the test's temporary directory `name`.
+std::string saved_checkpoint(const std::string& name, std::uint64_t shard_bytes) {
+  const std::string dir = temp_path(name);
+  fs::remove_all(dir);
   ref::save_hf_checkpoint(
-      a,
+      dir,
       ref::init_weights<float>(
           ref::ModelConfig{
               .vocab = 256, .hidden = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn = 64},
           3),
-      20000);
+      shard_bytes);
+  return dir;
+}
+
+TEST(Checkpoint, BadCheckpointsAndConflictingFlagsExitTwoNamingTheFileTensorOrFlag) {
+  const std::string a = saved_checkpoint("a", 20000);
   Outcome o = tspemu({"run", "--seq", "32", "-q", "--weights", a, "--hidden", "64"});
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("--hidden conflicts with --weights " + a), std::string::npos) << o.err;
@@ -150,6 +158,84 @@ TEST(Checkpoint, BadCheckpointsAndConflictingFlagsExitTwoNamingTheFileTensorOrFl
   o = tspemu({"run", "-q", "--weights", a + "/absent"});
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("does not exist"), std::string::npos) << o.err;
+  fs::remove_all(a);
+}
+
+// A checkpoint file that is a FIFO (nobody writes it: a blocking read would hang) or /dev/zero
+// (never ends: read whole it exhausts memory) is refused naming the file, exit 2; so is a
+// --config or --data that is one.
+TEST(Checkpoint, NonRegularFilesAreRefusedNamingThemWithoutBlocking) {
+  const std::string a = saved_checkpoint("a", 0);
+  const std::string model = a + "/model.safetensors";
+  fs::remove(model);
+  ASSERT_EQ(::mkfifo(model.c_str(), 0600), 0);
+  Outcome o = tspemu({"run", "--seq", "32", "-q", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("--weights " + a + ": safetensors: cannot read '" + model +
+                       "': not a regular file (a FIFO)"),
+            std::string::npos)
+      << o.err;
+  fs::remove(model);
+  fs::create_symlink("/dev/zero", model);
+  o = tspemu({"train", "-q", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("cannot read '" + model + "': not a regular file (a character device)"),
+            std::string::npos)
+      << o.err;
+  fs::remove(model);
+  const std::string config = a + "/config.json";
+  fs::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  o = tspemu({"run", "-q", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("cannot read '" + config + "': not a regular file (a FIFO)"),
+            std::string::npos)
+      << o.err;
+  const std::string data = a + "/corpus.txt";
+  ASSERT_EQ(::mkfifo(data.c_str(), 0600), 0);
+  for (const std::string& corpus : {data, std::string("/dev/zero")}) {
+    o = tspemu(with({"train", "-q", "--seq", "32", "--data", corpus}, kModel));
+    EXPECT_EQ(o.code, 2);
+    EXPECT_NE(o.err.find("--data " + corpus + ": cannot open the file: not a regular file"),
+              std::string::npos)
+        << o.err;
+  }
+  fs::remove_all(a);
+}
+
+// Weights holding NaN or Inf are refused naming the tensor, the element and the flag that allows
+// them; a stored lm_head.weight beside a tied config.json that differs from the embedding is
+// refused by name rather than silently unused.
+TEST(Checkpoint, NonFiniteWeightsAndAnUnusedHeadAreRefusedNamingTheTensor) {
+  const std::string a = temp_path("nonfinite");
+  fs::remove_all(a);
+  const ref::ModelConfig cfg{
+      .vocab = 256, .hidden = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn = 64};
+  auto w = ref::init_weights<float>(cfg, 3);
+  w.layers[1].w_down[70] = std::numeric_limits<float>::infinity();  // row 1, column 6 of [32, 64]
+  ref::save_hf_checkpoint(a, w, 0);
+  Outcome o = tspemu({"run", "--seq", "32", "-q", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("--weights " + a +
+                       ": safetensors: tensor 'model.layers.1.mlp.down_proj.weight': element 70 "
+                       "[1, 6] of 2048 is inf (a weight must be finite) (file '" +
+                       a + "/model.safetensors'); --allow-nonfinite-weights loads it anyway"),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"run", "--seq", "32", "-q", "--weights", a, "--allow-nonfinite-weights"});
+  EXPECT_EQ(o.err.find("must be finite"), std::string::npos) << o.err;
+
+  w.layers[1].w_down[70] = 0.5f;
+  ref::save_hf_checkpoint(a, w, 0);  // untied: lm_head.weight stored
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(a + "/config.json"));
+  config["tie_word_embeddings"] = true;
+  std::ofstream(a + "/config.json") << config.dump();
+  o = tspemu({"train", "-q", "--seq", "32", "--weights", a});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("unexpected tensor 'lm_head.weight': the config ties the head to "
+                       "'model.embed_tokens.weight'"),
+            std::string::npos)
+      << o.err;
   fs::remove_all(a);
 }
 

@@ -83,6 +83,44 @@ TEST(Generate, TheReferenceHoldsTheWholeCache) {
   EXPECT_EQ(j.at("check").at("ran"), false);
 }
 
+// SP (tsp/sp_decoder.hpp) on 3 ranks, a degree that divides neither the default model's heads
+// nor its vocabulary: the run passes, each rank's KV bytes equal the closed form.
+TEST(Generate, SpOnThreeRanksPassesWithTheKvCacheOfTheClosedForm) {
+  const std::string json = temp_path("sp.json");
+  const Outcome o = tspemu({"generate", "-q", "--strategy", "sp", "--ranks", "3", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank").size(), 3u);
+  EXPECT_EQ(j.at("kv_cache").at("match"), true);
+  EXPECT_EQ(j.at("check").at("numerics_ok"), true);
+  EXPECT_EQ(j.at("verdict"), "pass");
+}
+
+// The TP+SP mesh (tsp/mesh_decoder.hpp) on 8 ranks: T = 2 (the smallest divisor > 1 of 8 that
+// divides the default model's heads, KV heads, MLP width and vocabulary), Σ = 4; the run passes
+// and ranks 2·σ and 2·σ + 1 (one row) hold the same KV bytes. On 3 ranks no mesh exists: exit 2
+// naming the flags, nothing written.
+TEST(Generate, TpSpPicksTheSmallestTAndRefusesADegreeWithoutAMesh) {
+  const std::string json = temp_path("tp_sp.json");
+  const Outcome o =
+      tspemu({"generate", "-q", "--strategy", "tp-sp", "--ranks", "8", "--json", json});
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  const nlohmann::json j = read_json(json);
+  const auto kv = j.at("kv_cache").at("measured_bytes_per_rank").get<std::vector<std::uint64_t>>();
+  ASSERT_EQ(kv.size(), 8u);
+  for (std::size_t r = 0; r < 8; r += 2) EXPECT_EQ(kv[r], kv[r + 1]) << "row " << r / 2;
+  EXPECT_EQ(j.at("kv_cache").at("match"), true);
+  EXPECT_EQ(j.at("verdict"), "pass");
+  fs::remove(json);
+  const Outcome bad =
+      tspemu({"generate", "-q", "--strategy", "tp-sp", "--ranks", "3", "--json", json});
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--strategy tp-sp --ranks 3: TP+SP decode: no T in (1, 3)"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(fs::exists(json));
+}
+
 TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
   struct Case {
     std::vector<std::string> args;

@@ -10,6 +10,7 @@
 #include "cli_outcome.hpp"
 #include "problem_options.hpp"
 #include "run_memory.hpp"
+#include "selfcheck.hpp"
 
 namespace tspemu::app {
 namespace {
@@ -36,6 +37,36 @@ TEST(Cli, RunsThatCannotFitInMemoryAreRefusedBeforeAllocatingNamingGiBPerRankAnd
           " available, MemAvailable in /proc/meminfo"})
       EXPECT_NE(o.err.find(part), std::string::npos) << part << "\n" << o.err;
     EXPECT_LT(took, 2.0) << "the check must be cheap: " << o.err;
+  }
+}
+
+// selfcheck gets run's pre-check: --count x --ranks past a rank's arena or the machine is refused
+// naming both flags, exit 2, before any rank allocates; train --layers was the case.
+TEST(Cli, SelfcheckAndTrainThatCannotFitAreRefusedNamingTheFlags) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome o = tspemu({"selfcheck", "--ranks", "256", "--count", "16777216"});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("selfcheck --count 16777216 --ranks 256 needs at least 32.00 GiB per rank"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("a rank's arena exceeds its capacity; lower --count or --ranks"),
+            std::string::npos)
+      << o.err;
+  o = tspemu({"train", "--layers", "100000", "-q"});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("memory: train TSP D=4 needs at least"), std::string::npos) << o.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+
+  const SelfcheckOptions fits{.ranks = 4, .count = 1 << 16};
+  EXPECT_EQ(selfcheck_rank_bytes(fits), 2u * 4 * (1 << 16) * 4);
+  EXPECT_NO_THROW(require_selfcheck_memory(fits, selfcheck_rank_bytes(fits) * 4, 1 << 30));
+  try {
+    require_selfcheck_memory(fits, selfcheck_rank_bytes(fits) * 4 - 1, 1 << 30);
+    ADD_FAILURE() << "accepted a selfcheck past the available memory";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the machine's available memory"),
+              std::string::npos)
+        << e.what();
   }
 }
 

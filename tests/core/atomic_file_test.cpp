@@ -3,8 +3,10 @@
 // the path and the reason on failure; check_writable refuses what a later write would.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +15,7 @@
 
 #include "tspemu/core/atomic_file.hpp"
 #include "tspemu/core/sanitized.hpp"
+#include "tspemu/core/signal_deferral.hpp"
 
 namespace tspemu {
 namespace {
@@ -97,6 +100,89 @@ TEST_F(AtomicFile, CheckWritableRefusesWhatAWriteWouldAndTouchesNothing) {
   check_writable(path("new.json"));
   check_writable("/dev/null");
   EXPECT_EQ(entries(), 0) << "check_writable left a file";
+}
+
+TEST_F(AtomicFile, StagedFilesChangeNothingUntilCommitAndLeaveNoTemporaryOnFailure) {
+  write_file_atomically(path("a"), "old a");
+  write_file_atomically(path("b"), "old b");
+  try {
+    StagedFiles staged;
+    staged.stage(path("a"), "new a");
+    EXPECT_EQ(entries(), 3);  // a, b and a's temporary
+    EXPECT_EQ(read(path("a")), "old a");
+    staged.stage(path("missing/b"), "new b");  // fails: no such directory
+    ADD_FAILURE() << "staged into a missing directory";
+  } catch (const FileWriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing/b"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read(path("a")), "old a");
+  EXPECT_EQ(entries(), 2) << "a temporary was left behind";
+  {
+    StagedFiles staged;
+    staged.stage(path("a"), "new a");
+    staged.stage(path("b"), "new b");
+    staged.commit();
+  }
+  EXPECT_EQ(read(path("a")), "new a");
+  EXPECT_EQ(read(path("b")), "new b");
+  EXPECT_EQ(entries(), 2);
+}
+
+// How a child process that ran `body` ended: "signal N", "exit N".
+std::string ended(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    try {
+      body();
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                             : "exit " + std::to_string(WEXITSTATUS(status));
+}
+
+// A SIGINT or SIGTERM while files are staged stops the next write, the temporaries are removed and
+// only then does the signal end the process, by the signal; one that arrives during commit() lets
+// the renames finish first. Run in child processes, which the signal ends.
+TEST_F(AtomicFile, ASignalWhileStagingRemovesTheTemporariesThenEndsTheProcess) {
+  write_file_atomically(path("a"), "old a");
+  write_file_atomically(path("b"), "old b");
+  for (const int sig : {SIGINT, SIGTERM}) {
+    EXPECT_EQ(ended([&] {
+                const SignalDeferral defer;
+                StagedFiles staged;
+                staged.stage(path("a"), "new a");
+                ::raise(sig);  // deferred: recorded only
+                if (pending_signal() != sig) ::_exit(4);
+                staged.stage(path("b"), std::string(1 << 20, 'b'));  // interrupted: throws
+                staged.commit();
+              }),
+              "signal " + std::to_string(sig));
+    EXPECT_EQ(read(path("a")), "old a");
+    EXPECT_EQ(read(path("b")), "old b");
+    EXPECT_EQ(entries(), 2) << "a temporary was left behind";
+  }
+  EXPECT_EQ(ended([&] {
+              const SignalDeferral defer;
+              StagedFiles staged;
+              staged.stage(path("a"), "new a");
+              staged.stage(path("b"), "new b");
+              ::raise(SIGTERM);
+              staged.commit();  // renames only: not interrupted
+            }),
+            "signal " + std::to_string(SIGTERM));
+  EXPECT_EQ(read(path("a")), "new a");
+  EXPECT_EQ(read(path("b")), "new b");
+  EXPECT_EQ(entries(), 2);
+  // Outside a scope nothing is deferred, and the previous disposition is back.
+  EXPECT_EQ(pending_signal(), 0);
+  struct sigaction now {};
+  ::sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 TEST(Sanitized, KeepsPrintableAsciiAndQuotesTheRestShort) {

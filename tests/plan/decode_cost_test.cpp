@@ -360,5 +360,34 @@ TEST(DecodeCost, KvAndHbmForABatchOfUnequalLengths) {
             static_cast<u64>(m.layers * m.layer_params() + m.vocab_params()) * 4 + mm.kv_bytes);
 }
 
+// decode_stage_traffic: one stage per collective with calls of its own, named as decode_cost's
+// entries; Helix's LSE rides in the partials' all-to-all (its bytes, no call of its own).
+TEST(DecodeCost, MeshStagesNameTheCollectivesAndCarryThePackedLse) {
+  const ModelShape m = small_gqa();  // h = 64, n_h = 8, L = 3
+  auto names = [](const std::vector<DecodeStageTraffic>& stages) {
+    std::vector<std::string> n;
+    n.reserve(stages.size());
+    for (const DecodeStageTraffic& s : stages) n.push_back(s.what);
+    return n;
+  };
+  const auto tp = decode_stage_traffic(m, DecodeStrategy::tp(4), 2, 4, 1);
+  EXPECT_EQ(names(tp),
+            (std::vector<std::string>{"W_O all-reduce", "MLP down all-reduce",
+                                      "embedding all-reduce", "LM head logits all-gather"}));
+  const auto helix = decode_stage_traffic(m, DecodeStrategy::helix(2, 2), 2, 4, 3);
+  ASSERT_EQ(names(helix), (std::vector<std::string>{"partials all-to-all", "W_O all-reduce",
+                                                    "MLP down all-reduce", "embedding all-reduce",
+                                                    "LM head logits all-gather"}));
+  // Per layer, to the other KVP member: B·(h/N) outputs of β = 4 and B·(n_h/N) LSE of 4 bytes.
+  const TrafficCounters::Entry a2a = helix[0].traffic[CollectiveKind::all_to_all];
+  EXPECT_EQ(a2a.calls, 3u);
+  EXPECT_EQ(a2a.bytes_sent, 3u * (2 * 16 * 4 + 2 * 2 * 4));
+  EXPECT_EQ(a2a.bytes_received, a2a.bytes_sent);
+  TrafficCounters sum;
+  for (const DecodeStageTraffic& s : helix) sum += s.traffic;
+  EXPECT_EQ(sum, decode_step_traffic(m, DecodeStrategy::helix(2, 2), 2, 4, 3));
+  EXPECT_THROW(decode_stage_traffic(m, DecodeStrategy::tsp_w(2), 2, 4, 0), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tspemu::tsp::cost

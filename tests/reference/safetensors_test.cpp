@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -242,14 +243,60 @@ TEST(Safetensors, RejectsUnexpectedTensorButToleratesRotaryBuffers) {
       cfg));
 }
 
-TEST(Safetensors, TiedConfigIgnoresAStoredHeadOfTheEmbeddingShape) {
+// A tied model's head is its embedding: a stored lm_head.weight that differs would be silently
+// unused (issue 41), so it is refused by name; one equal to the embedding is the same tensor
+// stored twice and loads.
+TEST(Safetensors, TiedConfigRefusesAStoredHeadThatDiffersFromTheEmbedding) {
   const ModelConfig untied = testing::tiny_gqa_config();
   ModelConfig tied = untied;
   tied.tie_embeddings = true;
-  const auto w = init_weights<float>(untied, 1);
+  auto w = init_weights<float>(untied, 1);
+  expect_load_error(save_model_bytes(w), tied,
+                    "unexpected tensor 'lm_head.weight': the config ties the head to "
+                    "'model.embed_tokens.weight', and the stored head differs from it at element 0 "
+                    "[0, 0]");
+  w.lm_head = w.embed;
+  w.lm_head.back() += 1.0f;
+  expect_load_error(save_model_bytes(w), tied,
+                    "differs from it at element " + std::to_string(w.embed.size() - 1) + " [" +
+                        std::to_string(untied.vocab - 1) + ", " +
+                        std::to_string(untied.hidden - 1) + "]");
+  w.lm_head = w.embed;
   const auto loaded = load_model<float>(SafetensorsReader::from_bytes(save_model_bytes(w)), tied);
   EXPECT_TRUE(loaded.lm_head.empty());
   EXPECT_EQ(loaded.embed, w.embed);
+}
+
+// NaN or an infinity in any weight is refused naming the tensor, the first bad element (flat
+// index and coordinates) and its value, unless allowed; an F64 value past float's range becomes
+// inf on conversion and is refused the same way.
+TEST(Safetensors, NonFiniteWeightsAreRefusedNamingTensorAndElementUnlessAllowed) {
+  const ModelConfig cfg = testing::tiny_gqa_config();
+  const std::string name = "model.layers.1.self_attn.k_proj.weight";
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e300}) {
+    auto w = init_weights<double>(cfg, 1);
+    std::vector<double>* t = nullptr;
+    std::vector<std::int64_t> shape;
+    for (const auto& p : parameters(w)) {
+      if (p.name == name) t = p.data, shape = p.shape;
+    }
+    ASSERT_NE(t, nullptr);
+    const std::size_t at = shape[1] + 2;  // row 1, column 2
+    (*t)[at] = bad;
+    (*t)[at + 1] = std::nan("");  // only the first is named
+    const Bytes file = save_model_bytes(w);
+    try {
+      load_model<float>(SafetensorsReader::from_bytes(file), cfg);
+      ADD_FAILURE() << "loaded a non-finite weight " << bad;
+    } catch (const NonFiniteWeightError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("tensor '" + name + "': element " + std::to_string(at) +
+                                      " [1, 2] of " + std::to_string(t->size()) + " is "));
+      EXPECT_THAT(e.what(), HasSubstr(std::isnan(bad) ? "nan" : "inf"));
+    }
+    const auto loaded = load_model<float>(SafetensorsReader::from_bytes(file), cfg,
+                                          LoadOptions{.allow_nonfinite = true});
+    EXPECT_FALSE(std::isfinite(loaded.layers[1].wk[at]));
+  }
 }
 
 TEST(Safetensors, ConfigMetadataMissingOrUnparsableFieldIsNamed) {
@@ -487,6 +534,57 @@ TEST(Safetensors, RejectsADirectoryWithItsPath) {
   const ScratchDir dir("tspemu_read_dir");
   const std::string msg = error_of([&] { SafetensorsReader::from_file(dir.path.string()); });
   EXPECT_THAT(msg, HasSubstr("cannot read '" + dir.path.string() + "': it is a directory"));
+}
+
+TEST(Safetensors, RejectsAFifoAndADeviceNamingThemWithoutBlockingOrAllocating) {
+  const ScratchDir dir("tspemu_read_fifo");
+  const std::string fifo = (dir.path / "model.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever opens the FIFO: a blocking open or read would hang this test.
+  EXPECT_THAT(error_of([&] { SafetensorsReader::from_file(fifo); }),
+              HasSubstr("cannot read '" + fifo + "': not a regular file (a FIFO)"));
+  // /dev/zero never ends: read to its end it exhausts memory.
+  EXPECT_THAT(error_of([] { SafetensorsReader::from_file("/dev/zero"); }),
+              HasSubstr("cannot read '/dev/zero': not a regular file (a character device)"));
+  const std::string link = (dir.path / "zero.safetensors").string();
+  std::filesystem::create_symlink("/dev/zero", link);
+  EXPECT_THAT(error_of([&] { SafetensorsReader::from_file(link); }),
+              HasSubstr("cannot read '" + link + "': not a regular file (a character device)"));
+}
+
+// A header of n one-float tensors "t0", "t1", ... at consecutive offsets; the last one's name is
+// `last` when given.
+std::string many_tensors_header(std::size_t n, const std::string& last = "") {
+  std::string h = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string name = i + 1 == n && !last.empty() ? last : "t" + std::to_string(i);
+    h += (i ? ",\"" : "\"") + name + R"(":{"dtype":"F32","shape":[1],"data_offsets":[)" +
+         std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  return h + "}";
+}
+
+// The header check is one pass that keeps a key set per open object: every entry of a large
+// header is read, and a refusal that only its last entry triggers is still found and named.
+TEST(Safetensors, AHeaderOfManyTensorsIsReadWholeAndItsLastEntryChecked) {
+  constexpr std::size_t kTensors = 50000;
+  const Bytes data(4 * kTensors);
+  const SafetensorsReader r =
+      SafetensorsReader::from_bytes(make_file(many_tensors_header(kTensors), data));
+  ASSERT_EQ(r.tensors().size(), kTensors);
+  for (const std::size_t i : {std::size_t{0}, kTensors / 2, kTensors - 1}) {
+    const TensorInfo& ti = r.info("t" + std::to_string(i));
+    EXPECT_EQ(ti.begin, 4 * i);
+    EXPECT_EQ(ti.end, 4 * i + 4);
+    EXPECT_EQ(ti.shape, std::vector<std::int64_t>{1});
+  }
+  EXPECT_THAT(reader_error(make_file(many_tensors_header(kTensors, "t0"), data)),
+              HasSubstr("duplicate key 't0'"));
+  std::string deep = many_tensors_header(kTensors);
+  deep.replace(deep.rfind("[1]"), 3, "[[1]]");
+  EXPECT_THAT(reader_error(make_file(deep, data)),
+              HasSubstr("tensor 't" + std::to_string(kTensors - 1) +
+                        "': header nests deeper than 3 levels"));
 }
 
 // Random truncations and bit flips of a valid checkpoint: each must load or throw

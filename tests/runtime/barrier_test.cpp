@@ -14,7 +14,8 @@ TEST_P(BarrierTest, BarrierCountsCallsAndNoBytes) {
   const int n = GetParam();
   World& world = shared_world(n);
   world.run([&](Rank& r) { check_barrier(r, r.comm()); });
-  auto [mt, ms] = mesh_of(n);
+  const std::pair<int, int> mesh = mesh_of(n);
+  const int mt = mesh.first, ms = mesh.second;
   world.run([&](Rank& r) {
     Mesh m = split_mesh(r, mt, ms);
     check_barrier(r, m.row);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.hpp"
@@ -314,7 +315,8 @@ inline std::vector<std::size_t> sweep_counts(int n) {
         }                                                                       \
       });                                                                       \
     }                                                                           \
-    auto [mt, ms] = mesh_of(n);                                                 \
+    const std::pair<int, int> mesh = mesh_of(n);                                \
+    const int mt = mesh.first, ms = mesh.second;                                \
     if (mt > 1) {                                                               \
       for (std::size_t count :                                                  \
            {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}}) \

@@ -63,7 +63,8 @@ void run_op(Op op, Rank& r, Comm& c, std::size_t count, const char* tn) {
 
 void stress(int n, int sequences, int ops_per_sequence) {
   World& world = shared_world(n);
-  const auto [mt, ms] = mesh_of(n);
+  const std::pair<int, int> mesh = mesh_of(n);
+  const int mt = mesh.first, ms = mesh.second;
   const std::size_t counts[] = {0, 1, 3, 7, 16, 63, 64, 65, 300, 1000, 4099};
   for (int seq = 0; seq < sequences; seq += 10) {
     // Ten sequences per run: each rank derives the same op stream from the shared seed.

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "layer_measure_checks.hpp"
@@ -75,7 +77,9 @@ LayerProblem problem_of(const ModelCase& mc) {
 }
 
 ModelRun run_model(const ModelCase& mc, const ref::ModelWeights<float>& w) {
-  const auto [tokens, targets] = batch_ids(mc);
+  const auto ids = batch_ids(mc);
+  const std::vector<std::int32_t>& tokens = ids.first;
+  const std::vector<std::int32_t>& targets = ids.second;
   const StrategyBlocks& info = strategy_blocks(mc.st.scheme);
   const LayerProblem problem = problem_of(mc);
   const int n = mc.st.ranks();
@@ -115,7 +119,9 @@ void check_model(const ModelCase& mc) {
   SCOPED_TRACE(mc.name());
   const ref::ModelConfig m = mc.model();
   auto w32 = ref::convert_weights<float>(ref::init_weights<double>(m, 11));
-  const auto [tokens, targets] = batch_ids(mc);
+  const auto ids = batch_ids(mc);
+  const std::vector<std::int32_t>& tokens = ids.first;
+  const std::vector<std::int32_t>& targets = ids.second;
   const ModelRun r = run_model(mc, w32);
   const int n = mc.st.ranks();
   for (double l : r.losses) EXPECT_EQ(l, r.losses[0]) << "every rank reports the same loss";
@@ -217,7 +223,8 @@ TEST(MeshModel, RejectsATokenOutsideTheVocabularyNamingRankAndId) {
   ModelCase mc{.st = cost::Strategy::tp_sp(2, 2), .L = 1};
   const ref::ModelConfig m = mc.model();
   auto w = ref::convert_weights<float>(ref::init_weights<double>(m, 1));
-  auto [tokens, targets] = batch_ids(mc);
+  std::vector<std::int32_t> tokens, targets;
+  std::tie(tokens, targets) = batch_ids(mc);
   tokens[5] = m.vocab;
   World world({.ranks = 4});
   try {

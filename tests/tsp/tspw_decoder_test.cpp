@@ -27,19 +27,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <mutex>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "decode_test_support.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/init.hpp"
-#include "tspemu/reference/numerics.hpp"
-#include "tspemu/reference/sampling.hpp"
 #include "tspemu/runtime/error.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspw_test_model.hpp"
@@ -49,12 +47,14 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kGreedySteps;
+using testing::kOracleFactor;
+using testing::longest;
+using testing::max_magnitude;
+using testing::Prompts;
 using ::testing::ThrowsMessage;
-using Prompts = std::vector<std::vector<std::int32_t>>;
 
-constexpr double kOracleFactor = 3.0;  // as the other block checks (sequence_attention_test.cpp)
-constexpr double kCacheRtol = 1e-13;   // derived in the file comment
-constexpr int kGreedySteps = 256;
+constexpr double kCacheRtol = 1e-13;  // derived in the file comment
 constexpr int kForcedSteps = 24;
 
 ref::ModelConfig model_for(int D) {
@@ -66,20 +66,7 @@ int interleave_for(int D) {
 }
 
 Prompts prompts_for(const ref::ModelConfig& c, unsigned seed = 5) {
-  std::mt19937 gen(seed);
-  Prompts p;
-  for (const int len : {1, 7, 13, 12, 16}) {
-    std::vector<std::int32_t> t(static_cast<std::size_t>(len));
-    for (auto& x : t) x = static_cast<std::int32_t>(gen() % static_cast<unsigned>(c.vocab));
-    p.push_back(t);
-  }
-  return p;
-}
-
-std::int64_t longest(const Prompts& p) {
-  std::size_t n = 0;
-  for (const auto& s : p) n = std::max(n, s.size());
-  return static_cast<std::int64_t>(n);
+  return testing::test_prompts(c.vocab, seed);
 }
 
 DecodeShape shape_for(int D, int B, std::int64_t max_context) {
@@ -92,109 +79,39 @@ DecodeShape shape_for(int D, int B, std::int64_t max_context) {
   return s;
 }
 
-// What one rank saw: the logits of the prefill and of every decode step ([steps + 1] of [B, V]).
 template <class T>
-struct RankRun {
-  std::vector<std::vector<T>> logits;
-  std::size_t kv_cache_bytes = 0;
-  std::size_t arena_kv_cache = 0;
-  TspwTraffic traffic;  // of the last decode step
-};
+using RankRun = testing::RankRun<T, TspwTraffic>;
 
-// Prefill, then `steps` decode steps on D ranks. feed[i] ([B]) is fed at step i; without it, each
-// rank feeds the greedy tokens of its own previous logits. `inspect` sees each rank's decoder at
-// the end, inside the run.
+// The per-rank TSP-W decoder of shape s over the master weights w, with a test-only fault.
+template <class T>
+auto tspw_factory(const DecodeShape& s, const ref::ModelWeights<T>& w,
+                  TspwFault fault = TspwFault::none) {
+  return [&s, &w, fault](Rank& rank) {
+    return std::make_unique<BasicTspwDecoder<T>>(rank, s, w, fault);
+  };
+}
+
+// Prefill, then `steps` decode steps on D ranks (testing::run_decoder). feed[i] ([B]) is fed at
+// step i; without it, each rank feeds the greedy tokens of its own previous logits. `inspect`
+// sees each rank's decoder at the end, inside the run.
 template <class T>
 std::vector<RankRun<T>> run_tspw(
     const DecodeShape& s, const ref::ModelWeights<T>& w, const Prompts& prompts, int steps,
     const std::vector<std::vector<std::int32_t>>* feed = nullptr,
     const std::function<void(Rank&, const BasicTspwDecoder<T>&)>& inspect = {},
     TspwFault fault = TspwFault::none) {
-  std::vector<RankRun<T>> runs(static_cast<std::size_t>(s.D));
-  World world({.ranks = s.D});
-  world.run([&](Rank& rank) {
-    RankRun<T>& out = runs[static_cast<std::size_t>(rank.id())];
-    BasicTspwDecoder<T> dec(rank, s, w, fault);
-    out.logits.push_back(dec.prefill(prompts));
-    ref::Sampler greedy = ref::Sampler::greedy();
-    for (int i = 0; i < steps; ++i) {
-      const std::vector<std::int32_t> next =
-          feed ? (*feed)[static_cast<std::size_t>(i)]
-               : greedy.sample(std::span<const T>(out.logits.back()), s.batch, s.model.vocab);
-      out.logits.push_back(dec.decode_step(next));
-    }
-    out.kv_cache_bytes = dec.kv_cache_bytes();
-    out.arena_kv_cache =
-        rank.arena().stats().category_current[static_cast<std::size_t>(Category::kv_cache)];
-    out.traffic = dec.last_traffic();
-    if (inspect) inspect(rank, dec);
-  });
-  return runs;
+  return testing::run_decoder<T>(s.D, tspw_factory(s, w, fault), prompts, steps, feed,
+                                 [&](Rank& rank, const BasicTspwDecoder<T>& dec) {
+                                   if (inspect) inspect(rank, dec);
+                                 });
 }
 
-// The greedy tokens of every step's logits: [steps + 1][B].
-template <class T>
-std::vector<std::vector<std::int32_t>> greedy_tokens(const std::vector<std::vector<T>>& logits,
-                                                     int B, int V) {
-  ref::Sampler greedy = ref::Sampler::greedy();
-  std::vector<std::vector<std::int32_t>> t;
-  t.reserve(logits.size());
-  for (const auto& l : logits) t.push_back(greedy.sample(std::span<const T>(l), B, V));
-  return t;
-}
-
-// The largest |K| or |V| of a reference cache.
-double max_magnitude(const ref::KvCache<double>& cache) {
-  double max_mag = 0;
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int b = 0; b < cache.batch(); ++b)
-      for (std::int64_t p = 0; p < cache.length(b); ++p)
-        for (const bool is_k : {true, false})
-          for (const double x : is_k ? cache.k(l, b, p) : cache.v(l, b, p))
-            max_mag = std::max(max_mag, std::abs(x));
-  return max_mag;
-}
-
-// One line per position where rank `rank`'s cache disagrees with the reference's: held by the
-// wrong rank, a count that is not the map's, or K/V beyond the bound of the file comment (layer 0:
-// exact; later layers kCacheRtol · max_mag). worst: the largest relative difference of layers >= 1.
+// One rank's cache against the reference's (testing::cache_mismatches: every KV head, the bound
+// of the file comment).
 std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& kv,
                                           const ref::KvCache<double>& want, double max_mag,
                                           double& worst) {
-  std::vector<std::string> errors;
-  const KvOwnership& own = kv.ownership();
-  for (int l = 0; l < want.n_layers(); ++l)
-    for (int b = 0; b < want.batch(); ++b) {
-      for (std::int64_t p = 0; p < want.length(b); ++p) {
-        const std::string at = "rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                               " sequence " + std::to_string(b) + " position " + std::to_string(p);
-        if (kv.holds(l, b, p) != (own.owner(b, p) == rank)) {
-          errors.push_back(at + ": held here " + std::to_string(kv.holds(l, b, p)) +
-                           " but owned by rank " + std::to_string(own.owner(b, p)));
-          continue;
-        }
-        if (!kv.holds(l, b, p)) continue;
-        for (const bool is_k : {true, false}) {
-          const auto got = is_k ? kv.k(l, b, p) : kv.v(l, b, p);
-          const auto ref_row = is_k ? want.k(l, b, p) : want.v(l, b, p);
-          for (std::size_t i = 0; i < got.size(); ++i) {
-            const double d = std::abs(got[i] - ref_row[i]);
-            if (l > 0) worst = std::max(worst, d / max_mag);
-            if ((l == 0 && d != 0) || d > kCacheRtol * max_mag) {
-              errors.push_back(at + (is_k ? " K[" : " V[") + std::to_string(i) +
-                               "]: " + std::to_string(got[i]) + " vs reference " +
-                               std::to_string(ref_row[i]));
-              break;
-            }
-          }
-        }
-      }
-      if (kv.held(l, b) != own.count(rank, b, want.length(b)))
-        errors.push_back("rank " + std::to_string(rank) + " layer " + std::to_string(l) +
-                         " holds " + std::to_string(kv.held(l, b)) + " positions of sequence " +
-                         std::to_string(b));
-    }
-  return errors;
+  return testing::cache_mismatches(rank, kv, 0, want, max_mag, kCacheRtol, worst);
 }
 
 // ---------------------------------------------------------------- shape validation
@@ -239,60 +156,23 @@ TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   World world({.ranks = 2});
   world.run([&](Rank& r) {
     TspwDecoder dec(r, s, w);
-    const std::vector<std::int32_t> two{1, 2};
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr("before prefill")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}, {}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 96}, {3}});
-        },
-        ThrowsMessage<std::invalid_argument>(
-            HasSubstr("sequence 0 position 1 has token 96 outside [0, 96)")));
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1}, {1, 2, 3, 4, 5, 6, 7, 8, 9}});
-        },
-        ThrowsMessage<std::length_error>(HasSubstr("max_context=8")));
-    dec.prefill({{1, 2, 3, 4, 5, 6, 7}, {4}});
-    const std::vector<std::int32_t> bad{1, -1};
-    EXPECT_THAT(
-        [&] { dec.decode_step(bad); },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 position 1 has token -1")));
-    dec.decode_step(two);  // sequence 0 now holds positions 0..7
-    EXPECT_THAT([&] { dec.decode_step(two); },
-                ThrowsMessage<std::length_error>(HasSubstr("sequence 0 would hold position 8")));
+    testing::expect_bad_input_refused(dec, "TSP-W decode");
   });
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
 
-// A teacher-forced float run's inputs: the oracle's greedy run (the double reference on weights
-// seeded 11) picks the tokens every side is fed; ref32 holds the fp32 reference's logits of the
-// prefill and of each fed step.
-struct TeacherForced {
+// A teacher-forced float run's inputs (testing::teacher_forced_inputs) on weights seeded 11, and
+// the float weights every side runs.
+struct TeacherForced : testing::ForcedInputs {
   ref::ModelWeights<float> w32;
-  ref::Generation<double> oracle;
-  std::vector<std::vector<std::int32_t>> feed;  // [steps][B]
-  std::vector<std::vector<float>> ref32;        // [steps + 1][B·V]
 };
 
 TeacherForced teacher_forced(const DecodeShape& s, const Prompts& prompts, int steps) {
-  TeacherForced t{
-      .w32 = ref::init_weights<float>(s.model, 11), .oracle = {}, .feed = {}, .ref32 = {}};
-  const auto w64 = ref::init_weights<double>(s.model, 11);
-  ref::Sampler greedy = ref::Sampler::greedy();
-  t.oracle = ref::generate(w64, prompts, steps + 1, greedy, s.max_context);
-  t.feed.assign(static_cast<std::size_t>(steps), std::vector<std::int32_t>(prompts.size()));
-  for (std::size_t i = 0; i < t.feed.size(); ++i)
-    for (std::size_t b = 0; b < prompts.size(); ++b) t.feed[i][b] = t.oracle.tokens[b][i];
-  auto pre = ref::prefill(t.w32, prompts, s.max_context);
-  t.ref32.push_back(pre.logits);
-  for (const auto& f : t.feed) t.ref32.push_back(ref::decode_step(t.w32, pre.cache, f));
+  TeacherForced t;
+  t.w32 = ref::init_weights<float>(s.model, 11);
+  static_cast<testing::ForcedInputs&>(t) = testing::teacher_forced_inputs(
+      ref::init_weights<double>(s.model, 11), t.w32, prompts, s.max_context, steps);
   return t;
 }
 
@@ -302,28 +182,15 @@ TEST_P(TspwFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const int D = GetParam();
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg);
-  const int B = static_cast<int>(prompts.size()), V = cfg.vocab;
+  const int B = static_cast<int>(prompts.size());
   const DecodeShape s = shape_for(D, B, longest(prompts) + kForcedSteps + 1);
-  const TeacherForced t = teacher_forced(s, prompts, kForcedSteps);
-  const auto& [w32, oracle, feed, ref32] = t;
-  const auto runs = run_tspw<float>(s, w32, prompts, kForcedSteps, &feed);
-  double worst_ratio = 0;
-  for (std::size_t i = 0; i < ref32.size(); ++i) {
-    const auto v =
-        ref::check_close("D=" + std::to_string(D) + " step " + std::to_string(i) + " logits",
-                         runs[0].logits[i], ref32[i], oracle.logits[i], kOracleFactor);
-    EXPECT_TRUE(v) << v.report;
-    if (v.reference.max_abs > 0)
-      worst_ratio = std::max(worst_ratio, v.candidate.max_abs / v.reference.max_abs);
-    for (int r = 1; r < D; ++r)
-      EXPECT_EQ(std::memcmp(runs[static_cast<std::size_t>(r)].logits[i].data(),
-                            runs[0].logits[i].data(), runs[0].logits[i].size() * sizeof(float)),
-                0)
-          << "rank " << r << " step " << i << ": logits differ from rank 0's";
-  }
-  std::cout << "D=" << D << ": worst err(TSP-W fp32)/err(reference fp32) over " << ref32.size()
-            << " steps " << worst_ratio << "\n";
-  (void)V;
+  const auto w64 = ref::init_weights<double>(cfg, 11);
+  const auto w32 = ref::init_weights<float>(cfg, 11);
+  const testing::ForcedResult r =
+      testing::judge_teacher_forced("D=" + std::to_string(D), D, w64, w32, prompts, s.max_context,
+                                    kForcedSteps, tspw_factory(s, w32));
+  std::cout << "D=" << D << ": worst err(TSP-W fp32)/err(reference fp32) over " << r.steps
+            << " steps " << r.worst_ratio << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(D, TspwFloat, ::testing::Values(2, 3, 4, 8));
@@ -333,8 +200,7 @@ INSTANTIATE_TEST_SUITE_P(D, TspwFloat, ::testing::Values(2, 3, 4, 8));
 struct GreedyCase {
   DecodeShape shape;
   Prompts prompts;
-  ref::Generation<double> oracle;
-  std::vector<RankRun<double>> runs;
+  testing::GreedyRun<TspwTraffic> run;
   std::vector<std::string> cache_errors;  // one line per mismatch, per rank
   double cache_worst_rel = 0;             // layers >= 1, relative to the tensor's max magnitude
 };
@@ -346,18 +212,18 @@ GreedyCase greedy_case(int D) {
   const int B = static_cast<int>(c.prompts.size());
   c.shape = shape_for(D, B, longest(c.prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
-  ref::Sampler greedy = ref::Sampler::greedy();
-  c.oracle = ref::generate(w, c.prompts, kGreedySteps + 1, greedy, c.shape.max_context);
   std::mutex m;
-  const double max_mag = max_magnitude(c.oracle.cache);
-  auto inspect = [&](Rank& rank, const BasicTspwDecoder<double>& dec) {
+  auto inspect = [&](Rank& rank, const BasicTspwDecoder<double>& dec,
+                     const ref::Generation<double>& oracle) {
+    const double max_mag = max_magnitude(oracle.cache);
     double worst = 0;
-    const auto errors = cache_mismatches(rank.id(), dec.cache(), c.oracle.cache, max_mag, worst);
+    const auto errors = cache_mismatches(rank.id(), dec.cache(), oracle.cache, max_mag, worst);
     const std::lock_guard lock(m);
     c.cache_errors.insert(c.cache_errors.end(), errors.begin(), errors.end());
     c.cache_worst_rel = std::max(c.cache_worst_rel, worst);
   };
-  c.runs = run_tspw<double>(c.shape, w, c.prompts, kGreedySteps, nullptr, inspect);
+  c.run = testing::run_greedy(D, w, c.prompts, c.shape.max_context, kGreedySteps,
+                              tspw_factory(c.shape, w), inspect);
   return c;
 }
 
@@ -370,20 +236,8 @@ TEST_P(TspwGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const GreedyCase c = greedy_case(GetParam());
   const DecodeShape& s = c.shape;
   const int B = s.batch;
-  const auto tokens = greedy_tokens(c.runs[0].logits, B, s.model.vocab);
-  ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kGreedySteps + 1));
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    for (int b = 0; b < B; ++b)
-      ASSERT_EQ(tokens[i][static_cast<std::size_t>(b)],
-                c.oracle.tokens[static_cast<std::size_t>(b)][i])
-          << "D=" << s.D << " step " << i << " sequence " << b;
-
-  for (std::size_t r = 1; r < c.runs.size(); ++r)
-    for (std::size_t i = 0; i < c.runs[0].logits.size(); ++i)
-      ASSERT_EQ(std::memcmp(c.runs[r].logits[i].data(), c.runs[0].logits[i].data(),
-                            c.runs[0].logits[i].size() * sizeof(double)),
-                0)
-          << "rank " << r << " step " << i << ": logits differ from rank 0's";
+  ASSERT_NO_FATAL_FAILURE(
+      testing::expect_greedy_equals_oracle("D=" + std::to_string(s.D), c.run, kGreedySteps));
 
   for (const std::string& e : c.cache_errors) ADD_FAILURE() << e;
   std::cout << "D=" << s.D << ": KV cache, layers >= 1, worst |TSP-W - reference| / max "
@@ -399,14 +253,14 @@ TEST_P(TspwGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
     const std::size_t raw = 2 * static_cast<std::size_t>(s.model.n_layers) *
                             static_cast<std::size_t>(s.model.kv_dim()) * sizeof(double) * positions;
     const std::size_t want = (raw + 63) / 64 * 64;
-    const RankRun<double>& run = c.runs[static_cast<std::size_t>(r)];
+    const RankRun<double>& run = c.run.runs[static_cast<std::size_t>(r)];
     EXPECT_EQ(run.kv_cache_bytes, want) << "rank " << r;
     EXPECT_EQ(run.arena_kv_cache, want) << "rank " << r;
   }
-  const TrafficCounters t = c.runs[0].traffic.total();
+  const TrafficCounters t = c.run.runs[0].traffic.total();
   std::cout << "D=" << s.D << " B=" << B
             << ": decode step traffic on rank 0: " << t.total_received() << " B received, "
-            << t.total_sent() << " B sent; kv cache " << c.runs[0].kv_cache_bytes
+            << t.total_sent() << " B sent; kv cache " << c.run.runs[0].kv_cache_bytes
             << " B per rank\n";
 }
 
@@ -422,11 +276,7 @@ TEST(TspwDecoder, TwoRunsAreBitwiseIdentical) {
   const auto w = ref::init_weights<float>(cfg, 17);
   const auto a = run_tspw<float>(s, w, prompts, 16);
   const auto b = run_tspw<float>(s, w, prompts, 16);
-  for (std::size_t i = 0; i < a[0].logits.size(); ++i)
-    ASSERT_EQ(std::memcmp(a[0].logits[i].data(), b[0].logits[i].data(),
-                          a[0].logits[i].size() * sizeof(float)),
-              0)
-        << "step " << i;
+  testing::expect_bitwise_identical(a, b);
 }
 
 // One decode step's bytes per stage on every rank equal the closed forms of tspw_decoder.hpp's
@@ -472,21 +322,11 @@ TEST(TspwDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
   const int D = 4, steps = 24;
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg, 3);
-  const int B = static_cast<int>(prompts.size()), V = cfg.vocab;
   const auto w = ref::init_weights<double>(cfg, 19);
-  const auto batch =
-      run_tspw<double>(shape_for(D, B, longest(prompts) + steps + 1), w, prompts, steps);
-  for (const int b : {0, 2}) {
-    const Prompts alone{prompts[static_cast<std::size_t>(b)]};
-    const auto single =
-        run_tspw<double>(shape_for(D, 1, longest(prompts) + steps + 1), w, alone, steps);
-    for (std::size_t i = 0; i < single[0].logits.size(); ++i)
-      ASSERT_EQ(std::memcmp(single[0].logits[i].data(),
-                            batch[0].logits[i].data() + static_cast<std::size_t>(b) * V,
-                            static_cast<std::size_t>(V) * sizeof(double)),
-                0)
-          << "sequence " << b << " step " << i;
-  }
+  const std::int64_t max_context = longest(prompts) + steps + 1;
+  testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
+    return run_tspw<double>(shape_for(D, static_cast<int>(p.size()), max_context), w, p, steps);
+  });
 }
 
 }  // namespace

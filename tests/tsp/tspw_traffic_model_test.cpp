@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_test_support.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/sampling.hpp"
@@ -26,7 +27,6 @@ namespace tspemu::tsp {
 namespace {
 
 constexpr int kSteps = 5;
-constexpr std::uint64_t kArenaGranularity = 64;  // rank_kv_cache.hpp's round_up
 
 // One rank's disagreements with the planner, one line each, naming rank, step and stage.
 using Findings = std::vector<std::string>;
@@ -104,20 +104,15 @@ TEST_P(TspwTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlanners
     std::uint64_t tokens = 0;
     for (int b = 0; b < B; ++b)
       tokens += static_cast<std::uint64_t>(dec.cache().ownership().count(r, b, s.max_context));
-    const std::uint64_t raw =
-        static_cast<std::uint64_t>(cfg.n_layers) * tokens *
-        cost::kv_bytes_per_token_layer(m, cost::DecodeStrategy::tsp_w(D), beta);
-    const std::uint64_t want_kv =
-        (raw + kArenaGranularity - 1) / kArenaGranularity * kArenaGranularity;
+    const std::uint64_t want_kv = testing::planner_kv_cache_bytes(
+        cfg.n_layers, tokens,
+        cost::kv_bytes_per_token_layer(m, cost::DecodeStrategy::tsp_w(D), beta));
     if (dec.kv_cache_bytes() != want_kv)
       out.push_back("rank " + std::to_string(r) + " kv_cache_bytes " +
                     std::to_string(dec.kv_cache_bytes()) + " vs planner " +
                     std::to_string(want_kv));
   });
-  for (int r = 0; r < D; ++r) {
-    EXPECT_EQ(steps_checked[static_cast<std::size_t>(r)], kSteps) << "rank " << r;
-    for (const std::string& f : findings[static_cast<std::size_t>(r)]) ADD_FAILURE() << f;
-  }
+  testing::expect_no_findings(findings, steps_checked, kSteps);
 }
 
 INSTANTIATE_TEST_SUITE_P(D, TspwTrafficModel, ::testing::Values(2, 3, 4, 8));

@@ -30,7 +30,11 @@
 //                 D−1 ring hops of the MLP shards; per head shard the owners' queries all-gathered
 //                 and the partials (+ LSE) sent back to the token owners (all-to-all). The token's
 //                 owner computes every shard's K/V for its token: no routing. Embedding and LM head
-//                 as in training: D broadcasts of each vocabulary shard per step.
+//                 as in training: D broadcasts of each vocabulary shard per step, each (tied: the
+//                 embedding's shards twice); then an all-gather of the owners' [B, V] logits
+//                 (every rank samples). Runtime: tsp/tspm_decoder.hpp, counted by
+//                 tspm_step_stage_traffic (the Q all-gather an all_gatherv, the partials
+//                 point-to-point: the same bytes summed over the ranks).
 //   TSP-W (D)     weights in place (TSP's shards are Megatron's): rank r computes Q/K/V of head
 //                 shard r for the B new tokens; routes each new token's K/V head slice to the
 //                 token's cache owner (send/recv, or optionally an all-gather); all-gathers Q;
@@ -237,9 +241,67 @@ TrafficCounters tspw_decode_step_traffic(const ModelShape& m, int D, const std::
 // parts, from decode_cost's collectives: ranks as baseline_shape.hpp (rank = row·T + col, the T
 // group a row, the Σ group a column; Helix: T = TP_A, Σ = KVP). all_reduce by the runtime's
 // balanced chunks (all_reduce_bytes); all_gather and all_to_all (n − 1) blocks each way.
-// TSP-M and TSP-W are refused (std::invalid_argument): TSP-W's counts depend on the token owners
-// (tspw_decode_step_traffic); TSP-M has no runtime schedule.
+// TSP-M and TSP-W are refused (std::invalid_argument): their counts depend on the token owners
+// (tspw_decode_step_traffic, tspm_decode_stage_traffic).
 TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& st, std::int64_t B,
                                     std::uint64_t beta, int rank);
+
+// ---- Per-stage counts of the mesh schedules (the TP and Helix decoders' last_traffic()) --------
+
+// decode_step_traffic split by collective, all layers summed: one stage per entry of
+// decode_cost's comm that makes calls of its own, named by its `what` ("W_O all-reduce", "MLP
+// down all-reduce", "embedding all-reduce", "LM head logits all-gather", Helix's "partials
+// all-to-all", ...), in decode_cost's order; a packed entry (Helix's LSE) adds its bytes to the
+// stage it rides with. The stages' sum is decode_step_traffic. Requirements and errors as
+// decode_step_traffic.
+struct DecodeStageTraffic {
+  std::string what;
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  TrafficCounters traffic;
+};
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank);
+
+// ---- TSP-M runtime counting (tsp/tspm_decoder.hpp) ---------------------------------------------
+
+// Not a decode_stage_traffic case: that form has one (st, B) per step and counts every rank alike
+// within its group, while a TSP-M rank's Q gather, partials and logits depend on which rank owns
+// each new token (n_p, k_r below), its broadcasts on which turn it is the root, and the decoder's
+// calls are all_gatherv / send / recv / broadcast, not decode_cost's symmetric collectives. So,
+// like TSP-W's, its per-stage counts take the owners; decode_stage_traffic refuses tsp_m.
+//
+// One TSP-M step as `rank` (0 <= rank < D) counts it, by BasicTspmDecoder::last_traffic()'s stages,
+// all layers summed. token_owners: the rank owning each new token (decode: B of them, one per
+// sequence; prefill: every prompt token); last_owners [B]: the owner of each sequence's last new
+// token (decode: token_owners). With n_p the new tokens rank p owns, N = Σ_p n_p, k_r the last
+// tokens rank r owns, S_a = P_attn/D·β, S_m = P_mlp/D·β, S_v = (V/D)·h·β:
+//   embedding         D broadcasts of S_v (root s sends (D−1)·S_v, every other rank receives S_v)
+//   attention_shards  L·D broadcasts of S_a, counted the same
+//   q_gather          L·D all_gatherv: sends (D−1)·n_r·(h/D)·β, receives (N − n_r)·(h/D)·β
+//   partials          L·D exchanges: a send of n_p·((h/D)·β + (n_h/D)·4) to each p ≠ r with
+//                     n_p > 0; when n_r > 0, D−1 receives of n_r·(h/D·β + n_h/D·4)
+//   mlp_shards        L·(D−1) ring hops: a send and a receive of S_m each
+//   lm_head           D broadcasts of S_v (tied: the embedding's shards again, as training)
+//   logits            one all_gatherv of the owners' [V] rows: sends (D−1)·k_r·V·β, receives
+//                     (B − k_r)·V·β
+// The LSE in fp32 (4 B) as decode_cost's; the decoder sends it as its scalar type, so its float
+// run (β = 4) compares with ==. Summed over the ranks, the sent bytes are D × decode_cost's
+// per-device ring bytes for tsp_m (decode, B tokens, layers + LSE + vocabulary).
+// Requirements: check_decode_shape(tsp_m(D)); D | V; owners in [0, D); last_owners non-empty.
+// (std::invalid_argument naming the value otherwise.)
+struct TspmStageTraffic {
+  TrafficCounters embedding, attention_shards, q_gather, partials, mlp_shards, lm_head, logits;
+  TrafficCounters total() const {
+    return embedding + attention_shards + q_gather + partials + mlp_shards + lm_head + logits;
+  }
+};
+TspmStageTraffic tspm_step_stage_traffic(const ModelShape& m, int D,
+                                         const std::vector<int>& token_owners,
+                                         const std::vector<int>& last_owners, std::uint64_t beta,
+                                         int rank);
+// A decode step: one new token per sequence, owners[b] its rank.
+TspmStageTraffic tspm_decode_stage_traffic(const ModelShape& m, int D,
+                                           const std::vector<int>& owners, std::uint64_t beta,
+                                           int rank);
 
 }  // namespace tspemu::tsp::cost

@@ -20,7 +20,8 @@
 //   weight_map of tensor name -> plain file name with no '/' or '..'), every shard it names
 //   (SafetensorsReader's checks), every tensor the config implies present exactly once in the
 //   file the index names with the config's shape and a dtype F32, F64, F16 or BF16 (converted
-//   exactly, then rounded to T), and no other tensor (load_model's rule). Errors: HfConfigError
+//   exactly, then rounded to T), no other tensor and every weight finite unless
+//   opts.allow_nonfinite (load_model's rules, safetensors.hpp). Errors: HfConfigError
 //   for config.json, SafetensorsError for a shard and its tensors, CheckpointError for the
 //   directory and the index; each names the file and the tensor or key. A directory holding both
 //   model.safetensors and the index is refused as ambiguous.
@@ -29,9 +30,11 @@
 //   max_shard_bytes (0: no limit), else model-0000i-of-0000n.safetensors filled in parameter
 //   order, a new shard started when the next tensor would pass the limit (a larger tensor alone),
 //   and the index with metadata.total_size (the tensors' bytes), as transformers'
-//   save_pretrained does. Each file is replaced atomically (core/atomic_file.hpp); afterwards the
-//   weight files of an earlier save that this one did not write are removed, so the directory
-//   reads back as exactly what was saved — bitwise, by load_hf_checkpoint<T>.
+//   save_pretrained does. Every file is written whole to a temporary beside it before any is
+//   renamed into place (core/atomic_file.hpp, StagedFiles), so a failure — or a SIGINT / SIGTERM
+//   deferred by the caller's SignalDeferral — leaves the old checkpoint and no temporary;
+//   afterwards the weight files of an earlier save that this one did not write are removed, so the
+//   directory reads back as exactly what was saved — bitwise, by load_hf_checkpoint<T>.
 // Cost: load holds every shard's bytes at once (test-sized models; not multi-GB checkpoints) and
 //   converts each tensor once; save holds each shard's bytes once more.
 #pragma once
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/safetensors.hpp"
 
 namespace tspemu::ref {
 
@@ -50,7 +54,7 @@ struct CheckpointError : std::runtime_error {
 };
 
 template <class T>  // float or double
-ModelWeights<T> load_hf_checkpoint(const std::string& dir);
+ModelWeights<T> load_hf_checkpoint(const std::string& dir, LoadOptions opts = {});
 
 // Returns the files written, in the order written (shards, then the index, then config.json).
 template <class T>

@@ -32,9 +32,11 @@
 //   allocating anything: every tensor the config implies present with exactly that shape and a
 //   float dtype; unknown tensors are rejected (they mean a config mismatch), except
 //   "*.rotary_emb.inv_freq" buffers (old HF checkpoints; RoPE is recomputed) and, for a tied
-//   config, an "lm_head.weight" of the embedding's shape (ignored: the head is the embedding). So a
-//   small file claiming a huge config fails on what it lacks, and the model it allocates is at most
-//   4x the file's data.
+//   config, an "lm_head.weight" bitwise equal to the embedding once converted (the same tensor
+//   stored twice); one that differs is refused, since the tied model would silently not use it.
+//   So a small file claiming a huge config fails on what it lacks, and the model it allocates is at
+//   most 4x the file's data. After conversion every weight must be finite: the first NaN or
+//   infinity is refused (NonFiniteWeightError) unless opts.allow_nonfinite.
 // Cost: the reader holds the file and parses the header once; load_model converts each tensor
 //   once; save() holds the file's bytes once more and pays one fsync.
 #pragma once
@@ -54,6 +56,16 @@ namespace tspemu::ref {
 
 struct SafetensorsError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// A weight holding NaN or an infinity (after conversion to the model's type): the message names the
+// tensor, the file, the first bad element's flat index and coordinates and its value.
+struct NonFiniteWeightError : SafetensorsError {
+  using SafetensorsError::SafetensorsError;
+};
+
+// What load_model accepts beyond the format's rules.
+struct LoadOptions {
+  bool allow_nonfinite = false;  // load NaN / Inf weights instead of refusing them
 };
 
 struct TensorInfo {
@@ -119,14 +131,15 @@ ModelConfig config_from_metadata(const std::map<std::string, std::string>& md);
 ModelConfig config_from_metadata(const SafetensorsReader& file);
 
 template <class T>
-ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg);
+ModelWeights<T> load_model(const SafetensorsReader& file, const ModelConfig& cfg,
+                           LoadOptions opts = {});
 // Tensor name -> the file holding it: the tensors of a checkpoint spread over several files.
 using TensorFiles = std::map<std::string, const SafetensorsReader*>;
 // load_model over several files, with the same checks; each tensor's errors name its file, a
 // missing one names `source` (what the caller read, e.g. the index file).
 template <class T>
 ModelWeights<T> load_model(const TensorFiles& files, const ModelConfig& cfg,
-                           const std::string& source);
+                           const std::string& source, LoadOptions opts = {});
 template <class T>
 ModelWeights<T> load_model(const std::string& path, const ModelConfig& cfg);
 // Writes every parameter in T's dtype (F32 or F64) under its Llama name, config in metadata.

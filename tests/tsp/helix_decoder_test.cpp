@@ -1,0 +1,332 @@
+// Helix decoding (helix_decoder.hpp) against the reference decoder (reference/decode.hpp), the
+// fp64 oracle (the double reference) and the planner's closed forms (plan/decode_cost.hpp).
+//
+// Shapes (small GQA models, L = 2, F = V = 96), N = KVP × TP_A: N = 2 as 2×1; N = 4 as 4×1 and
+// 2×2 (NH=8, NKV=4); N = 3 as 3×1 (NH=6, NKV=3, I = 3); N = 8 as 8×1, 4×2 and 2×4 (NH=16, NKV=8)
+// and 2×4 on NKV=2 (TP_A > NKV: each KV head on 2 head shards). Interleave I = 1 but 2 at 4×2.
+// Five prompts of lengths 1 (shorter than every KVP: token shards with no key of it), 7, 13, 12,
+// 16.
+//
+// Bounds (as tspw_decoder_test.cpp, whose file comment derives them):
+//   - float logits per step, teacher-forced on the oracle's greedy tokens: err(Helix fp32) <=
+//     3·err(reference fp32) + tiny against the double reference (decode_test_support.hpp).
+//   - double greedy tokens: equal to the double reference's for 256 steps.
+//   - double KV cache: each rank holds exactly its token shard's positions, K and V of its head
+//     shard equal to the reference cache's slice: layer 0 exactly, later layers within 1e-13 of
+//     the largest magnitude (sums split over N ranks, added in rank order).
+//   - traffic and KV bytes: == (integers).
+#include "tspemu/tsp/helix_decoder.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "decode_test_support.hpp"
+#include "tspemu/plan/decode_cost.hpp"
+#include "tspemu/reference/decode.hpp"
+#include "tspemu/reference/init.hpp"
+#include "tspemu/runtime/world.hpp"
+
+namespace tspemu::tsp {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::kGreedySteps;
+using testing::longest;
+using testing::Prompts;
+using ::testing::ThrowsMessage;
+
+constexpr double kCacheRtol = 1e-13;  // tspw_decoder_test.cpp's, same argument
+constexpr int kForcedSteps = 24;
+
+struct HelixCase {
+  int kvp, tpa, NH, NKV, hidden, I;
+  int N() const { return kvp * tpa; }
+  std::string label() const {
+    return "KVP=" + std::to_string(kvp) + " TP_A=" + std::to_string(tpa) +
+           " NKV=" + std::to_string(NKV);
+  }
+};
+
+std::string case_name(const ::testing::TestParamInfo<HelixCase>& i) {
+  return "KVP" + std::to_string(i.param.kvp) + "_TPA" + std::to_string(i.param.tpa) + "_NKV" +
+         std::to_string(i.param.NKV);
+}
+
+const HelixCase kCases[] = {{2, 1, 8, 4, 64, 1},  {4, 1, 8, 4, 64, 1},  {2, 2, 8, 4, 64, 1},
+                            {3, 1, 6, 3, 48, 3},  {8, 1, 16, 8, 64, 1}, {4, 2, 16, 8, 64, 2},
+                            {2, 4, 16, 8, 64, 1}, {2, 4, 8, 2, 64, 1}};
+
+ref::ModelConfig model_of(const HelixCase& c) {
+  return testing::small_gqa_model(c.NH, c.NKV, c.hidden);
+}
+
+DecodeShape shape_for(const HelixCase& c, int B, std::int64_t max_context) {
+  return DecodeShape{
+      .model = model_of(c), .D = c.N(), .batch = B, .max_context = max_context, .interleave = c.I};
+}
+
+template <class T>
+auto helix_factory(const DecodeShape& s, int kvp, const ref::ModelWeights<T>& w,
+                   HelixFault fault = HelixFault::none) {
+  return [&s, kvp, &w, fault](Rank& rank) {
+    return std::make_unique<BasicHelixDecoder<T>>(rank, s, kvp, w, fault);
+  };
+}
+
+// The planner's KV cache bytes of token shard k: the positions it reserves below max_context.
+std::uint64_t planner_kv_bytes(const HelixCase& c, const Prompts& prompts, std::int64_t max_context,
+                               int k, std::uint64_t beta) {
+  std::vector<std::int64_t> lengths;
+  for (const auto& p : prompts) lengths.push_back(static_cast<std::int64_t>(p.size()));
+  const KvOwnership own(c.kvp, c.I, lengths);
+  std::uint64_t tokens = 0;
+  for (int b = 0; b < own.batch(); ++b)
+    tokens += static_cast<std::uint64_t>(own.count(k, b, max_context));
+  const int B = static_cast<int>(prompts.size());
+  const cost::ModelShape ms = cost::ModelShape::from(model_of(c), B, max_context);
+  return testing::planner_kv_cache_bytes(
+      ms.layers > 0 ? static_cast<int>(ms.layers) : 0, tokens,
+      cost::kv_bytes_per_token_layer(ms, cost::DecodeStrategy::helix(c.kvp, c.tpa), beta));
+}
+
+// ---------------------------------------------------------------- shape validation
+
+TEST(HelixDecodeShape, RefusesTpaNeitherDividingNorAMultipleOfNkvNamingTpaAndNkv) {
+  const HelixCase c{2, 4, 12, 6, 48, 1};  // N = 8 does not divide NH = 12 either
+  const DecodeShape s = shape_for(c, 1, 8);
+  EXPECT_THAT([&] { validate_helix(s, c.kvp); },
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("TP_A=4"), HasSubstr("NKV=6"))));
+  const auto w = ref::init_weights<float>(s.model, 1);
+  World world({.ranks = c.N()});
+  EXPECT_THROW(world.run([&](Rank& r) { HelixDecoder dec(r, s, c.kvp, w); }), std::exception);
+}
+
+TEST(HelixDecodeShape, RefusesEveryOtherBadValueNamingIt) {
+  const HelixCase c = kCases[2];  // 2×2
+  const DecodeShape good = shape_for(c, 2, 8);
+  auto fails = [](DecodeShape s, int kvp, const char* what) {
+    EXPECT_THAT([&] { validate_helix(s, kvp); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr(what)));
+  };
+  fails(good, 3, "KVP=3");
+  fails(good, 0, "KVP=0");
+  DecodeShape s = good;
+  s.model.vocab = 98;
+  fails(s, 2, "V=98");
+  s = good;
+  s.model.ffn = 90;
+  fails(s, 2, "F=90");
+  s = good;
+  s.D = 16;  // TP_A = 8 divides NH = 8, N = 16 does not
+  fails(s, 2, "N=16");
+  s = good;
+  s.max_context = 0;
+  fails(s, 2, "max_context=0");
+  s = good;
+  s.interleave = 0;
+  fails(s, 2, "I=0");
+  for (const HelixCase& ok : kCases)
+    EXPECT_NO_THROW(validate_helix(shape_for(ok, 1, 8), ok.kvp)) << ok.label();
+}
+
+TEST(HelixDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
+  const HelixCase c = kCases[2];
+  const DecodeShape s = shape_for(c, 2, 8);
+  const auto w = ref::init_weights<float>(s.model, 2);
+  World world({.ranks = c.N()});
+  world.run([&](Rank& r) {
+    HelixDecoder dec(r, s, c.kvp, w);
+    testing::expect_bad_input_refused(dec, "Helix decode");
+  });
+}
+
+// ---------------------------------------------------------------- float, teacher-forced
+
+class HelixFloat : public ::testing::TestWithParam<HelixCase> {};
+
+TEST_P(HelixFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
+  const HelixCase c = GetParam();
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
+  const DecodeShape s =
+      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+  const auto w64 = ref::init_weights<double>(cfg, 11);
+  const auto w32 = ref::init_weights<float>(cfg, 11);
+  const testing::ForcedResult r =
+      testing::judge_teacher_forced(c.label(), c.N(), w64, w32, prompts, s.max_context,
+                                    kForcedSteps, helix_factory(s, c.kvp, w32));
+  std::cout << c.label() << ": worst err(Helix fp32)/err(reference fp32) over " << r.steps
+            << " steps " << r.worst_ratio << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixFloat, ::testing::ValuesIn(kCases), case_name);
+
+// ---------------------------------------------------------------- double, free-running greedy
+
+class HelixGreedy : public ::testing::TestWithParam<HelixCase> {};
+
+// One double run of 256 free-running greedy steps per shape: the tokens against the reference's,
+// every rank's logits against rank 0's (bitwise), every rank's cache against the reference
+// cache (its token shard's positions, its head shard's KV heads), and each rank's KV bytes
+// against the planner and its arena.
+TEST_P(HelixGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
+  const HelixCase c = GetParam();
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
+  const int B = static_cast<int>(prompts.size());
+  const DecodeShape s = shape_for(c, B, longest(prompts) + kGreedySteps + 3);
+  const auto w = ref::init_weights<double>(cfg, 13);
+  std::mutex m;
+  std::vector<std::string> cache_errors;
+  double worst_rel = 0;
+  auto inspect = [&](Rank& rank, const BasicHelixDecoder<double>& dec,
+                     const ref::Generation<double>& oracle) {
+    double worst = 0;
+    const auto e =
+        testing::cache_mismatches(rank.id(), dec.cache(), dec.first_kv_head(), oracle.cache,
+                                  testing::max_magnitude(oracle.cache), kCacheRtol, worst);
+    const std::lock_guard lock(m);
+    cache_errors.insert(cache_errors.end(), e.begin(), e.end());
+    worst_rel = std::max(worst_rel, worst);
+  };
+  const auto g = testing::run_greedy(c.N(), w, prompts, s.max_context, kGreedySteps,
+                                     helix_factory(s, c.kvp, w), inspect);
+  ASSERT_NO_FATAL_FAILURE(testing::expect_greedy_equals_oracle(c.label(), g, kGreedySteps));
+  for (const std::string& e : cache_errors) ADD_FAILURE() << e;
+  for (int r = 0; r < c.N(); ++r) {
+    const std::uint64_t want = planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, 8);
+    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].kv_cache_bytes, want) << "rank " << r;
+    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].arena_kv_cache, want) << "rank " << r;
+  }
+  std::cout << c.label() << ": KV cache, layers >= 1, worst |Helix - reference| / max " << worst_rel
+            << " (layer 0 exact); kv cache " << g.runs[0].kv_cache_bytes << " B on rank 0\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixGreedy, ::testing::ValuesIn(kCases), case_name);
+
+// ---------------------------------------------------------------- traffic, determinism
+
+class HelixTrafficModel : public ::testing::TestWithParam<HelixCase> {};
+
+// Every stage of every decode step, on every rank, equals the planner's
+// decode_stage_traffic(helix(KVP, TP_A)) for the step's B new tokens (float: the planner's 4-byte
+// LSE is the decoder's T), the totals equal decode_step_traffic, and each rank's KV bytes equal
+// the planner's per-token bytes over its token shard's reserved positions.
+TEST_P(HelixTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersClosedForm) {
+  const HelixCase c = GetParam();
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
+  const int B = static_cast<int>(prompts.size()), steps = 4;
+  const DecodeShape s = shape_for(c, B, longest(prompts) + steps + 1);
+  const auto w = ref::init_weights<float>(cfg, 29);
+  const cost::ModelShape ms = cost::ModelShape::from(cfg, B, s.max_context);
+  const cost::DecodeStrategy st = cost::DecodeStrategy::helix(c.kvp, c.tpa);
+  std::vector<std::vector<std::string>> findings(static_cast<std::size_t>(c.N()));
+  std::vector<int> checked(static_cast<std::size_t>(c.N()), 0);
+  World world({.ranks = c.N()});
+  world.run([&](Rank& rank) {
+    const int r = rank.id();
+    auto& out = findings[static_cast<std::size_t>(r)];
+    HelixDecoder dec(rank, s, c.kvp, w);
+    std::vector<float> logits = dec.prefill(prompts);
+    ref::Sampler greedy = ref::Sampler::greedy();
+    for (int step = 0; step < steps; ++step) {
+      logits = dec.decode_step(greedy.sample(std::span<const float>(logits), B, cfg.vocab));
+      const HelixTraffic& got = dec.last_traffic();
+      const std::vector<std::pair<std::string, const TrafficCounters*>> mine{
+          {"partials all-to-all", &got.partials},
+          {"W_O all-reduce", &got.o_proj},
+          {"MLP down all-reduce", &got.mlp},
+          {"embedding all-reduce", &got.embedding},
+          {"LM head logits all-gather", &got.lm_head}};
+      const std::string at = "rank " + std::to_string(r) + " step " + std::to_string(step);
+      const auto f = testing::stage_findings(
+          at, mine, got.total(), cost::decode_stage_traffic(ms, st, B, sizeof(float), r),
+          cost::decode_step_traffic(ms, st, B, sizeof(float), r));
+      out.insert(out.end(), f.begin(), f.end());
+      ++checked[static_cast<std::size_t>(r)];
+    }
+    const std::uint64_t want_kv =
+        planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, sizeof(float));
+    if (dec.kv_cache_bytes() != want_kv)
+      out.push_back("rank " + std::to_string(r) + " kv_cache_bytes " +
+                    std::to_string(dec.kv_cache_bytes()) + " vs planner " +
+                    std::to_string(want_kv));
+  });
+  testing::expect_no_findings(findings, checked, steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixTrafficModel, ::testing::ValuesIn(kCases), case_name);
+
+TEST(HelixDecoder, TwoRunsAreBitwiseIdentical) {
+  const HelixCase c = kCases[5];  // 4×2, I = 2
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
+  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const auto w = ref::init_weights<float>(cfg, 17);
+  const auto a = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
+  const auto b = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
+  testing::expect_bitwise_identical(a, b);
+  testing::expect_every_rank_equal(a);
+}
+
+TEST(HelixDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
+  const HelixCase c = kCases[2];  // 2×2
+  const int steps = 24;
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 3);
+  const auto w = ref::init_weights<double>(cfg, 19);
+  const std::int64_t max_context = longest(prompts) + steps + 1;
+  testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
+    const DecodeShape s = shape_for(c, static_cast<int>(p.size()), max_context);
+    return testing::run_decoder<double>(c.N(), helix_factory(s, c.kvp, w), p, steps);
+  });
+}
+
+// A token shard holding no key of a sequence (the prompt of length 1 on KVP = 4) contributes
+// (0, -inf): every logit of every rank stays finite from the prefill on.
+TEST(HelixDecoder, EmptyTokenShardsKeepEveryLogitFinite) {
+  const HelixCase c = kCases[1];  // 4×1
+  const ref::ModelConfig cfg = model_of(c);
+  Prompts prompts = testing::test_prompts(cfg.vocab, 9);
+  prompts.resize(2);  // lengths 1 and 7: sequence 0 has keys on token shard 0 only
+  const DecodeShape s = shape_for(c, 2, longest(prompts) + 3);
+  const auto w = ref::init_weights<float>(cfg, 31);
+  const auto runs = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 2);
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    for (std::size_t step = 0; step < runs[r].logits.size(); ++step)
+      for (const float x : runs[r].logits[step])
+        ASSERT_TRUE(std::isfinite(x)) << "rank " << r << " step " << step;
+}
+
+// A group mapping that hands rank r W_O's head block r instead of a·KVP + k (TRT-LLM PR #10350,
+// Helix TP2×CP2): the teacher-forced check fails on the first logits, while the same shape
+// without the fault passes (HelixFloat above); on 2×2 the blocks of ranks 1 and 2 are swapped.
+TEST(HelixFault, OProjShardByRankIsCaughtByTheOracleRule) {
+  const HelixCase c = kCases[2];  // 2×2
+  const ref::ModelConfig cfg = model_of(c);
+  const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
+  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 2);
+  const auto w64 = ref::init_weights<double>(cfg, 11);
+  const auto w32 = ref::init_weights<float>(cfg, 11);
+  const ref::Generation<double> oracle = testing::greedy_oracle(w64, prompts, s.max_context, 0);
+  const auto runs = testing::run_decoder<float>(
+      c.N(), helix_factory(s, c.kvp, w32, HelixFault::o_proj_by_rank), prompts, 0);
+  const auto pre = ref::prefill(w32, prompts, s.max_context);
+  const auto v = ref::check_close("prefill logits", runs[0].logits[0], pre.logits, oracle.logits[0],
+                                  testing::kOracleFactor);
+  EXPECT_FALSE(v) << "the wrong o_proj shard went unnoticed";
+  std::cout << v.report << "\n";
+}
+
+}  // namespace
+}  // namespace tspemu::tsp

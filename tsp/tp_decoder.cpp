@@ -1,0 +1,175 @@
+#include "tspemu/tsp/tp_decoder.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "decode_parts.hpp"
+#include "tspemu/tsp/kv_ownership.hpp"
+
+namespace tspemu::tsp {
+
+namespace {
+
+constexpr const char* kWho = "TP decode";
+
+[[noreturn]] void reject(const std::string& why) {
+  throw std::invalid_argument(std::string(kWho) + ": " + why);
+}
+
+std::string str(std::int64_t v) {
+  return std::to_string(v);
+}
+
+void require_divides(int T, int n, const char* name, const char* why) {
+  if (n % T != 0)
+    reject("T=" + str(T) + " does not divide " + name + "=" + str(n) + " (" + why + ")");
+}
+
+}  // namespace
+
+void validate_tp(const DecodeShape& s) {
+  s.model.validate();
+  const int T = s.D, nkv = s.model.n_kv_heads;
+  if (T < 1) reject("T=" + str(T) + " must be >= 1");
+  if (s.batch < 1) reject("batch B=" + str(s.batch) + " must be >= 1");
+  if (s.max_context < 1) reject("max_context=" + str(s.max_context) + " must be > 0");
+  if (s.interleave < 1) reject("interleave I=" + str(s.interleave) + " must be >= 1");
+  require_divides(T, s.model.n_heads, "NH", "each rank owns NH/T query heads");
+  detail::require_kv_heads_fit(kWho, "T", T, nkv);
+  require_divides(T, s.model.ffn, "F", "each rank owns F/T MLP columns");
+  require_divides(T, s.model.vocab, "V", "each rank owns V/T vocabulary rows");
+}
+
+int tp_kv_heads_per_rank(const ref::ModelConfig& m, int T) {
+  return detail::kv_head_shard(m, T, 0).count;
+}
+
+template <class T>
+struct BasicTpDecoder<T>::Weights {
+  std::vector<detail::QkvShard<T>> qkv;  // [L]
+  std::vector<Buffer<T>> wo;             // [L]
+  std::vector<detail::MlpShard<T>> mlp;  // [L]
+  std::unique_ptr<detail::VocabShard<T>> vocab;
+};
+
+template <class T>
+BasicTpDecoder<T>::BasicTpDecoder(Rank& rank, const DecodeShape& shape,
+                                  const ref::ModelWeights<T>& master)
+    : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
+  validate_tp(s_);
+  if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but T=" + str(s_.D));
+  const ref::ModelConfig& m = s_.model;
+  detail::check_master(kWho, m, master);
+  const auto C = static_cast<std::size_t>(m.hidden);
+  const int Tn = s_.D, r = rank.id();
+  const std::size_t qdl =
+      static_cast<std::size_t>(m.n_heads / Tn) * static_cast<std::size_t>(m.head_size());
+  Weights& w = *w_;
+  Arena& a = rank.arena();
+  for (const auto& layer : master.layers) {
+    w.qkv.emplace_back(a, layer, m, Tn, r);
+    w.wo.push_back(detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
+                                   static_cast<std::size_t>(r) * qdl, qdl));
+    w.mlp.emplace_back(a, layer, m, Tn, r);
+  }
+  w.vocab = std::make_unique<detail::VocabShard<T>>(a, master, Tn, r);
+}
+
+template <class T>
+BasicTpDecoder<T>::~BasicTpDecoder() = default;
+
+template <class T>
+const RankKvCache<T>& BasicTpDecoder<T>::cache() const {
+  return detail::cache_or_throw(kWho, cache_.get());
+}
+
+template <class T>
+int BasicTpDecoder<T>::first_kv_head() const {
+  return w_->qkv.front().kv.first;
+}
+
+template <class T>
+std::size_t BasicTpDecoder<T>::kv_cache_bytes() const {
+  return cache_ ? cache_->bytes() : 0;
+}
+
+template <class T>
+std::int64_t BasicTpDecoder<T>::length(int seq) const {
+  return detail::length_or_throw(kWho, lengths_, seq);
+}
+
+// One step's new tokens, its dimensions and buffers.
+template <class T>
+struct BasicTpDecoder<T>::Pass : detail::StepBuffers<T> {
+  detail::DecodeStep st;
+  int NHl, NKVl, hs;
+
+  Pass(Arena& a, const DecodeShape& s, detail::DecodeStep step)
+      : detail::StepBuffers<T>(a, static_cast<std::size_t>(step.rows()),
+                               static_cast<std::size_t>(s.model.hidden),
+                               static_cast<std::size_t>(s.model.n_heads / s.D),
+                               static_cast<std::size_t>(tp_kv_heads_per_rank(s.model, s.D)),
+                               static_cast<std::size_t>(s.model.head_size())),
+        st(std::move(step)),
+        NHl(s.model.n_heads / s.D),
+        NKVl(tp_kv_heads_per_rank(s.model, s.D)),
+        hs(s.model.head_size()) {}
+};
+
+template <class T>
+std::vector<T> BasicTpDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
+  Pass pass(rank_.arena(), s_,
+            detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
+  const std::vector<std::int64_t> lengths = detail::step_lengths(pass.st);
+  ref::ModelConfig held = s_.model;  // the cache's view: this rank's KV heads only
+  held.n_kv_heads = tp_kv_heads_per_rank(s_.model, s_.D);
+  cache_.reset();  // a new batch: the old reservation goes back to the arena first
+  cache_ = std::make_unique<RankKvCache<T>>(rank_.arena(), 0, held, KvOwnership(1, 1, lengths),
+                                            s_.max_context);
+  lengths_ = lengths;
+  auto phase = rank_.arena().phase("tp.prefill");
+  return run(pass);
+}
+
+template <class T>
+std::vector<T> BasicTpDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
+  Pass pass(
+      rank_.arena(), s_,
+      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
+  auto phase = rank_.arena().phase("tp.decode");
+  std::vector<T> logits = run(pass);
+  for (std::int64_t& n : lengths_) ++n;
+  return logits;
+}
+
+template <class T>
+std::vector<T> BasicTpDecoder<T>::run(Pass& p) {
+  traffic_ = {};
+  Comm& comm = rank_.comm();
+  detail::embed(rank_, comm, *w_->vocab, p.st, s_.model.hidden, p.x, traffic_.embedding);
+  for (int l = 0; l < s_.model.n_layers; ++l) {
+    attention(l, p);
+    detail::mlp_block(rank_, comm, w_->mlp[static_cast<std::size_t>(l)], p.st, s_.model, p.mid, p.x,
+                      traffic_.mlp);
+  }
+  return detail::lm_head(rank_, comm, *w_->vocab, p.st, s_.model, p.x, traffic_.lm_head);
+}
+
+// The attention block of layer l: mid = x + o_proj(attention), every stage of the header.
+template <class T>
+void BasicTpDecoder<T>::attention(int l, Pass& p) {
+  const ref::ModelConfig& m = s_.model;
+  const Weights& w = *w_;
+  const auto lz = static_cast<std::size_t>(l);
+  const detail::DecodeStep& st = p.st;
+  detail::project_qkv(w.qkv[lz], m, st, p.x, p.xn, p.rstd, p.q, p.k, p.v);
+  detail::append_and_attend(*cache_, l, st, p, p.NHl, p.NKVl, p.hs);
+  // o_proj, row-parallel: this rank's share of the sum over heads
+  detail::o_proj_all_reduce(rank_, st, m, p.out.data(), p.NHl * p.hs, w.wo[lz], p, traffic_.o_proj);
+}
+
+template class BasicTpDecoder<float>;
+template class BasicTpDecoder<double>;
+
+}  // namespace tspemu::tsp
