@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compare_inference.hpp"
 #include "model_run.hpp"
 #include "mpi_job.hpp"
 #include "output_files.hpp"
@@ -34,6 +35,17 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
   add_sim_clock_options(*cmd, a.sim_clock, true);
+  cmd->add_flag("--inference", a.inference,
+                "compare the decode strategies instead (tspemu generate's runs and checks): the "
+                "same prompts through every one, the reference decoder on 1 rank and the others on "
+                "--ranks; time to first token, time per output token, tokens/s, KV cache and bytes "
+                "per collective vs their closed forms, tokens vs the reference's, verdict");
+  a.decode_flags = add_decode_options(*cmd, a.decode);
+  for (const char* flag :
+       {"--batch", "--seq", "--layout", "--head-buckets", "--serial-attention", "--layers-only",
+        "--sim-clock", "--peak", "--mfu", "--gpus-per-node", "--intra-alpha-us", "--intra-beta-gbs",
+        "--inter-alpha-us", "--inter-beta-gbs", "--nodes"})
+    a.training_flags.push_back(cmd->get_option(flag));
   return cmd;
 }
 
@@ -196,9 +208,25 @@ nlohmann::json compare_json(const ProblemOptions& p, const CompareReport& rep) {
   return j;
 }
 
+// The flags of the other mode, refused before anything runs.
+void refuse_other_mode(const CompareArgs& a) {
+  for (const CLI::Option* f : a.inference ? a.training_flags : a.decode_flags) {
+    if (f == nullptr || f->count() == 0) continue;
+    const std::string flag = f->get_name();
+    if (!a.inference) throw ConfigError(flag + " needs --inference (a decoding flag)");
+    throw ConfigError(flag + " belongs to the training comparison, not to --inference" +
+                      (flag == "--batch" || flag == "--seq"
+                           ? " (there the prompts are --prompt-lengths or --prompt, one sequence "
+                             "per prompt)"
+                           : ""));
+  }
+}
+
 }  // namespace
 
 int compare_command(const CompareArgs& a, std::ostream& out) {
+  refuse_other_mode(a);
+  if (a.inference) return compare_inference(a, out);
   const ProblemOptions& p = a.problem;
   check_output_files({{"--json", a.json_path}});
   if (p.ranks < 1 || p.ranks > 256)

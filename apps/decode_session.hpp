@@ -9,7 +9,7 @@
 //   cache now. A DecodeStrategy names a schedule, says which shapes it can run (the reason it
 //   cannot, in its own words; the command prefixes the flag), makes a rank's session, and gives
 //   the closed form of a rank's KV cache bytes, which the command compares with the measured
-//   bytes to the byte.
+//   bytes to the byte, and optionally of a rank's decode-step traffic per collective kind.
 // Requirements: make() is called on every rank of a World of shape.ranks ranks, on the rank's
 //   thread, only for a shape why_invalid() accepts; each rank calls prefill once, then
 //   decode_step any number of times, the ranks in the same order (a session may run collectives).
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tspemu/reference/model.hpp"
+#include "tspemu/runtime/counters.hpp"
 
 namespace tspemu {
 class Rank;
@@ -68,6 +69,13 @@ struct DecodeStrategy {
                               int new_tokens, int rank)>
       kv_cache_bytes;
   std::string kv_formula;
+  // Optional (empty: the strategy states none; its initializer lets an entry omit it): a rank's
+  // traffic over the N - 1 decode steps after prompts of prompt_lengths, per collective kind as
+  // the runtime counts it (counters.hpp), the closed form the commands compare with the measured
+  // counts with ==.
+  std::function<TrafficCounters(const GenerateShape&, std::span<const std::int64_t> prompt_lengths,
+                                int new_tokens, int rank)>
+      decode_traffic = {};
 };
 
 // The table, reference first.

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "decode_session.hpp"
 #include "tspemu/plan/decode_cost.hpp"
@@ -70,6 +71,9 @@ DecodeStrategy reference_strategy() {
                            int new_tokens,
                            int) { return whole_kv_bytes(s, prompt_lengths, new_tokens); },
       .kv_formula = "2·L·Σ_b S_b·NKV·hs·4 with S_b = P_b + N - 1 (the whole cache)",
+      // One rank: no collective.
+      .decode_traffic = [](const GenerateShape&, std::span<const std::int64_t>, int,
+                           int) { return TrafficCounters{}; },
   };
 }
 
@@ -130,6 +134,25 @@ std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int6
   return (bytes + 63) / 64 * 64;
 }
 
+// The planner's TSP-W decode step (plan/decode_cost.hpp; the K/V route an all-gather and the LSE
+// packed with the partials, as the decoder runs them) for each of the N - 1 decode steps, the fed
+// tokens' owners by the ownership map: step i feeds sequence b's position P_b + i - 1.
+TrafficCounters tspw_decode_traffic(const GenerateShape& s,
+                                    std::span<const std::int64_t> prompt_lengths, int new_tokens,
+                                    int rank) {
+  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const tsp::cost::TspwDecodeOptions opt{.route = tsp::cost::KvRoute::all_gather};
+  std::vector<int> owners(prompt_lengths.size());
+  TrafficCounters t;
+  for (int step = 1; step < new_tokens; ++step) {
+    for (std::size_t b = 0; b < owners.size(); ++b)
+      owners[b] = own.owner(static_cast<int>(b), prompt_lengths[b] + step - 1);
+    t += tsp::cost::tspw_decode_step_traffic(m, s.ranks, owners, sizeof(float), rank, opt);
+  }
+  return t;
+}
+
 DecodeStrategy tspw_strategy() {
   return DecodeStrategy{
       .name = "tsp-w",
@@ -154,6 +177,7 @@ DecodeStrategy tspw_strategy() {
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
           "positions",
+      .decode_traffic = tspw_decode_traffic,
   };
 }
 

@@ -114,8 +114,9 @@ SamplingOptions sampling_options(const GenerateArgs& a) {
   return s;
 }
 
-// Every check of the command line, before anything runs.
-GenerateConfig make_config(const GenerateArgs& a, std::string& context_source) {
+}  // namespace
+
+GenerateConfig make_generate_config(const GenerateArgs& a, std::string& context_source) {
   ProblemOptions problem = a.problem;
   GenerateConfig c;
   c.weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model
@@ -179,6 +180,8 @@ GenerateConfig make_config(const GenerateArgs& a, std::string& context_source) {
   return c;
 }
 
+namespace {
+
 std::string sampling_text(const SamplingOptions& s) {
   if (s.greedy) return "greedy";
   return fmt("seeded (seed %llu, temperature %g, top-k %d)",
@@ -225,17 +228,9 @@ void print_check(std::ostream& out, const GenerateConfig& c, const GenerateResul
 void print_generate(std::ostream& out, const GenerateArgs& a, const GenerateConfig& c,
                     const std::string& context_source, const GenerateResult& r) {
   const int B = c.shape.batch;
-  out << fmt(
-      "tspemu generate: %s on %d rank%s, %d prompt%s (lengths %s), %d new tokens each, "
-      "%s\nmodel %s\nweights: %s\nblas: %s\ncontext: %lld positions (%s)\n\n",
-      c.strategy->name.c_str(), c.shape.ranks, c.shape.ranks == 1 ? "" : "s", B, B == 1 ? "" : "s",
-      lengths_text(c.prompts).c_str(), c.new_tokens, sampling_text(c.sampling).c_str(),
-      c.shape.model.to_string().c_str(),
-      a.checkpoint.weights.empty()
-          ? fmt("seeded (--seed %llu)", static_cast<unsigned long long>(a.problem.seed)).c_str()
-          : ("the checkpoint in " + a.checkpoint.weights).c_str(),
-      ref::describe_blas().c_str(), static_cast<long long>(c.shape.max_context),
-      context_source.c_str());
+  out << fmt("tspemu generate: %s on %d rank%s, ", c.strategy->name.c_str(), c.shape.ranks,
+             c.shape.ranks == 1 ? "" : "s")
+      << generate_inputs_text(a, c, context_source) << "\n";
   out << fmt("time to first token (prefill of %d prompts): %.3f ms\n", B, r.ttft() * 1e3);
   if (!r.step_seconds.empty())
     out << fmt("time per output token (median of %zu decode steps, %d tokens each): %.3f ms\n",
@@ -259,6 +254,10 @@ void print_generate(std::ostream& out, const GenerateArgs& a, const GenerateConf
                      : static_cast<double>(r.decode_traffic[i].total_received()) /
                            static_cast<double>(r.step_seconds.size()));
   }
+  if (!r.decode_model.empty() && !r.step_seconds.empty())
+    out << "decode steps' calls and bytes per collective kind, every rank vs the strategy's "
+           "closed form: "
+        << (r.traffic_match ? "equal" : "DIFFERENT") << "\n";
   out << (static_cast<std::size_t>(c.new_tokens) > kTokensShown
               ? fmt("\ngenerated tokens (the first %zu of %d per sequence):\n", kTokensShown,
                     c.new_tokens)
@@ -279,37 +278,24 @@ void print_generate(std::ostream& out, const GenerateArgs& a, const GenerateConf
                static_cast<unsigned long long>(r.trace_events), c.trace_path.c_str(),
                r.trace_dropped > 0 ? "; some events dropped" : "");
   out << "\nverdict: "
-      << (r.pass()         ? (r.checked ? "PASS (KV cache bytes equal the closed form; every "
-                                          "step within the rule; every pick the oracle's or a "
-                                          "near-tie)"
-                                        : "PASS (KV cache bytes equal the closed form; not "
-                                          "checked: --no-check)")
-          : !r.kv_match    ? "FAIL (KV cache bytes differ from the closed form)"
-          : !r.numerics_ok ? "FAIL (a step's logits are outside the rule)"
-                           : "FAIL (a pick differs from the oracle's beyond its margin)")
+      << (r.pass()           ? (r.checked ? "PASS (KV cache bytes equal the closed form; every "
+                                            "step within the rule; every pick the oracle's or a "
+                                            "near-tie)"
+                                          : "PASS (KV cache bytes equal the closed form; not "
+                                            "checked: --no-check)")
+          : !r.kv_match      ? "FAIL (KV cache bytes differ from the closed form)"
+          : !r.traffic_match ? "FAIL (a decode step's traffic differs from the closed form)"
+          : !r.numerics_ok   ? "FAIL (a step's logits are outside the rule)"
+                             : "FAIL (a pick differs from the oracle's beyond its margin)")
       << "\n";
 }
 
 nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
                              const GenerateResult& r) {
   nlohmann::json j = document("generate");
-  std::vector<std::size_t> lengths;
-  for (const auto& p : c.prompts) lengths.push_back(p.size());
-  j["config"] = {{"strategy", c.strategy->name},
-                 {"ranks", c.shape.ranks},
-                 {"batch", c.shape.batch},
-                 {"prompt_lengths", lengths},
-                 {"new_tokens", c.new_tokens},
-                 {"max_context", c.shape.max_context},
-                 {"interleave", c.shape.interleave},
-                 {"model", c.shape.model.to_string()},
-                 {"weights", a.checkpoint.weights.empty() ? nlohmann::json(nullptr)
-                                                          : nlohmann::json(a.checkpoint.weights)},
-                 {"seed", a.problem.seed},
-                 {"sampling",
-                  {{"mode", c.sampling.greedy ? "greedy" : "seeded"},
-                   {"temperature", c.sampling.temperature},
-                   {"top_k", c.sampling.top_k}}}};
+  j["config"] = generate_inputs_json(a, c);
+  j["config"]["strategy"] = c.strategy->name;
+  j["config"]["ranks"] = c.shape.ranks;
   j["ttft_seconds"] = r.ttft();
   j["tpot_seconds"] = r.tpot();
   j["decode_step_seconds"] = r.step_seconds;
@@ -319,6 +305,8 @@ nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
                    {"measured_bytes_per_rank", r.kv_bytes},
                    {"model_bytes_per_rank", r.kv_model},
                    {"match", r.kv_match}};
+  j["decode_traffic_match"] =
+      r.decode_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.traffic_match);
   for (std::size_t i = 0; i < r.prefill_traffic.size(); ++i)
     j["bytes_received_per_rank"].push_back(
         {{"prefill", r.prefill_traffic[i].total_received()},
@@ -353,8 +341,79 @@ nlohmann::json generate_json(const GenerateArgs& a, const GenerateConfig& c,
 
 }  // namespace
 
+std::string generate_inputs_text(const GenerateArgs& a, const GenerateConfig& c,
+                                 const std::string& context_source) {
+  const int B = c.shape.batch;
+  return fmt(
+      "%d prompt%s (lengths %s), %d new tokens each, %s\nmodel %s\nweights: %s\nblas: "
+      "%s\ncontext: %lld positions (%s)\n",
+      B, B == 1 ? "" : "s", lengths_text(c.prompts).c_str(), c.new_tokens,
+      sampling_text(c.sampling).c_str(), c.shape.model.to_string().c_str(),
+      a.checkpoint.weights.empty()
+          ? fmt("seeded (--seed %llu)", static_cast<unsigned long long>(a.problem.seed)).c_str()
+          : ("the checkpoint in " + a.checkpoint.weights).c_str(),
+      ref::describe_blas().c_str(), static_cast<long long>(c.shape.max_context),
+      context_source.c_str());
+}
+
+nlohmann::json generate_inputs_json(const GenerateArgs& a, const GenerateConfig& c) {
+  std::vector<std::size_t> lengths;
+  for (const auto& p : c.prompts) lengths.push_back(p.size());
+  return {{"batch", c.shape.batch},
+          {"prompt_lengths", lengths},
+          {"new_tokens", c.new_tokens},
+          {"max_context", c.shape.max_context},
+          {"interleave", c.shape.interleave},
+          {"model", c.shape.model.to_string()},
+          {"weights", a.checkpoint.weights.empty() ? nlohmann::json(nullptr)
+                                                   : nlohmann::json(a.checkpoint.weights)},
+          {"seed", a.problem.seed},
+          {"sampling",
+           {{"mode", c.sampling.greedy ? "greedy" : "seeded"},
+            {"temperature", c.sampling.temperature},
+            {"top_k", c.sampling.top_k}}}};
+}
+
 GenerateArgs::GenerateArgs()
     : strategy(generate_default().strategy), ranks(generate_default().ranks) {}
+
+std::vector<const CLI::Option*> add_decode_options(CLI::App& cmd, GenerateArgs& a) {
+  add_checkpoint_options(cmd, a.checkpoint);
+  for (const char* unused : {"--save", "--save-shard-size"})  // decoding changes no weight
+    cmd.remove_option(cmd.get_option(unused));
+  std::vector<const CLI::Option*> added = {cmd.get_option("--weights")};
+  auto* lengths = cmd.add_option("--prompt-lengths", a.prompt_lengths,
+                                 "a batch of prompts of these lengths (comma-separated), tokens "
+                                 "drawn from a stream seeded by --seed")
+                      ->capture_default_str();
+  a.prompt_flag = cmd.add_option("--prompt", a.prompt,
+                                 "one prompt: this text's UTF-8 bytes as token ids (byte-level; "
+                                 "the vocabulary must hold them, e.g. with --weights)")
+                      ->excludes(lengths);
+  added.insert(added.end(), {lengths, a.prompt_flag});
+  added.push_back(cmd.add_option("--new-tokens,-N", a.new_tokens, "new tokens per sequence (>= 1)")
+                      ->capture_default_str());
+  added.push_back(cmd.add_option("--interleave", a.interleave,
+                                 "generated tokens' K/V go to the ranks round-robin in blocks of I "
+                                 "(a sharded cache; the reference keeps the whole cache)")
+                      ->capture_default_str());
+  added.push_back(cmd.add_option("--max-context", a.max_context,
+                                 "positions a sequence may hold, prompt and new tokens (default: "
+                                 "the checkpoint's max_position_embeddings, else 2048)"));
+  added.push_back(cmd.add_option("--sampling", a.sampling,
+                                 "greedy (argmax) or seeded (softmax of logits / --temperature "
+                                 "over the --top-k largest, one random stream seeded by --seed)")
+                      ->capture_default_str()
+                      ->check(CLI::IsMember({"greedy", "seeded"})));
+  a.temperature_flag =
+      cmd.add_option("--temperature", a.temperature, "seeded sampling: temperature (> 0)")
+          ->capture_default_str();
+  a.top_k_flag = cmd.add_option("--top-k", a.top_k,
+                                "seeded sampling: the k largest logits only (0: every token)")
+                     ->capture_default_str();
+  added.insert(added.end(), {a.temperature_flag, a.top_k_flag});
+  return added;
+}
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   auto* cmd = app.add_subcommand(
@@ -376,40 +435,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
       ->check(CLI::IsMember(names));
   cmd->add_option("--ranks,-D", a.ranks, "ranks D the strategy runs on")->capture_default_str();
   add_problem_options(*cmd, a.problem);
-  add_checkpoint_options(*cmd, a.checkpoint);
-  // The training step's size and layout flags and --save do not apply to decoding.
-  for (const char* unused : {"--batch", "--seq", "--layout", "--head-buckets", "--serial-attention",
-                             "--save", "--save-shard-size"})
+  // The training step's size and layout flags do not apply to decoding.
+  for (const char* unused :
+       {"--batch", "--seq", "--layout", "--head-buckets", "--serial-attention"})
     cmd->remove_option(cmd->get_option(unused));
-  auto* lengths = cmd->add_option("--prompt-lengths", a.prompt_lengths,
-                                  "a batch of prompts of these lengths (comma-separated), tokens "
-                                  "drawn from a stream seeded by --seed")
-                      ->capture_default_str();
-  a.prompt_flag = cmd->add_option("--prompt", a.prompt,
-                                  "one prompt: this text's UTF-8 bytes as token ids (byte-level; "
-                                  "the vocabulary must hold them, e.g. with --weights)")
-                      ->excludes(lengths);
-  cmd->add_option("--new-tokens,-N", a.new_tokens, "new tokens per sequence (>= 1)")
-      ->capture_default_str();
-  cmd->add_option("--interleave", a.interleave,
-                  "generated tokens' K/V go to the ranks round-robin in blocks of I (a sharded "
-                  "cache; the reference keeps the whole cache)")
-      ->capture_default_str();
-  cmd->add_option("--max-context", a.max_context,
-                  "positions a sequence may hold, prompt and new tokens (default: the "
-                  "checkpoint's max_position_embeddings, else 2048)");
-  cmd->add_option("--sampling", a.sampling,
-                  "greedy (argmax) or seeded (softmax of logits / --temperature over the --top-k "
-                  "largest, one random stream seeded by --seed)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"greedy", "seeded"}));
-  a.temperature_flag =
-      cmd->add_option("--temperature", a.temperature, "seeded sampling: temperature (> 0)")
-          ->capture_default_str();
-  a.top_k_flag = cmd->add_option("--top-k", a.top_k,
-                                 "seeded sampling: the k largest logits only "
-                                 "(0: every token)")
-                     ->capture_default_str();
+  add_decode_options(*cmd, a);
   cmd->add_flag("--check,!--no-check", a.check,
                 "check against the reference decoder and the fp64 oracle (default on)");
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
@@ -423,7 +453,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
 int generate_command(const GenerateArgs& a, std::ostream& out) {
   check_output_files({{"--json", a.json_path}, {"--trace", a.trace_path}});
   std::string context_source;
-  GenerateConfig c = make_config(a, context_source);
+  GenerateConfig c = make_generate_config(a, context_source);
   GenerateResult r;
   {
     ProgressBar bar("generate " + c.strategy->name, generate_steps(c), !a.quiet);

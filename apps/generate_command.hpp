@@ -14,9 +14,12 @@
 //   sampling parameters. --json and --trace are written whole, and only by a run that completes.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "checkpoint_options.hpp"
 #include "generate_run.hpp"
@@ -50,5 +53,23 @@ struct GenerateArgs {
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a);
 // 0: PASS; 1: FAIL. Throws ConfigError for a bad configuration before anything runs.
 int generate_command(const GenerateArgs& a, std::ostream& out);
+
+// The decoding flags `generate` and `compare --inference` share, bound to `a`, on a subcommand
+// that has the problem flags (add_problem_options): --weights (no --save), --prompt-lengths,
+// --prompt, --new-tokens/-N, --interleave, --max-context, --sampling, --temperature, --top-k.
+// Returns them (compare refuses them without --inference).
+std::vector<const CLI::Option*> add_decode_options(CLI::App& cmd, GenerateArgs& a);
+
+// Every check of the Guarantees above, before anything runs, and the run they configure:
+// a.strategy on a.ranks ranks (the seeded weights unless --weights). context_source receives
+// where the context bound comes from, for the report.
+GenerateConfig make_generate_config(const GenerateArgs& a, std::string& context_source);
+
+// The run's inputs as the reports state them: "3 prompts (lengths 7,13,5), 32 new tokens each,
+// greedy", then the model, weights, BLAS kernel and context lines, each ending in a newline.
+std::string generate_inputs_text(const GenerateArgs& a, const GenerateConfig& c,
+                                 const std::string& context_source);
+// The same inputs as the JSON documents' "config" keys (batch, prompt_lengths, new_tokens, ...).
+nlohmann::json generate_inputs_json(const GenerateArgs& a, const GenerateConfig& c);
 
 }  // namespace tspemu::app

@@ -111,13 +111,28 @@ std::vector<std::vector<float>> run_session(const GenerateConfig& c, GenerateRes
   return logits;
 }
 
-void check_kv(const GenerateConfig& c, GenerateResult& out) {
+std::vector<std::int64_t> prompt_lengths(const GenerateConfig& c) {
   std::vector<std::int64_t> lengths;
   for (const auto& p : c.prompts) lengths.push_back(static_cast<std::int64_t>(p.size()));
+  return lengths;
+}
+
+void check_kv(const GenerateConfig& c, GenerateResult& out) {
+  const std::vector<std::int64_t> lengths = prompt_lengths(c);
   out.kv_match = true;
   for (int r = 0; r < c.shape.ranks; ++r) {
     out.kv_model.push_back(c.strategy->kv_cache_bytes(c.shape, lengths, c.new_tokens, r));
     out.kv_match = out.kv_match && out.kv_model.back() == out.kv_bytes[static_cast<std::size_t>(r)];
+  }
+}
+
+void check_traffic(const GenerateConfig& c, GenerateResult& out) {
+  if (!c.strategy->decode_traffic) return;
+  const std::vector<std::int64_t> lengths = prompt_lengths(c);
+  for (int r = 0; r < c.shape.ranks; ++r) {
+    out.decode_model.push_back(c.strategy->decode_traffic(c.shape, lengths, c.new_tokens, r));
+    out.traffic_match = out.traffic_match &&
+                        out.decode_model.back() == out.decode_traffic[static_cast<std::size_t>(r)];
   }
 }
 
@@ -300,6 +315,7 @@ GenerateResult run_generate(const GenerateConfig& c) {
   GenerateResult out;
   const std::vector<std::vector<float>> logits = run_session(c, out);
   check_kv(c, out);
+  check_traffic(c, out);
   if (c.check) check_run(c, logits, out);
   return out;
 }

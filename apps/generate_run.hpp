@@ -12,8 +12,8 @@
 //   the prefill step; time per output token = the median decode step; tokens/s = B·N over the
 //   whole run; each rank's KV cache bytes after the run against the strategy's closed form (the
 //   reference's: S_b = P_b + N - 1 cached positions, the last token sampled, never fed), to the
-//   byte; each
-//   rank's bytes received in the prefill and per decode step.
+//   byte; each rank's bytes received in the prefill and per decode step, and, where the strategy
+//   states it, each rank's decode-step traffic against its closed form, kind by kind, with ==.
 // The check (optional), after the run, teacher-forced on the run's own tokens so that every
 //   decoder sees the same context at every step and errors do not compound:
 //   - the fp64 oracle (the reference decoder in double on the same float weights) and, for a
@@ -102,6 +102,10 @@ struct GenerateResult {
   std::vector<std::uint64_t> kv_bytes, kv_model;
   std::vector<TrafficCounters> prefill_traffic, decode_traffic;  // decode: all steps
   bool kv_match = false;
+  // The strategy's closed form of decode_traffic (DecodeStrategy::decode_traffic), per rank;
+  // empty when it states none. traffic_match: every rank's measured == model (true without one).
+  std::vector<TrafficCounters> decode_model;
+  bool traffic_match = true;
   // The check.
   bool checked = false;
   std::vector<check::TensorResult> step_logits;  // one per step, "logits step s"
@@ -111,7 +115,7 @@ struct GenerateResult {
   std::vector<Divergence> divergences;
   std::uint64_t trace_events = 0, trace_dropped = 0;
   bool divergences_explained() const;
-  bool pass() const { return kv_match && numerics_ok && divergences_explained(); }
+  bool pass() const { return kv_match && traffic_match && numerics_ok && divergences_explained(); }
 };
 
 GenerateResult run_generate(const GenerateConfig& c);

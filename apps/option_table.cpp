@@ -26,6 +26,7 @@ constexpr std::string_view kModel = "run compare scale train generate";
 constexpr std::string_view kDegree = "run compare train generate";  // compare: --ranks only
 constexpr std::string_view kSim = "run compare";
 constexpr std::string_view kCheckpoint = "run train";
+constexpr std::string_view kDecode = "generate compare";  // compare --inference
 constexpr std::string_view kAssume = "plan paper";
 constexpr std::string_view kAll = "run compare scale train plan paper selfcheck generate";
 
@@ -62,7 +63,7 @@ const std::vector<OptionRule> kRules = {
     {"scale", "--mode", K::text, 0, 0, false, false, "", "strong, weak or both"},
     {"scale", "--repeat", K::integer, 1, 1000, false, false, "", "timed runs per point"},
     // Checkpoints (run, train): an empty path would silently run without weights or not save.
-    {"run train generate", "--weights", K::text, 0, 0, false, false, "",
+    {"run train generate compare", "--weights", K::text, 0, 0, false, false, "",
      "checkpoint directory to read"},
     {kCheckpoint, "--save", K::text, 0, 0, false, false, "", "checkpoint directory to write"},
     {kCheckpoint, "--save-shard-size", K::size, 0, kPlanCount, false, false, "bytes",
@@ -111,18 +112,19 @@ const std::vector<OptionRule> kRules = {
     {"plan", "--mfu", K::real, 0, 1, true, false, "", "fraction of peak FLOP/s"},
     {"plan", "--element-bytes", K::integer, 1, 4, false, false, "bytes",
      "--inference: bytes per weight and KV element"},
-    // generate: prompts, decoding, sampling. A sequence holds at most --max-context positions,
+    // generate and compare --inference: prompts, decoding, sampling. A sequence holds at most
+    // --max-context positions,
     // bounded as --seq is.
-    {"generate", "--prompt-lengths", K::text, 0, 0, false, false, "", "prompt lengths"},
-    {"generate", "--prompt", K::text, 0, 0, false, false, "", "byte-level prompt"},
-    {"generate", "--new-tokens", K::integer, 1, 16777216, false, false, "", "new tokens"},
-    {"generate", "--interleave", K::integer, 1, 16777216, false, false, "tokens",
+    {kDecode, "--prompt-lengths", K::text, 0, 0, false, false, "", "prompt lengths"},
+    {kDecode, "--prompt", K::text, 0, 0, false, false, "", "byte-level prompt"},
+    {kDecode, "--new-tokens", K::integer, 1, 16777216, false, false, "", "new tokens"},
+    {kDecode, "--interleave", K::integer, 1, 16777216, false, false, "tokens",
      "K/V round-robin block"},
-    {"generate", "--max-context", K::integer, 0, 16777216, false, false, "",
+    {kDecode, "--max-context", K::integer, 0, 16777216, false, false, "",
      "positions per sequence (0: the checkpoint's, else 2048)"},
-    {"generate", "--sampling", K::text, 0, 0, false, false, "", "greedy or seeded"},
-    {"generate", "--temperature", K::real, 0, 1e6, true, false, "", "sampling temperature"},
-    {"generate", "--top-k", K::integer, 0, kInt, false, false, "", "top-k (0: every token)"},
+    {kDecode, "--sampling", K::text, 0, 0, false, false, "", "greedy or seeded"},
+    {kDecode, "--temperature", K::real, 0, 1e6, true, false, "", "sampling temperature"},
+    {kDecode, "--top-k", K::integer, 0, kInt, false, false, "", "top-k (0: every token)"},
     // Memory assumptions (plan, paper).
     {kAssume, "--assume", K::text, 0, 0, false, false, "", "assumption bundle"},
     {kAssume, "--weight-bytes", K::real, 0, 64, false, false, "bytes", "per parameter: weights"},

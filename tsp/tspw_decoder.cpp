@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "decode_parts.hpp"
 #include "tspemu/core/dry_run.hpp"
@@ -35,6 +36,16 @@ void require_divides(int D, int n, const char* name, const char* why) {
   if (n % D != 0) {
     reject("D=" + str(D) + " does not divide " + name + "=" + str(n) + " (" + why + ")");
   }
+}
+
+// The fault o_proj_shard_swap: rank r (0 or 1) takes rank 1 - r's W_O shard into its packed
+// attention shard, where the group mapping should have handed it its own.
+template <class T>
+void take_partner_wo(const ref::LayerWeights<T>& layer, const TspShape& s, int r, T* packed) {
+  std::vector<T> partner(attention_shard_size(s));
+  pack_attention_shard(layer, s, 1 - r, partner.data());
+  const std::size_t wo_at = static_cast<std::size_t>(attention_view(packed, s).wo - packed);
+  std::copy(partner.begin() + static_cast<std::ptrdiff_t>(wo_at), partner.end(), packed + wo_at);
 }
 
 }  // namespace
@@ -68,6 +79,10 @@ BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
   s_.validate();
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but D=" + str(s_.D));
   *w_ = {detail::load_tsp_shards(kWho, rank.arena(), s_.model, s_.D, rank.id(), master)};
+  if (fault_ == TspwFault::o_proj_shard_swap && s_.D >= 2 && rank.id() < 2) {
+    for (std::size_t l = 0; l < master.layers.size(); ++l)
+      take_partner_wo(master.layers[l], w_->packing, rank.id(), w_->attention[l].data());
+  }
 }
 
 template <class T>

@@ -375,5 +375,26 @@ TEST(Generate, WrongLogitsOnEveryRankFailTheCheckAtTheirStep) {
   EXPECT_FALSE(r.divergences_explained());
 }
 
+// A strategy's stated decode-step traffic is held to every rank's measured counts: the replicated
+// stand-in runs no collective, so an empty closed form matches and one all-reduce fails the run.
+TEST(Generate, DecodeTrafficIsHeldToTheStrategysClosedFormOnEveryRank) {
+  DecodeStrategy st = replicated(-1, 0);
+  st.decode_traffic = [](const GenerateShape&, std::span<const std::int64_t>, int, int) {
+    return TrafficCounters{};
+  };
+  const GenerateResult none = run_generate(replicated_config(st));
+  EXPECT_TRUE(none.traffic_match);
+  EXPECT_TRUE(none.pass());
+  st.decode_traffic = [](const GenerateShape&, std::span<const std::int64_t>, int, int) {
+    TrafficCounters t;
+    t.add(CollectiveKind::all_reduce, 1, 8, 8);
+    return t;
+  };
+  const GenerateResult wrong = run_generate(replicated_config(st));
+  EXPECT_EQ(wrong.decode_model.size(), 3u);
+  EXPECT_FALSE(wrong.traffic_match);
+  EXPECT_FALSE(wrong.pass());
+}
+
 }  // namespace
 }  // namespace tspemu::app

@@ -255,11 +255,44 @@ void expect_bitwise_identical(const std::vector<RankRun<T, Traffic>>& a,
     ASSERT_TRUE(bitwise_equal(a[0].logits[i], b[0].logits[i])) << "step " << i;
 }
 
-// The teacher-forced judge: the oracle's greedy run of steps + 1 tokens picks what every side is
-// fed; every step's float logits of the parallel decoder (make(rank) on `ranks` ranks, fed the
-// same tokens) pass err(parallel fp32) <= factor·err(reference fp32) + tiny against the double
-// reference, and every rank's logits equal rank 0's bit for bit. Returns the worst
-// err(parallel)/err(reference) over the steps (for the test's report).
+// The oracle of a greedy run: the double reference's generate of steps + 1 tokens per sequence.
+inline ref::Generation<double> greedy_oracle(const ref::ModelWeights<double>& w,
+                                             const Prompts& prompts, std::int64_t max_context,
+                                             int steps) {
+  ref::Sampler greedy = ref::Sampler::greedy();
+  return ref::generate(w, prompts, steps + 1, greedy, max_context);
+}
+
+// A teacher-forced run's inputs: the oracle's greedy run of steps + 1 tokens (the double
+// reference on w64) picks what every side is fed; ref32 holds the float reference's logits (on
+// w32) of the prefill and of each fed step.
+struct ForcedInputs {
+  ref::Generation<double> oracle;
+  Feed feed;                              // [steps][B]
+  std::vector<std::vector<float>> ref32;  // [steps + 1][B·V]
+};
+
+inline ForcedInputs teacher_forced_inputs(const ref::ModelWeights<double>& w64,
+                                          const ref::ModelWeights<float>& w32,
+                                          const Prompts& prompts, std::int64_t max_context,
+                                          int steps) {
+  const std::size_t B = prompts.size();
+  ForcedInputs in;
+  in.oracle = greedy_oracle(w64, prompts, max_context, steps);
+  in.feed.assign(static_cast<std::size_t>(steps), std::vector<std::int32_t>(B));
+  for (std::size_t i = 0; i < in.feed.size(); ++i)
+    for (std::size_t b = 0; b < B; ++b) in.feed[i][b] = in.oracle.tokens[b][i];
+  auto pre = ref::prefill(w32, prompts, max_context);
+  in.ref32.push_back(pre.logits);
+  for (const auto& t : in.feed) in.ref32.push_back(ref::decode_step(w32, pre.cache, t));
+  return in;
+}
+
+// The teacher-forced judge: on teacher_forced_inputs, every step's float logits of the parallel
+// decoder (make(rank) on `ranks` ranks, fed the same tokens) pass err(parallel fp32) <=
+// factor·err(reference fp32) + tiny against the double reference, and every rank's logits equal
+// rank 0's bit for bit. Returns the worst err(parallel)/err(reference) over the steps (for the
+// test's report).
 struct ForcedResult {
   double worst_ratio = 0;
   std::size_t steps = 0;  // logits judged: the prefill's and every decode step's
@@ -271,18 +304,7 @@ ForcedResult judge_teacher_forced(const std::string& label, int ranks,
                                   const ref::ModelWeights<float>& w32, const Prompts& prompts,
                                   std::int64_t max_context, int steps, Make&& make,
                                   double factor = kOracleFactor) {
-  const int B = static_cast<int>(prompts.size());
-  ref::Sampler greedy = ref::Sampler::greedy();
-  const auto oracle = ref::generate(w64, prompts, steps + 1, greedy, max_context);
-  Feed feed(static_cast<std::size_t>(steps), std::vector<std::int32_t>(B));
-  for (int i = 0; i < steps; ++i)
-    for (int b = 0; b < B; ++b)
-      feed[static_cast<std::size_t>(i)][static_cast<std::size_t>(b)] =
-          oracle.tokens[static_cast<std::size_t>(b)][static_cast<std::size_t>(i)];
-  std::vector<std::vector<float>> ref32;
-  auto pre = ref::prefill(w32, prompts, max_context);
-  ref32.push_back(pre.logits);
-  for (const auto& t : feed) ref32.push_back(ref::decode_step(w32, pre.cache, t));
+  const auto [oracle, feed, ref32] = teacher_forced_inputs(w64, w32, prompts, max_context, steps);
   const auto runs = run_decoder<float>(ranks, std::forward<Make>(make), prompts, steps, &feed);
   ForcedResult result;
   result.steps = ref32.size();
@@ -295,14 +317,6 @@ ForcedResult judge_teacher_forced(const std::string& label, int ranks,
     for (std::size_t r = 1; r < runs.size(); ++r) EXPECT_TRUE(rank_logits_equal(runs, r, i));
   }
   return result;
-}
-
-// The oracle of a greedy run: the double reference's generate of steps + 1 tokens per sequence.
-inline ref::Generation<double> greedy_oracle(const ref::ModelWeights<double>& w,
-                                             const Prompts& prompts, std::int64_t max_context,
-                                             int steps) {
-  ref::Sampler greedy = ref::Sampler::greedy();
-  return ref::generate(w, prompts, steps + 1, greedy, max_context);
 }
 
 // A free-running greedy double run of `steps` decode steps and its oracle, for the greedy judge.

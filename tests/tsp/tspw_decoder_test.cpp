@@ -48,6 +48,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::kGreedySteps;
+using testing::kOracleFactor;
 using testing::longest;
 using testing::max_magnitude;
 using testing::Prompts;
@@ -160,6 +161,20 @@ TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
+
+// A teacher-forced float run's inputs (testing::teacher_forced_inputs) on weights seeded 11, and
+// the float weights every side runs.
+struct TeacherForced : testing::ForcedInputs {
+  ref::ModelWeights<float> w32;
+};
+
+TeacherForced teacher_forced(const DecodeShape& s, const Prompts& prompts, int steps) {
+  TeacherForced t;
+  t.w32 = ref::init_weights<float>(s.model, 11);
+  static_cast<testing::ForcedInputs&>(t) = testing::teacher_forced_inputs(
+      ref::init_weights<double>(s.model, 11), t.w32, prompts, s.max_context, steps);
+  return t;
+}
 
 class TspwFloat : public ::testing::TestWithParam<int> {};
 
@@ -403,6 +418,91 @@ TEST(TspwFault, EmptyShardReturningNanIsCaughtNamingRankStepAndTheShortSequence)
     for (int step = 0; step < 2; ++step)
       want.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) + " sequence 0");
   EXPECT_EQ(found, want);
+}
+
+// Seeded sampling on every rank of a TSP-W run, prefill then `steps` decode steps, each rank's
+// sampler seeded by seed_of(rank) and each rank feeding its own picks: picks[rank][step] ([B]).
+// The decoder returns logits and never samples, so ranks sampling independently is a fault of
+// this loop (where sampling happens), not of the decoder.
+std::vector<std::vector<std::vector<std::int32_t>>> sampled_picks(
+    const DecodeShape& s, const ref::ModelWeights<float>& w, const Prompts& prompts, int steps,
+    const std::function<std::uint64_t(int)>& seed_of) {
+  std::vector<std::vector<std::vector<std::int32_t>>> picks(static_cast<std::size_t>(s.D));
+  World world({.ranks = s.D});
+  world.run([&](Rank& rank) {
+    auto& mine = picks[static_cast<std::size_t>(rank.id())];
+    TspwDecoder dec(rank, s, w);
+    ref::Sampler sampler = ref::Sampler::seeded(seed_of(rank.id()), 1.0);
+    std::vector<float> logits = dec.prefill(prompts);
+    for (int step = 0; step <= steps; ++step) {
+      mine.push_back(sampler.sample(std::span<const float>(logits), s.batch, s.model.vocab));
+      if (step < steps) logits = dec.decode_step(mine.back());
+    }
+  });
+  return picks;
+}
+
+// The every-rank-same-token check: one line per (rank, step) whose picks differ from rank 0's.
+std::vector<std::string> token_disagreements(
+    const std::vector<std::vector<std::vector<std::int32_t>>>& picks) {
+  std::vector<std::string> found;
+  for (std::size_t r = 1; r < picks.size(); ++r)
+    for (std::size_t step = 0; step < picks[r].size(); ++step)
+      if (picks[r][step] != picks[0][step])
+        found.push_back("rank " + std::to_string(r) + " step " + std::to_string(step) +
+                        ": picks differ from rank 0's");
+  return found;
+}
+
+// Ranks sampling from their own random streams (vLLM's class of bug: a sampler seeded per rank)
+// emit different tokens although their logits are bitwise equal; the check names the first rank
+// and step that differ. With one stream (the same seed on every rank) every rank agrees.
+TEST(TspwFault, RanksSamplingIndependentlyAreCaughtNamingRankAndStep) {
+  const int D = 4, steps = 3;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg, 7);
+  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + steps);
+  const auto w = ref::init_weights<float>(cfg, 37);
+  EXPECT_THAT(token_disagreements(sampled_picks(s, w, prompts, steps, [](int) { return 5u; })),
+              ::testing::IsEmpty());
+  const auto found = token_disagreements(sampled_picks(
+      s, w, prompts, steps, [](int r) { return 5u + static_cast<std::uint64_t>(r); }));
+  ASSERT_FALSE(found.empty()) << "ranks sampling independently went unnoticed";
+  EXPECT_THAT(found.front(), HasSubstr("rank 1 step 0: picks differ"));
+  std::cout << found.size() << " disagreements; first: " << found.front() << "\n";
+}
+
+// A group mapping that hands ranks 0 and 1 each other's W_O shard (the o_proj bug issue 36
+// cites): every rank still agrees, but the teacher-forced logits fail the oracle rule from the
+// prefill on, naming the rank and step. Fault-free, every step passes (as TspwFloat checks at
+// length).
+TEST(TspwFault, OProjShardSwapIsCaughtByTheTeacherForcedLogitsNamingRankAndStep) {
+  const int D = 4, steps = 3;
+  const ref::ModelConfig cfg = model_for(D);
+  const Prompts prompts = prompts_for(cfg);
+  const DecodeShape s =
+      shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
+  const TeacherForced t = teacher_forced(s, prompts, steps);
+  // One line per (rank, step) whose logits break the rule.
+  auto failures = [&](TspwFault fault) {
+    std::vector<std::string> found;
+    const auto runs = run_tspw<float>(s, t.w32, prompts, steps, &t.feed, {}, fault);
+    for (std::size_t r = 0; r < runs.size(); ++r)
+      for (std::size_t i = 0; i < t.ref32.size(); ++i)
+        if (const auto v = ref::check_close(
+                "rank " + std::to_string(r) + " step " + std::to_string(i) + " logits",
+                runs[r].logits[i], t.ref32[i], t.oracle.logits[i], kOracleFactor);
+            !v)
+          found.push_back(v.report);
+    return found;
+  };
+  EXPECT_THAT(failures(TspwFault::none), ::testing::IsEmpty());
+  const auto found = failures(TspwFault::o_proj_shard_swap);
+  ASSERT_FALSE(found.empty()) << "the swapped o_proj shards went unnoticed";
+  EXPECT_THAT(found.front(), HasSubstr("rank 0 step 0 logits"));
+  EXPECT_EQ(found.size(), static_cast<std::size_t>(D * (steps + 1)))
+      << "every rank's every step should fail; first: " << found.front();
+  std::cout << found.size() << " failing (rank, step); first: " << found.front() << "\n";
 }
 
 }  // namespace

@@ -102,7 +102,10 @@ enum class TspwFault {
   rope_local_positions,  // q and k rotated at the token's index among its owner's keys
   kv_wrong_owner,        // a generated token's K/V stored by the rank after its owner
   empty_shard_nan,       // a rank holding no key of a sequence returns NaN, not (0, -inf)
+  o_proj_shard_swap,     // ranks 0 and 1 hold each other's W_O shard (a wrong group mapping)
 };
+// (Ranks sampling from different streams, the fifth broken schedule of issue 36, is no decoder
+// fault: the decoder returns logits and never samples; the test's sampling loop breaks it.)
 
 template <class T>
 class BasicTspwDecoder {
