@@ -429,11 +429,13 @@ void SharedMemoryTransport::recv_reduce(CallState& c, int step, std::size_t offs
     // rank order as below; anything else (a range beyond a message) takes the checked path.
     const Slot* slots = c.comm->group().slots.get();
     const std::uint64_t entry = c.seq % kDescriptors;
+    // A member's source is formed only once its range is known to lie inside its mailbox copy:
+    // d.data + offset past the copy's end would be a pointer outside the array (undefined).
     bool mailboxes = true;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n && mailboxes; ++r) {
       const Descriptor& d = slots[r].desc[entry];
-      mailboxes = mailboxes && d.eager && offset + bytes <= d.step0.bytes;
-      srcs[r] = d.data + offset;
+      mailboxes = d.eager && offset + bytes <= d.step0.bytes;
+      if (mailboxes) srcs[r] = d.data + offset;
     }
     if (mailboxes) {
       sum_ranks_into(dtype, acc, srcs, n, count);
