@@ -10,8 +10,8 @@
 //   the same global position); later layers see a residual whose attention output was merged over
 //   Σ ranks by log-sum-exp and whose o_proj and down sums are split over T ranks, so they differ by
 //   reordered double sums and a rescaling by exp(lse - LSE): <= 1e-13 of the largest magnitude
-//   (kMeshCacheRtol, the argument of tests/reference/decode_test.cpp's kCachedRtol; measured values are
-//   printed by the tests, ~1e-15).
+//   (kMeshCacheRtol, the argument of tests/reference/decode_test.cpp's kCachedRtol; measured values
+//   are printed by the tests, ~1e-15).
 // Requirements: a decoder with cache() (a RankKvCache<double> whose rank() is the rank's row),
 //   kv_cache_bytes() and last_traffic() (a MeshTraffic).
 #pragma once
