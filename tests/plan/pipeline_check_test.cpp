@@ -100,6 +100,7 @@ TEST(PipelineCheck, ActionRunTwice) {
 
 std::vector<Action> parse_row(const std::vector<std::string>& texts) {
   std::vector<Action> out;
+  out.reserve(texts.size());
   for (const auto& t : texts) out.push_back(parse_action(t, kShape));
   return out;
 }
