@@ -27,16 +27,24 @@ std::int64_t cost_of(Op op, const Costs& c) {
   }
 }
 
-// Each stage's most activations held at once along its rank's order.
-std::vector<int> peaks(const Schedule& s) {
+// Each stage's, and each rank's, most activations held at once along the rank's order.
+void peaks(const Schedule& s, Timeline& t) {
   std::vector<int> held(s.stages, 0);
-  std::vector<int> peak(s.stages, 0);
-  for (const auto& list : s.actions)
-    for (const Action& a : list) {
-      if (a.op == Op::forward) peak[a.stage] = std::max(peak[a.stage], ++held[a.stage]);
-      if (a.op == Op::backward || a.op == Op::backward_weight) --held[a.stage];
+  t.peak_in_flight.assign(s.stages, 0);
+  t.rank_peak_in_flight.assign(s.ranks, 0);
+  for (int r = 0; r < s.ranks; ++r) {
+    int rank_held = 0;
+    for (const Action& a : s.actions[r]) {
+      if (a.op == Op::forward) {
+        t.peak_in_flight[a.stage] = std::max(t.peak_in_flight[a.stage], ++held[a.stage]);
+        t.rank_peak_in_flight[r] = std::max(t.rank_peak_in_flight[r], ++rank_held);
+      }
+      if (a.op == Op::backward || a.op == Op::backward_weight) {
+        --held[a.stage];
+        --rank_held;
+      }
     }
-  return peak;
+  }
 }
 
 // The clock's state: each rank's time and next action, each SEND's post time (-1: not yet).
@@ -105,7 +113,7 @@ Timeline simulate(const Schedule& s, const Costs& costs) {
   t.finish = k.now;
   t.makespan = *std::max_element(k.now.begin(), k.now.end());
   if (t.makespan <= 0) throw std::invalid_argument("simulate: the schedule takes no time");
-  t.peak_in_flight = peaks(s);
+  peaks(s, t);
   return t;
 }
 

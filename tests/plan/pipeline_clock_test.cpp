@@ -5,6 +5,7 @@
 // its peak are min(p−s, m) for 1F1B and m for GPipe.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -100,6 +101,27 @@ TEST(PipelineClock, PeakActivationsPerStage) {
         EXPECT_EQ(zb.peak_in_flight[s], std::min(p, m)) << "zb-h1 p=" << p << " m=" << m;
       }
     }
+}
+
+TEST(PipelineClock, InterleavedRankPeakIsItsWarmUpPlusOne) {
+  int checked = 0;
+  for (const int p : kRanks)
+    for (int m = 1; m <= 4 * p; ++m)
+      for (const int v : {2, 3, 4}) {
+        const ScheduleSpec spec{Kind::interleaved_1f1b, p, m, v, {}};
+        if (refusal(spec)) continue;
+        const int g = m / std::max(1, m / p);
+        const Timeline t = simulate(make_schedule(spec));
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(t.rank_peak_in_flight[r], std::min((v - 1) * g + 2 * (p - 1 - r) + 1, v * m))
+              << label(spec.kind, p, m, v) << " rank " << r;
+          ++checked;
+        }
+      }
+  EXPECT_GT(checked, 500);
+  // One stage per rank: the rank's peak is its stage's.
+  const Timeline fb = simulate(make_schedule({Kind::one_f_one_b, 4, 6, 1, {}}));
+  EXPECT_EQ(fb.rank_peak_in_flight, fb.peak_in_flight);
 }
 
 TEST(PipelineClock, MessageLatencyDelaysTheConsumerExactly) {

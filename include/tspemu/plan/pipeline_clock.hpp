@@ -9,14 +9,17 @@
 //   end; rank r's idle fraction is (makespan − busy_r) / makespan.
 //   In flight: a stage's activation of a microbatch is held from its F to its last backward piece
 //   (B, or W when split); peak_in_flight[s] is the most held at once, in microbatches, counted
-//   along the rank's order (it does not depend on the costs).
+//   along the rank's order (it does not depend on the costs); rank_peak_in_flight[r] the most
+//   (stage, microbatch) activations rank r holds at once over all its stages.
 // Closed forms (closed_form_bubble), idle fraction of every rank, F, B (= I + W) per stage:
 //   gpipe, 1f1b        (p−1)/(m+p−1)                     any m ≥ 1
 //   interleaved-1f1b   (p−1)/(v·m+p−1)                   m ≥ p (for m < p the simulated bubble
 //                                                        is larger; no closed form is claimed)
 //   zb-h1              (p−1)(F+I−W) / (m(F+I+W) + (p−1)(F+I−W)), i.e. (p−1)/(3m+p−1) at
 //                      F = I = W (DualPipe's table: (p−1)(F+B−2W) idle, B = I + W)   m ≥ p
-//   Peak activations per stage s: 1f1b min(p−s, m); gpipe m.
+//   Peak activations per stage s: 1f1b min(p−s, m); gpipe m; zb-h1 min(p, m) (a W holds its
+//   activation, so every stage holds stage 0's 1F1B peak). Per rank r of interleaved-1f1b: its
+//   warm-up plus one, min((v−1)·g + 2(p−1−r) + 1, v·m) (g microbatches per round).
 // Requirements: a schedule check_schedule accepts; costs ≥ 0, compute costs not all 0.
 // Guarantees: simulate() throws std::invalid_argument with the checker's message for a schedule
 //   it rejects. Fractions are reduced (den > 0). Sends never block the clock (every schedule
@@ -52,9 +55,10 @@ std::string to_string(const Fraction& f);  // "3/7"
 
 struct Timeline {
   std::int64_t makespan = 0;
-  std::vector<std::int64_t> busy;    // rank -> compute time
-  std::vector<std::int64_t> finish;  // rank -> when its last action ends
-  std::vector<int> peak_in_flight;   // stage -> most activations held at once (microbatches)
+  std::vector<std::int64_t> busy;        // rank -> compute time
+  std::vector<std::int64_t> finish;      // rank -> when its last action ends
+  std::vector<int> peak_in_flight;       // stage -> most activations held at once (microbatches)
+  std::vector<int> rank_peak_in_flight;  // rank -> most (stage, microbatch) activations at once
   Fraction idle_fraction(int rank) const;
 };
 
