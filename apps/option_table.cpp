@@ -112,6 +112,11 @@ const std::vector<OptionRule> kRules = {
     {"plan", "--mfu", K::real, 0, 1, true, false, "", "fraction of peak FLOP/s"},
     {"plan", "--element-bytes", K::integer, 1, 4, false, false, "bytes",
      "--inference: bytes per weight and KV element"},
+    {"plan", "--pp", K::integer, 1, 4096, false, false, "", "pipeline ranks P"},
+    {"plan", "--microbatches", K::integer, 1, 1048576, false, false, "",
+     "--pp: microbatches per step"},
+    {"plan", "--schedule", K::text, 0, 0, false, false, "", "--pp: pipeline schedule"},
+    {"plan", "--virtual-stages", K::integer, 1, 64, false, false, "", "--pp: stages per rank"},
     // generate and compare --inference: prompts, decoding, sampling. A sequence holds at most
     // --max-context positions,
     // bounded as --seq is.

@@ -13,6 +13,7 @@
 
 #include "output_files.hpp"
 #include "plan_inference.hpp"
+#include "plan_pipeline.hpp"
 #include "problem_options.hpp"
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
@@ -674,10 +675,20 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
   cmd->add_option("--element-bytes", a.element_bytes,
                   "with --inference: bytes per weight, activation and KV element (1, 2 or 4)")
       ->capture_default_str();
+  cmd->add_option("--pp", a.pp,
+                  "report a pipeline schedule over this many ranks instead: its bubble from the "
+                  "simulated clock and the activations each rank keeps (plan_pipeline.hpp)");
+  cmd->add_option("--microbatches", a.microbatches,
+                  "with --pp: microbatches per step, dividing --batch (default: --batch)");
+  cmd->add_option("--schedule", a.schedule, "with --pp: gpipe, 1f1b, interleaved-1f1b or zb-h1")
+      ->capture_default_str();
+  cmd->add_option("--virtual-stages", a.virtual_stages,
+                  "with --pp: stages per rank (interleaved-1f1b; default 2 there, else 1)");
   return cmd;
 }
 
 int plan_command(const PlanArgs& a, std::ostream& out) {
+  if (a.pp) return plan_pipeline_command(a, out);
   if (a.inference) return plan_inference_command(a, out);
   check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   const PlanReport r = plan_report(a);

@@ -7,7 +7,8 @@
 // strategy's real blocks run dry (tsp/layer_measure.hpp: accounting-only arenas, no arithmetic):
 // per-rank peak memory by category and bytes per collective measured from the schedule code, next
 // to the closed-form traffic, with the time each took and the process's max RSS. --inference
-// reports the inference schedules' decode costs instead (plan_inference.hpp).
+// reports the inference schedules' decode costs instead (plan_inference.hpp); --pp a pipeline
+// schedule's bubble and activation memory (plan_pipeline.hpp).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,11 @@ struct PlanArgs {
   // --inference: the decode cost model's report instead (plan_inference.hpp).
   bool inference = false;
   int element_bytes = 2;  // β of weights, activations and the KV cache (bf16)
+  // --pp: a pipeline schedule's report instead (plan_pipeline.hpp).
+  std::optional<int> pp;
+  std::optional<std::int64_t> microbatches;  // default: --batch (one sequence each)
+  std::string schedule = "1f1b";
+  std::optional<int> virtual_stages;  // default: 2 for interleaved-1f1b, else 1
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
