@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -100,7 +101,7 @@ Fraction Timeline::idle_fraction(int rank) const {
 }
 
 Timeline simulate(const Schedule& s, const Costs& costs) {
-  require_valid(s, {0x7fffffff});
+  require_valid(s, {std::numeric_limits<int>::max()});
   Timeline t;
   t.busy.assign(s.ranks, 0);
   Clock k(s, costs);

@@ -98,11 +98,14 @@ TEST(PlanPipeline, BadOptionsAreRefusedNamingTheFlags) {
       {{"plan", "--pp", "0"}, "--pp 0: must be >= 1"},
       {{"plan", "--pp", "2", "--microbatches", "0"}, "--microbatches 0: must be >= 1"},
   };
+  // The whole error stream is the one message, each flag named with its value.
   for (const Case& c : cases) {
     const Outcome o = tspemu(c.args);
-    EXPECT_EQ(o.code, 2) << c.message << "\n" << o.err;
+    EXPECT_EQ(o.code, 2) << o.err;
+    EXPECT_EQ(o.err.rfind("tspemu: invalid configuration: ", 0), 0u) << o.err;
     EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
-    EXPECT_EQ(o.out, "");
+    EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
+    EXPECT_EQ(o.out, "") << c.message;
   }
 }
 

@@ -15,15 +15,16 @@
 //      else this stage's RECV_F); B or I after this stage's F and after the output gradient (the
 //      next stage's B or I when local, else RECV_B); W after its I; SEND_F after its F, SEND_B
 //      after its B or I; REDUCE_GRAD after all of the stage's B and W;
-//   6. a dry run under blocking semantics: compute and markers never block; a RECV blocks until
-//      its message arrives; messages between a pair of ranks match in order (per-pair FIFO, no
-//      tags, as tspemu's send/recv and NCCL), so the k-th RECV on b from a must be the k-th SEND
-//      from a to b — same direction, stages, microbatch and shape; a SEND blocks while
-//      `sends_in_flight` earlier sends to the same peer are unreceived (0: until its own message is
-//      received, a rendezvous). No rank can move while some are unfinished: a deadlock, every
-//      stuck rank named with the action it waits at.
+//   6. matching: a RECV is posted without blocking (irecv) and messages between a pair of ranks
+//      match in order (per-pair FIFO, no tags, as tspemu's send/recv and NCCL), so the k-th RECV
+//      on b from a takes the k-th SEND from a to b: same direction, stages, microbatch, shape;
+//   7. a dry run: the compute action that consumes a message (F its RECV_F, B or I its RECV_B)
+//      waits until it is sent; a SEND blocks while `sends_in_flight` earlier sends to the same
+//      peer are unconsumed (0: until its own message is consumed, a blocking send); nothing else
+//      blocks. No rank can move while some are unfinished: a deadlock, every stuck rank named
+//      with the action it waits at, what it waits for and where that rank stands.
 // Requirements: none (any table is judged; a malformed one is reported, never a crash or hang).
-// Guarantees: nullopt iff all six pass. An issue names its rank (−1 for the table), the action's
+// Guarantees: nullopt iff all seven pass. An issue names its rank (−1 for the table), the action's
 //   index in the rank's list (−1 when the problem is a missing action), its stage and microbatch
 //   (−1 when not one), and a message carrying all of them in words.
 // Cost: O(actions) time and O(S·m + p²) memory; the dry run visits each action once.
@@ -37,8 +38,8 @@
 namespace tspemu::pipeline {
 
 struct CheckOptions {
-  // A SEND blocks while this many earlier sends from its rank to the same peer are unreceived
-  // (tspemu's mailbox admits 4 per ordered pair); 0: every SEND blocks until it is received.
+  // A SEND blocks while this many earlier sends from its rank to the same peer are unconsumed
+  // (tspemu's mailbox admits 4 per ordered pair); 0: every SEND blocks until it is consumed.
   int sends_in_flight = 4;
 };
 

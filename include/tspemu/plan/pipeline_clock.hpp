@@ -4,9 +4,10 @@
 //
 // What: every rank runs its list in order from time 0. F, B, I, W take Costs' units (a stage of
 //   an interleaved schedule is one chunk: F and B are the chunk's, so a rank's work is v·m·(F+B));
-//   markers and SENDs take none; a SEND posts its message at the sender's time; a RECV ends at
-//   max(the rank's time, the message's post time + Costs::message). The makespan is the latest
-//   end; rank r's idle fraction is (makespan − busy_r) / makespan.
+//   markers, SENDs and RECVs take none; a SEND posts its message at the sender's time; the compute
+//   action consuming a message (F after its RECV_F, B or I after its RECV_B) starts no earlier
+//   than the message's post time + Costs::message. The makespan is the latest end; rank r's idle
+//   fraction is (makespan − busy_r) / makespan.
 //   In flight: a stage's activation of a microbatch is held from its F to its last backward piece
 //   (B, or W when split); peak_in_flight[s] is the most held at once, in microbatches, counted
 //   along the rank's order (it does not depend on the costs); rank_peak_in_flight[r] the most
@@ -22,8 +23,8 @@
 //   warm-up plus one, min((v−1)·g + 2(p−1−r) + 1, v·m) (g microbatches per round).
 // Requirements: a schedule check_schedule accepts; costs ≥ 0, compute costs not all 0.
 // Guarantees: simulate() throws std::invalid_argument with the checker's message for a schedule
-//   it rejects. Fractions are reduced (den > 0). Sends never block the clock (every schedule
-//   make_schedule builds passes the checker even when sends block until received).
+//   it rejects (with sends never blocking, the clock's model: isend with unbounded buffering).
+//   Fractions are reduced (den > 0).
 // Cost: O(actions) time.
 #pragma once
 

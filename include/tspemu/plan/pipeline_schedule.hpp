@@ -31,10 +31,14 @@
 // Requirements: p ≥ 1, m ≥ 1; v ≥ 2 for interleaved-1f1b and v = 1 for the others; for
 //   interleaved-1f1b, ⌊m/p⌋ rounds (at least one) dividing m.
 // Guarantees: refusal() names the rule and the values of a refused (schedule, p, m, v), and
-//   make_schedule() throws std::invalid_argument with that text; a made schedule passes
-//   check_schedule (pipeline_check.hpp) under every blocking model it offers (lower_send_recv
-//   places each RECV where its SEND is made, so receives are posted in the senders' order, as
-//   PyTorch's _add_send_recv does); parse_action() accepts exactly what to_string() writes.
+//   make_schedule() throws std::invalid_argument with that text. A made schedule passes
+//   check_schedule (pipeline_check.hpp) with sends that never block and with tspemu's mailbox
+//   (4 messages in flight per ordered pair); GPipe, 1F1B and ZB-H1 also with 1 (interleaved at
+//   p = 2 needs 2). None is meant for sends that block until received: each side of a stage
+//   boundary sends before it consumes the other's message, as PyTorch's runtime does with isend.
+//   lower_send_recv places each RECV when its SEND is made, so the receives between two ranks
+//   are posted in the order the messages are sent. parse_action() accepts exactly what
+//   to_string() writes.
 // Cost: O(actions) = O(p·v·m) time and memory.
 #pragma once
 
