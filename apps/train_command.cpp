@@ -10,6 +10,7 @@
 #include "svg_chart.hpp"
 #include "train_run.hpp"
 #include "tspemu/plan/strategy_table.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
@@ -155,6 +156,7 @@ int train_command(const TrainArgs& a, std::ostream& out) {
       << c.stack.model.to_string() << "\n"
       << "trained: " << r.scope << "\n"
       << "blas: " << ref::describe_blas() << "\n"
+      << "bf16 gemm: " << ref::describe_bf16_gemm() << "\n"
       << "weights: "
       << (c.stack.weights ? "the checkpoint in " + a.checkpoint.weights : std::string("seeded"))
       << "\n"

@@ -160,5 +160,12 @@ TEST(Cli, ConfigFileSetsOptionsAndTheCommandLineOverridesThem) {
   std::remove(json.c_str());
 }
 
+// selfcheck times the collectives; like every timed report it names the kernels beside them.
+TEST(Cli, SelfcheckNamesTheBlasAndBf16GemmKernels) {
+  const Outcome o = tspemu({"selfcheck", "--ranks", "2", "--count", "256", "--iterations", "1"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  expect_blas_line(o.out);
+}
+
 }  // namespace
 }  // namespace tspemu::app
