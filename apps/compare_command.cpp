@@ -29,6 +29,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   cmd->add_option("--ranks,-D", a.problem.ranks, "ranks N every strategy runs on")
       ->capture_default_str();
   add_problem_options(*cmd, a.problem);
+  add_grad_reduce_option(*cmd, a.problem);
   cmd->add_flag("--layers-only", a.layers_only,
                 "run each strategy's layer stack (no embedding, LM head or loss) instead of the "
                 "whole model");

@@ -45,6 +45,7 @@ CLI::App* add_scale_command(CLI::App& app, ScaleArgs& a) {
   // so scale defaults to 8 of them where run and compare keep the GQA default of 4.
   a.problem.model.n_kv_heads = 8;
   add_problem_options(*cmd, a.problem);
+  add_grad_reduce_option(*cmd, a.problem);
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
   cmd->add_option("--svg", a.svg_path, "also write a chart of tokens/s and efficiency (SVG)");

@@ -29,6 +29,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "on a stand-in objective)");
   add_strategy_options(*train, a.problem);
   add_problem_options(*train, a.problem);
+  add_grad_reduce_option(*train, a.problem);
   add_checkpoint_options(*train, a.checkpoint);
   train->add_flag("--layers-only", a.layers_only,
                   "train the layer stack (input: frozen embedding of each token; loss: mean "
