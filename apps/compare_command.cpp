@@ -14,6 +14,7 @@
 #include "run_memory.hpp"
 #include "stack_report.hpp"
 #include "tspemu/plan/strategy_table.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
@@ -28,6 +29,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& a) {
   cmd->add_option("--ranks,-D", a.problem.ranks, "ranks N every strategy runs on")
       ->capture_default_str();
   add_problem_options(*cmd, a.problem);
+  add_grad_reduce_option(*cmd, a.problem);
   cmd->add_flag("--layers-only", a.layers_only,
                 "run each strategy's layer stack (no embedding, LM head or loss) instead of the "
                 "whole model");
@@ -145,11 +147,11 @@ std::string row_text(const CompareReport& rep, const CompareRow& row, std::strin
 void print_compare(std::ostream& out, const ProblemOptions& p, const CompareReport& rep) {
   out << fmt(
       "tspemu compare: %d ranks, B=%d, S=%d, model %s\nran: per strategy %s, forward + "
-      "backward\nblas: %s\n\n",
+      "backward\nblas: %s\nbf16 gemm: %s\n\n",
       p.ranks, p.B, p.S, p.model.to_string().c_str(),
       rep.whole ? "the whole model (embedding, layers, final norm, LM head, loss)"
                 : "the layer stack (attention + MLP blocks); no embedding/LM head",
-      ref::describe_blas().c_str());
+      ref::describe_blas().c_str(), ref::describe_bf16_gemm().c_str());
   out << fmt("%-20s %5s %9s %11s %10s %10s %10s %6s %8s %s%s\n", "strategy", "ranks", "time ms",
              "tokens/s", "peak MiB", "fwd MiB", "bwd MiB", "model", "err/bnd", "verdict",
              rep.sim ? "  sim ms  comp ms   exp ms   ovl ms" : "");

@@ -15,6 +15,7 @@
 #include "tspemu/core/regular_file.hpp"
 #include "tspemu/core/sanitized.hpp"
 #include "tspemu/plan/strategy_table.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -346,14 +347,14 @@ std::string generate_inputs_text(const GenerateArgs& a, const GenerateConfig& c,
   const int B = c.shape.batch;
   return fmt(
       "%d prompt%s (lengths %s), %d new tokens each, %s\nmodel %s\nweights: %s\nblas: "
-      "%s\ncontext: %lld positions (%s)\n",
+      "%s\nbf16 gemm: %s\ncontext: %lld positions (%s)\n",
       B, B == 1 ? "" : "s", lengths_text(c.prompts).c_str(), c.new_tokens,
       sampling_text(c.sampling).c_str(), c.shape.model.to_string().c_str(),
       a.checkpoint.weights.empty()
           ? fmt("seeded (--seed %llu)", static_cast<unsigned long long>(a.problem.seed)).c_str()
           : ("the checkpoint in " + a.checkpoint.weights).c_str(),
-      ref::describe_blas().c_str(), static_cast<long long>(c.shape.max_context),
-      context_source.c_str());
+      ref::describe_blas().c_str(), ref::describe_bf16_gemm().c_str(),
+      static_cast<long long>(c.shape.max_context), context_source.c_str());
 }
 
 nlohmann::json generate_inputs_json(const GenerateArgs& a, const GenerateConfig& c) {

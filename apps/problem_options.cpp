@@ -48,6 +48,42 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
                "TSP: the serial attention schedule (no prefetching broadcast, no reduce under the "
                "next shard's compute; bitwise the same results)");
   app.add_flag("--pin", o.pin, "pin rank i's thread to core i mod cores");
+  app.add_option("--precision", o.precision,
+                 "numeric precision: fp32, or bf16 (Megatron-LM's mixed precision: bf16 weights, "
+                 "activations and KV cache; fp32 GEMM accumulation, softmax, norms, gradients, "
+                 "master weights and AdamW state; not implemented yet, refused)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.parse_complete_callback([&o, name = app.get_name()] { precision_policy(o, name); });
+}
+
+void add_grad_reduce_option(CLI::App& app, ProblemOptions& o) {
+  app.add_option("--grad-reduce", o.grad_reduce,
+                 "type of the weight-gradient buffers and their reduction: fp32 (the default), or "
+                 "bf16 with --precision bf16 (Megatron-LM's --grad-reduce-in-bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+}
+
+PrecisionPolicy precision_policy(const ProblemOptions& o, const std::string& command) {
+  const std::optional<NumType> storage = parse_num_type(o.precision);
+  if (!storage) throw ConfigError("--precision " + o.precision + ": must be fp32 or bf16");
+  PrecisionPolicy p =
+      *storage == NumType::bf16 ? PrecisionPolicy::megatron_bf16() : PrecisionPolicy::fp32();
+  if (!o.grad_reduce.empty()) {
+    const std::optional<NumType> wire = parse_num_type(o.grad_reduce);
+    if (!wire) throw ConfigError("--grad-reduce " + o.grad_reduce + ": must be fp32 or bf16");
+    p = p.with_grad_reduce(*wire);
+  }
+  if (const std::string why = p.conflict(); !why.empty())
+    throw ConfigError("--grad-reduce " + o.grad_reduce + " with --precision " + o.precision +
+                      ": an fp32 run keeps and reduces its gradients in fp32 (" + why +
+                      "); use --grad-reduce bf16 only with --precision bf16");
+  if (p.storage == NumType::bf16)
+    throw ConfigError(command +
+                      " --precision bf16: bf16 mixed precision is not implemented yet "
+                      "(the reference, the strategies and the collectives compute and store fp32 "
+                      "only; issue 37); run with --precision fp32, the default");
+  return p;
 }
 
 void add_strategy_options(CLI::App& app, ProblemOptions& o) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "layer_stack.hpp"
+#include "tspemu/core/precision.hpp"
 
 namespace tspemu::app {
 
@@ -32,12 +33,24 @@ struct ProblemOptions {
   bool serial_attention = false;  // TSP: TspOptions::overlap off
   std::uint64_t seed = 1;
   bool pin = false;
+  std::string precision = "fp32";  // --precision: fp32 or bf16
+  std::string grad_reduce;         // --grad-reduce: fp32 or bf16; "" = the precision's default
   ProblemOptions();
 };
 
 // Model and size flags (--layers --hidden --heads --kv-heads --ffn --vocab --tied --batch --seq
-// --seed --layout --head-buckets --serial-attention --pin).
+// --seed --layout --head-buckets --serial-attention --pin) and --precision; once the command line
+// is parsed, precision_policy(o) checks the precision flags (a ConfigError ends the parse).
 void add_problem_options(CLI::App& app, ProblemOptions& o);
+// --grad-reduce, for the commands that compute gradients (run, compare, scale, train).
+void add_grad_reduce_option(CLI::App& app, ProblemOptions& o);
+
+// The precision policy of --precision and --grad-reduce (core/precision.hpp): fp32, or
+// Megatron-LM's bf16 preset, with gradients reduced in the --grad-reduce type. ConfigError naming
+// both flags for a contradiction (--grad-reduce bf16 with --precision fp32), and for --precision
+// bf16 naming `command`: the bf16 paths are not implemented yet, and a bf16 run that computed
+// fp32 would report fp32 numbers under a bf16 label.
+PrecisionPolicy precision_policy(const ProblemOptions& o, const std::string& command);
 // --strategy (the strategy table's names), --ranks/-D, --tp, --sp.
 void add_strategy_options(CLI::App& app, ProblemOptions& o);
 

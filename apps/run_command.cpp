@@ -23,6 +23,7 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
       "default: TSP D=4 on a 2-layer model, 2048 tokens)");
   add_strategy_options(*run, a.problem);
   add_problem_options(*run, a.problem);
+  add_grad_reduce_option(*run, a.problem);
   add_checkpoint_options(*run, a.checkpoint);
   run->add_flag("--layers-only", a.layers_only,
                 "run the layer stack (seeded input and upstream gradient, no embedding, LM head "

@@ -14,6 +14,7 @@
 #include "stack_report.hpp"
 #include "svg_chart.hpp"
 #include "tspemu/plan/strategy_table.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
@@ -44,6 +45,7 @@ CLI::App* add_scale_command(CLI::App& app, ScaleArgs& a) {
   // so scale defaults to 8 of them where run and compare keep the GQA default of 4.
   a.problem.model.n_kv_heads = 8;
   add_problem_options(*cmd, a.problem);
+  add_grad_reduce_option(*cmd, a.problem);
   cmd->add_flag("--quiet,-q", a.quiet, "no progress bar");
   cmd->add_option("--json", a.json_path, "also write the table as JSON to this file");
   cmd->add_option("--svg", a.svg_path, "also write a chart of tokens/s and efficiency (SVG)");
@@ -185,11 +187,12 @@ void run_sweep(const ScaleArgs& a, ScaleReport& rep) {
 void print_sweep(std::ostream& out, const ScaleArgs& a, const ScaleReport& rep) {
   out << fmt(
       "tspemu scale: %s, layer stack of %d x (attention + MLP), forward + backward, "
-      "B=%d, model %s\nblas: %s\ncores available: %d; median of %d runs per point\nstrong: S=%d "
-      "at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
+      "B=%d, model %s\nblas: %s\nbf16 gemm: %s\ncores available: %d; median of %d runs per "
+      "point\nstrong: S=%d at every D; weak: S = D x %d tokens per rank\nefficiency = %s\n\n",
       a.problem.strategy.c_str(), a.problem.model.n_layers, a.problem.B,
-      a.problem.model.to_string().c_str(), ref::describe_blas().c_str(), rep.cores, a.repeat,
-      a.problem.S, rep.per_rank, rep.efficiency_definition.c_str());
+      a.problem.model.to_string().c_str(), ref::describe_blas().c_str(),
+      ref::describe_bf16_gemm().c_str(), rep.cores, a.repeat, a.problem.S, rep.per_rank,
+      rep.efficiency_definition.c_str());
   out << fmt("%-7s %4s %7s %11s %10s %12s %8s %6s %s\n", "mode", "D", "S", "tokens/rank", "time ms",
              "tokens/s", "speedup", "effic", "model");
   for (const Point& pt : rep.points)

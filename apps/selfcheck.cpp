@@ -11,6 +11,7 @@
 
 #include "problem_options.hpp"
 #include "run_memory.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 #include "tspemu/runtime/collectives.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -159,6 +160,7 @@ int selfcheck(const SelfcheckOptions& opts, std::ostream& out) {
                 "tspemu runtime self-check: %d ranks, %zu float elements per rank, %d iterations\n",
                 opts.ranks, opts.count, opts.iterations);
   out << line << "blas: " << ref::describe_blas() << "\n";
+  out << "bf16 gemm: " << ref::describe_bf16_gemm() << "\n";
   out << "wake handshake: " << wake_handshake() << "\n";
   std::snprintf(line, sizeof line, "%-16s %6s %12s %14s %14s %12s\n", "collective", "result",
                 "check us", "sent B/rank", "recv B/rank", "arena peak");

@@ -3,6 +3,7 @@
 #include "mpi_job.hpp"
 
 #include "tspemu/core/atomic_file.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 #include <algorithm>
@@ -69,7 +70,10 @@ std::string padded(const std::string& s, std::size_t width) {
 }
 
 nlohmann::json document(const char* command) {
-  return {{"command", command}, {"schema_version", 1}, {"blas", ref::describe_blas()}};
+  return {{"command", command},
+          {"schema_version", 1},
+          {"blas", ref::describe_blas()},
+          {"bf16_gemm", ref::describe_bf16_gemm()}};
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -149,7 +153,8 @@ void print_debugging(std::ostream& out, const StackConfig& c, const StackResult&
 void print_report(std::ostream& out, const StackConfig& c, const StackResult& r) {
   const int n = c.strategy.ranks();
   out << "tspemu run: " << c.strategy.name() << ", B=" << c.B << ", S=" << c.S << ", model "
-      << c.model.to_string() << "\nran: " << r.scope << "\nblas: " << ref::describe_blas() << "\n";
+      << c.model.to_string() << "\nran: " << r.scope << "\nblas: " << ref::describe_blas()
+      << "\nbf16 gemm: " << ref::describe_bf16_gemm() << "\n";
   out << fmt("\ntime, forward+backward: %.3f s (%.0f tokens/s) on %d ranks", r.seconds,
              r.tokens_per_s, n);
   if (r.reference_seconds > 0)

@@ -10,6 +10,7 @@
 #include "svg_chart.hpp"
 #include "train_run.hpp"
 #include "tspemu/plan/strategy_table.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
@@ -28,6 +29,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "on a stand-in objective)");
   add_strategy_options(*train, a.problem);
   add_problem_options(*train, a.problem);
+  add_grad_reduce_option(*train, a.problem);
   add_checkpoint_options(*train, a.checkpoint);
   train->add_flag("--layers-only", a.layers_only,
                   "train the layer stack (input: frozen embedding of each token; loss: mean "
@@ -155,6 +157,7 @@ int train_command(const TrainArgs& a, std::ostream& out) {
       << c.stack.model.to_string() << "\n"
       << "trained: " << r.scope << "\n"
       << "blas: " << ref::describe_blas() << "\n"
+      << "bf16 gemm: " << ref::describe_bf16_gemm() << "\n"
       << "weights: "
       << (c.stack.weights ? "the checkpoint in " + a.checkpoint.weights : std::string("seeded"))
       << "\n"

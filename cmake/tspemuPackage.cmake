@@ -50,9 +50,11 @@ function(tspemu_install_package)
   if(TARGET tspemu_reference)
     set(TSPEMU_PACKAGE_HAS_KERNELS TRUE)
     set(pc_requires "openblas tbb")
+    set(pc_extra_libs "-ldnnl")  # oneDNN ships no pkg-config file
   else()
     set(TSPEMU_PACKAGE_HAS_KERNELS FALSE)
     set(pc_requires "")
+    set(pc_extra_libs "")
   endif()
   # The runtime's MPI transport links OpenMPI's C library (no installed header includes mpi.h).
   if(TSPEMU_HAVE_MPI)
@@ -67,6 +69,7 @@ function(tspemu_install_package)
   install(FILES ${PROJECT_BINARY_DIR}/tspemuConfig.cmake
                 ${PROJECT_BINARY_DIR}/tspemuConfigVersion.cmake
                 ${TSPEMU_PACKAGE_CMAKE_DIR}/tspemuOpenBLAS.cmake
+                ${TSPEMU_PACKAGE_CMAKE_DIR}/tspemuOneDNN.cmake
           DESTINATION ${config_dir})
 
   set(pc_libs "")

@@ -12,9 +12,7 @@
 #include <iostream>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
+#include "tspemu/reference/cpu_features.hpp"
 
 namespace tspemu::ref {
 namespace {
@@ -74,31 +72,10 @@ BlasKernel blas_kernel() {
 }
 
 std::string best_supported_core() {
-#if defined(__x86_64__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return "";
-  const bool osxsave = c & (1u << 27), fma = c & (1u << 12);
-  if (!osxsave) return "";
-  // The OS must save the wider registers (XCR0), or AVX instructions fault whatever cpuid says.
-  unsigned xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool os_avx = (xcr0_lo & 0x6u) == 0x6u;       // XMM, YMM
-  const bool os_avx512 = (xcr0_lo & 0xe6u) == 0xe6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
-  if (__get_cpuid_max(0, nullptr) < 7) return "";
-  __cpuid_count(7, 0, a, b, c, d);
-  const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
-             avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
-  const unsigned max_subleaf = a;
-  bool avx512bf16 = false;
-  if (max_subleaf >= 1) {
-    __cpuid_count(7, 1, a, b, c, d);
-    avx512bf16 = a & (1u << 5);
-  }
-  const bool skylakex = os_avx512 && avx512f && avx512vl && avx512bw && avx512dq;
-  if (skylakex && avx512bf16) return "Cooperlake";
-  if (skylakex) return "SkylakeX";
-  if (os_avx && avx2 && fma) return "Haswell";
-#endif
+  const CpuFeatures f = cpu_features();
+  if (f.avx512_bf16) return "Cooperlake";
+  if (f.avx512) return "SkylakeX";
+  if (f.avx2_fma) return "Haswell";
   return "";
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app::testing {
@@ -69,18 +70,20 @@ inline bool well_formed(const std::string& xml, const std::string& root, std::st
   return true;
 }
 
-// Every document names the BLAS kernel its timings ran on, as the text report does.
+// Every document names the BLAS and bf16 GEMM kernels its timings ran on, as the text report does.
 inline void expect_document(const nlohmann::json& j, const char* command) {
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j.at("command"), command);
   EXPECT_EQ(j.at("schema_version"), 1);
   EXPECT_EQ(j.at("blas"), ref::describe_blas());
+  EXPECT_EQ(j.at("bf16_gemm"), ref::describe_bf16_gemm());
   EXPECT_TRUE(j.at("config").is_object());
 }
 
 inline void expect_blas_line(const std::string& report) {
-  const std::string line = "\nblas: " + ref::describe_blas() + "\n";
-  EXPECT_NE(report.find(line), std::string::npos) << "no line <" << line << "> in\n" << report;
+  for (const std::string& line : {"\nblas: " + ref::describe_blas() + "\n",
+                                  "\nbf16 gemm: " + ref::describe_bf16_gemm() + "\n"})
+    EXPECT_NE(report.find(line), std::string::npos) << "no line <" << line << "> in\n" << report;
 }
 
 }  // namespace tspemu::app::testing

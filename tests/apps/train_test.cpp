@@ -14,6 +14,7 @@
 #include "cli_outcome.hpp"
 #include "corpus.hpp"
 #include "train_run.hpp"
+#include "tspemu/reference/bf16_gemm.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
 
 namespace tspemu::app {
@@ -61,6 +62,9 @@ TEST(Train, WritesJsonWithEveryStepAndAWellFormedSvg) {
   EXPECT_EQ(j.at("command"), "train");
   EXPECT_EQ(j.at("blas"), ref::describe_blas());
   EXPECT_NE(o.out.find("\nblas: " + ref::describe_blas() + "\n"), std::string::npos) << o.out;
+  EXPECT_EQ(j.at("bf16_gemm"), ref::describe_bf16_gemm());
+  EXPECT_NE(o.out.find("\nbf16 gemm: " + ref::describe_bf16_gemm() + "\n"), std::string::npos)
+      << o.out;
   ASSERT_EQ(j.at("steps").size(), 3u);
   EXPECT_EQ(j.at("steps")[2].at("step"), 3);
   EXPECT_TRUE(j.at("steps")[0].at("loss").is_number());
