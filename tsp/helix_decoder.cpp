@@ -102,6 +102,15 @@ std::size_t BasicHelixDecoder<T>::kv_cache_bytes() const {
 }
 
 template <class T>
+std::span<const T> BasicHelixDecoder<T>::o_proj_shard(int layer) const {
+  if (layer < 0 || layer >= s_.model.n_layers)
+    throw std::out_of_range(std::string(kWho) + ": o_proj_shard layer " + str(layer) +
+                            " outside [0, " + str(s_.model.n_layers) + ")");
+  const Buffer<T>& wo = w_->wo[static_cast<std::size_t>(layer)];
+  return {wo.data(), wo.size()};
+}
+
+template <class T>
 std::int64_t BasicHelixDecoder<T>::length(int seq) const {
   return detail::length_or_throw(kWho, lengths_, seq);
 }

@@ -20,10 +20,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -308,9 +310,51 @@ TEST(HelixDecoder, EmptyTokenShardsKeepEveryLogitFinite) {
         ASSERT_TRUE(std::isfinite(x)) << "rank " << r << " step " << step;
 }
 
+// The o_proj shard check, which names the rank and layer the logits check cannot (the o_proj
+// all-reduce sums every rank's share before anyone sees it): rank (k, a) = k·TP_A + a must hold
+// W_O's columns of head block a·KVP + k, the heads its attention output holds after the
+// all-to-all (helix_decoder.hpp). One line per (rank, layer) whose shard is other columns, naming
+// the block it holds (by content: the master's block equal to it bit for bit) and the block due.
+template <class T>
+std::vector<std::string> o_proj_shard_faults(const HelixCase& c, const DecodeShape& s,
+                                             const ref::ModelWeights<T>& w, HelixFault fault) {
+  const ref::ModelConfig& m = s.model;
+  const auto C = static_cast<std::size_t>(m.hidden), qd = static_cast<std::size_t>(m.q_dim());
+  const std::size_t qn = static_cast<std::size_t>(m.n_heads / c.N() * m.head_size());
+  std::vector<std::string> found;
+  std::mutex mu;
+  World world({.ranks = c.N()});
+  world.run([&](Rank& rank) {
+    const BasicHelixDecoder<T> dec(rank, s, c.kvp, w, fault);
+    const int r = rank.id(), k = r / c.tpa, a = r % c.tpa, due = a * c.kvp + k;
+    for (int l = 0; l < m.n_layers; ++l) {
+      const std::span<const T> shard = dec.o_proj_shard(l);
+      const std::vector<T>& wo = w.layers[static_cast<std::size_t>(l)].wo;  // [C, NH·hs]
+      auto is_block = [&](int b) {
+        for (std::size_t i = 0; i < C; ++i)
+          for (std::size_t j = 0; j < qn; ++j)
+            if (shard[i * qn + j] != wo[i * qd + static_cast<std::size_t>(b) * qn + j])
+              return false;
+        return true;
+      };
+      if (shard.size() == C * qn && is_block(due)) continue;
+      std::string held = "none of W_O's head blocks";
+      for (int b = 0; b < c.N() && shard.size() == C * qn; ++b)
+        if (is_block(b)) held = "W_O's head block " + std::to_string(b);
+      const std::lock_guard<std::mutex> lock(mu);
+      found.push_back("rank " + std::to_string(r) + " layer " + std::to_string(l) +
+                      ": o_proj shard holds " + held + ", due head block " + std::to_string(due) +
+                      " (a·KVP + k with k=" + std::to_string(k) + ", a=" + std::to_string(a) + ")");
+    }
+  });
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 // A group mapping that hands rank r W_O's head block r instead of a·KVP + k (TRT-LLM PR #10350,
 // Helix TP2×CP2): the teacher-forced check fails on the first logits, while the same shape
-// without the fault passes (HelixFloat above); on 2×2 the blocks of ranks 1 and 2 are swapped.
+// without the fault passes (HelixFloat above); on 2×2 the blocks of ranks 1 and 2 are swapped,
+// which the o_proj shard check names, rank and layer, in every layer (and fault-free, nowhere).
 TEST(HelixFault, OProjShardByRankIsCaughtByTheOracleRule) {
   const HelixCase c = kCases[2];  // 2×2
   const ref::ModelConfig cfg = model_of(c);
@@ -326,6 +370,21 @@ TEST(HelixFault, OProjShardByRankIsCaughtByTheOracleRule) {
                                   testing::kOracleFactor);
   EXPECT_FALSE(v) << "the wrong o_proj shard went unnoticed";
   std::cout << v.report << "\n";
+
+  EXPECT_THAT(o_proj_shard_faults(c, s, w32, HelixFault::none), ::testing::IsEmpty());
+  const std::vector<std::string> found = o_proj_shard_faults(c, s, w32, HelixFault::o_proj_by_rank);
+  ASSERT_EQ(found.size(), static_cast<std::size_t>(2 * cfg.n_layers))
+      << ::testing::PrintToString(found);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const std::string layer = " layer " + std::to_string(l) + ": o_proj shard holds ";
+    EXPECT_THAT(found, ::testing::Contains("rank 1" + layer +
+                                           "W_O's head block 1, due head block 2 (a·KVP + k with "
+                                           "k=0, a=1)"));
+    EXPECT_THAT(found, ::testing::Contains("rank 2" + layer +
+                                           "W_O's head block 2, due head block 1 (a·KVP + k with "
+                                           "k=1, a=0)"));
+  }
+  std::cout << found.front() << "\n";
 }
 
 }  // namespace

@@ -109,6 +109,10 @@ class BasicHelixDecoder {
   std::size_t kv_cache_bytes() const;   // 0 before prefill
   std::int64_t length(int seq) const;   // positions of sequence seq so far
   int kvp() const { return kvp_; }
+  // The W_O columns this rank multiplies its merged attention output by in layer `layer`
+  // [C, NH/N·hs]: head block a·KVP + k of the master's (the Weights line above), for checks that
+  // name the rank and layer whose o_proj shard is wrong. Throws std::out_of_range naming layer.
+  std::span<const T> o_proj_shard(int layer) const;
   const HelixTraffic& last_traffic() const { return traffic_; }
   const DecodeShape& shape() const { return s_; }
 
