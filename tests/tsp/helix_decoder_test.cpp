@@ -320,7 +320,8 @@ std::vector<std::string> o_proj_shard_faults(const HelixCase& c, const DecodeSha
                                              const ref::ModelWeights<T>& w, HelixFault fault) {
   const ref::ModelConfig& m = s.model;
   const auto C = static_cast<std::size_t>(m.hidden), qd = static_cast<std::size_t>(m.q_dim());
-  const std::size_t qn = static_cast<std::size_t>(m.n_heads / c.N() * m.head_size());
+  const auto qn =
+      static_cast<std::size_t>(m.n_heads / c.N()) * static_cast<std::size_t>(m.head_size());
   std::vector<std::string> found;
   std::mutex mu;
   World world({.ranks = c.N()});
