@@ -75,8 +75,8 @@ def reference_vs_torch(a):
                 got, kernel = medians_of(ref, "^BM_DecodeStep")
                 pair["ours"] = got["BM_DecodeStep"]
         rounds.append(pair)
-    print("reference decode step (C=1024, NH=NKV=16, F=2816, B=1, S=2048, fp32, 1 thread) vs {} "
-          "(1 thread), {} rounds alternated; medians of 5 repetitions".format(torch_name, a.rounds))
+    print("reference decode step (C=1024, NH=NKV=16, F=2816, B=1, S=2048, fp32, 1 thread) vs {}, "
+          "{} rounds alternated; medians of 5 repetitions".format(torch_name, a.rounds))
     print("tspemu blas: {}".format(kernel))
     print("{:<7}{:>11}{:>11}{:>12}{:>11}{:>10}{:>13}".format(
         "round", "torch ms", "ours ms", "ours/torch", "bound ms", "x_bound", "memcpy GB/s"))
