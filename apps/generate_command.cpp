@@ -36,10 +36,10 @@ std::string join(const std::vector<std::int32_t>& v, std::size_t n, const char* 
   return s;
 }
 
-// Prompts of the lengths in `text` ("7,13,5"), tokens from a stream seeded by `seed`.
-Prompts seeded_prompts(const std::string& text, int vocab, std::uint64_t seed) {
+// The prompt lengths in `text` ("7,13,5"), each checked to be a count of tokens >= 1.
+std::vector<std::int64_t> prompt_lengths(const std::string& text) {
   const std::string flag = "--prompt-lengths " + sanitized(text);
-  Prompts prompts;
+  std::vector<std::int64_t> lengths;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t end = std::min(text.find(',', at), text.size());
@@ -48,11 +48,19 @@ Prompts seeded_prompts(const std::string& text, int vocab, std::uint64_t seed) {
     if (ec != std::errc() || p != text.data() + end || n < 0 || n > (1LL << 30))
       throw ConfigError(flag + ": give comma-separated prompt lengths, e.g. 7,13,5");
     if (n == 0)
-      throw ConfigError(flag + ": sequence " + std::to_string(prompts.size()) +
+      throw ConfigError(flag + ": sequence " + std::to_string(lengths.size()) +
                         " has an empty prompt (every prompt needs at least one token)");
-    prompts.emplace_back(static_cast<std::size_t>(n));
+    lengths.push_back(n);
     at = end + 1;
   }
+  return lengths;
+}
+
+// Prompts of these lengths, tokens from a stream seeded by `seed`. Made only once every length is
+// known to fit the context, so a length far past it is refused without holding its tokens.
+Prompts seeded_prompts(const std::vector<std::int64_t>& lengths, int vocab, std::uint64_t seed) {
+  Prompts prompts;
+  for (const std::int64_t n : lengths) prompts.emplace_back(static_cast<std::size_t>(n));
   ref::SplitMix64 rng(seed ^ ref::fnv1a64("generate prompts"));
   for (auto& p : prompts)
     for (auto& t : p) t = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(vocab));
@@ -147,9 +155,14 @@ GenerateConfig make_generate_config(const GenerateArgs& a, std::string& context_
     context_source = "the default; --max-context";
   }
   const bool text = a.prompt_flag != nullptr && a.prompt_flag->count() > 0;
-  c.prompts = text ? byte_prompt(a, problem.model.vocab)
-                   : seeded_prompts(a.prompt_lengths, problem.model.vocab, problem.seed);
-  c.shape.batch = static_cast<int>(c.prompts.size());
+  std::vector<std::int64_t> lengths;
+  if (text) {
+    c.prompts = byte_prompt(a, problem.model.vocab);
+    for (const auto& p : c.prompts) lengths.push_back(std::ssize(p));
+  } else {
+    lengths = prompt_lengths(a.prompt_lengths);
+  }
+  c.shape.batch = static_cast<int>(lengths.size());
   if (const std::string why = c.strategy->why_invalid(c.shape); !why.empty())
     throw ConfigError("--strategy " + a.strategy + " --ranks " + std::to_string(a.ranks) + ": " +
                       why);
@@ -159,17 +172,18 @@ GenerateConfig make_generate_config(const GenerateArgs& a, std::string& context_
     throw ConfigError("--new-tokens " + std::to_string(a.new_tokens) + ": must be >= 1");
   const std::string context =
       std::to_string(c.shape.max_context) + " positions (" + context_source + ")";
-  for (std::size_t b = 0; b < c.prompts.size(); ++b)
-    if (std::ssize(c.prompts[b]) > c.shape.max_context)
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (lengths[b] > c.shape.max_context)
       throw ConfigError(prompt_flag + ": the prompt of sequence " + std::to_string(b) + " has " +
-                        std::to_string(c.prompts[b].size()) +
+                        std::to_string(lengths[b]) +
                         " tokens, longer than the model's context of " + context);
-  for (std::size_t b = 0; b < c.prompts.size(); ++b)
-    if (std::ssize(c.prompts[b]) + a.new_tokens > c.shape.max_context)
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (lengths[b] + a.new_tokens > c.shape.max_context)
       throw ConfigError("--new-tokens " + std::to_string(a.new_tokens) + ": sequence " +
-                        std::to_string(b) + " would hold " + std::to_string(c.prompts[b].size()) +
-                        " + " + std::to_string(a.new_tokens) +
-                        " tokens, beyond the model's context of " + context);
+                        std::to_string(b) + " would hold " + std::to_string(lengths[b]) + " + " +
+                        std::to_string(a.new_tokens) + " tokens, beyond the model's context of " +
+                        context);
+  if (!text) c.prompts = seeded_prompts(lengths, problem.model.vocab, problem.seed);
   c.new_tokens = a.new_tokens;
   c.sampling = sampling_options(a);
   c.check = a.check;

@@ -40,9 +40,10 @@ def run_google_benchmark(binary, bench_filter, repetitions, extra=()):
 
 
 def base_name(run_name):
-    """The registered name: Google Benchmark appends options (/iterations:1/manual_time)."""
+    """The registered name: Google Benchmark appends options (/iterations:1/repeats:5/manual_time)."""
     return "/".join(p for p in run_name.split("/")
-                    if not p.startswith(("iterations:", "min_time:", "manual_time", "real_time")))
+                    if not p.startswith(("iterations:", "repeats:", "min_time:", "manual_time",
+                                         "real_time")))
 
 
 def merge(into, samples):

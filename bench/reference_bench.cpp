@@ -15,7 +15,8 @@
 // memcpy bandwidth measured in the same run (STREAM's Copy convention: bytes read + bytes written
 // over time, median of 5 copies of 128 MiB, 4x a 32 MiB L3); counters bound_ms and
 // x_bound = time / bound. PyTorch's KV-cached step:
-// /usr/bin/python3 bench/torch_decode_bench.py.
+// /usr/bin/python3 bench/torch_decode_bench.py; both, alternated, with their ratio, the bound and
+// TSP-W's step: bench/report_decode.py.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -477,7 +477,7 @@ BENCHMARK(BM_TspwDecodeStep)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3)
-    ->Repetitions(3)
+    ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 
 }  // namespace

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "cli_outcome.hpp"
 #include "generate_run.hpp"
 #include "tspemu/reference/decode.hpp"
@@ -40,6 +43,46 @@ std::vector<std::vector<std::int32_t>> tokens_of(std::vector<std::string> args,
   const Outcome o = tspemu(args);
   EXPECT_EQ(o.code, 0) << o.out << o.err;
   return read_json(json).at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+}
+
+// A one-layer checkpoint of `vocab` tokens saved in the test's temporary directory `name` (heads,
+// KV heads, width and vocabulary divisible by 4: the default strategy's degree);
+// max_positions > 0 sets its config's max_position_embeddings. Returns the directory.
+std::string small_checkpoint(const std::string& name, int vocab, int max_positions = 0) {
+  const ref::ModelConfig cfg{
+      .vocab = vocab, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 4, .ffn = 48};
+  std::string dir = temp_path(name);
+  fs::remove_all(dir);
+  ref::save_hf_checkpoint(dir, ref::init_weights<float>(cfg, 5));
+  if (max_positions > 0) {
+    nlohmann::json config = read_json(dir + "/config.json");
+    config["max_position_embeddings"] = max_positions;
+    std::ofstream(dir + "/config.json") << config.dump();
+  }
+  return dir;
+}
+
+// A run refused as bad input: its flags and the message its error must hold.
+struct Refused {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+// Each case, run with -q, --json and --trace (files named after `name`), exits 2 with its
+// message on stderr and leaves neither file behind.
+void expect_refused_writing_nothing(const std::vector<Refused>& cases, const std::string& name) {
+  const std::string json = temp_path(name + ".json"), trace = temp_path(name + ".trace.json");
+  for (const Refused& c : cases) {
+    fs::remove(json);
+    fs::remove(trace);
+    std::vector<std::string> args = {"generate", "-q", "--json", json, "--trace", trace};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Outcome o = tspemu(args);
+    EXPECT_EQ(o.code, 2) << c.message << "\n" << o.out << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(json)) << c.message;
+    EXPECT_FALSE(fs::exists(trace)) << c.message;
+  }
 }
 
 TEST(Generate, DefaultRunPassesAndWritesEveryField) {
@@ -122,57 +165,99 @@ TEST(Generate, TpSpPicksTheSmallestTAndRefusesADegreeWithoutAMesh) {
 }
 
 TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string message;
-  };
-  const std::vector<Case> cases = {
-      {{"--prompt-lengths", "7,0,5"}, "--prompt-lengths 7,0,5: sequence 1 has an empty prompt"},
-      {{"--prompt-lengths", "7,,5"}, "--prompt-lengths 7,,5: give comma-separated"},
-      {{"--prompt-lengths", "3000"},
-       "--prompt-lengths 3000: the prompt of sequence 0 has 3000 tokens, longer than the model's "
-       "context of 2048"},
-      {{"--max-context", "16", "--prompt-lengths", "4,17"},
-       "the prompt of sequence 1 has 17 tokens, longer than the model's context of 16"},
-      {{"--new-tokens", "0"}, "--new-tokens 0: must be >= 1"},
-      {{"--max-context", "40", "--new-tokens", "28"},
-       "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of 40"},
-      {{"--strategy", "reference", "--ranks", "2"},
-       "--strategy reference --ranks 2: the reference decoder runs on exactly 1 rank"},
-      {{"--strategy", "nonesuch"}, "--strategy: nonesuch not in"},
-      {{"--ranks", "0"},
-       "--ranks 0: must be >= 1 (an integer in [1, 256]; a world has 1 to 256 ranks)"},
-      {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
-      {{"--prompt", "hi", "--vocab", "100"},
-       "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
-      {{"--prompt", ""}, "--prompt '': must not be empty"},
-      {{"--temperature", "0.5"}, "--temperature needs --sampling seeded"},
-      {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be > 0"},
-      {{"--sampling", "seeded", "--top-k", "-1"}, "--top-k -1: must be >= 0"},
-  };
-  const std::string json = temp_path("bad.json"), trace = temp_path("bad.trace.json");
-  for (const Case& c : cases) {
-    fs::remove(json);
-    fs::remove(trace);
-    std::vector<std::string> args = {"generate", "-q", "--json", json, "--trace", trace};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    const Outcome o = tspemu(args);
-    EXPECT_EQ(o.code, 2) << c.message << "\n" << o.out << o.err;
-    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
-    EXPECT_FALSE(fs::exists(json)) << c.message;
-    EXPECT_FALSE(fs::exists(trace)) << c.message;
-  }
+  expect_refused_writing_nothing(
+      {
+          {{"--prompt-lengths", "7,0,5"}, "--prompt-lengths 7,0,5: sequence 1 has an empty prompt"},
+          {{"--prompt-lengths", "7,,5"}, "--prompt-lengths 7,,5: give comma-separated"},
+          {{"--prompt-lengths", "3000"},
+           "--prompt-lengths 3000: the prompt of sequence 0 has 3000 tokens, longer than the "
+           "model's context of 2048"},
+          {{"--max-context", "16", "--prompt-lengths", "4,17"},
+           "the prompt of sequence 1 has 17 tokens, longer than the model's context of 16"},
+          {{"--new-tokens", "0"}, "--new-tokens 0: must be >= 1"},
+          {{"--max-context", "40", "--new-tokens", "28"},
+           "--new-tokens 28: sequence 1 would hold 13 + 28 tokens, beyond the model's context of "
+           "40"},
+          {{"--strategy", "reference", "--ranks", "2"},
+           "--strategy reference --ranks 2: the reference decoder runs on exactly 1 rank"},
+          {{"--strategy", "nonesuch"}, "--strategy: nonesuch not in"},
+          {{"--ranks", "0"},
+           "--ranks 0: must be >= 1 (an integer in [1, 256]; a world has 1 to 256 ranks)"},
+          {{"--interleave", "0"}, "--interleave 0: must be >= 1"},
+          {{"--prompt", "hi", "--vocab", "100"},
+           "--prompt hi: byte 0 is token 104, outside the vocabulary of 100"},
+          {{"--prompt", ""}, "--prompt '': must not be empty"},
+          {{"--temperature", "0.5"}, "--temperature needs --sampling seeded"},
+          {{"--sampling", "seeded", "--temperature", "0"}, "--temperature 0: must be > 0"},
+          {{"--sampling", "seeded", "--top-k", "-1"}, "--top-k -1: must be >= 0"},
+      },
+      "bad");
+}
+
+// A prompt far longer than the context is refused from its length alone, before its tokens are
+// drawn: with the address space capped at 512 MiB above what the process maps, the 4 GiB of a
+// 2^30-token prompt could not even be allocated.
+TEST(Generate, APromptFarPastTheContextIsRefusedBeforeItsTokensAreDrawn) {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  ASSERT_TRUE(statm >> pages);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit capped = old;
+  const std::uint64_t cap =
+      pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + (512u << 20);
+  if (old.rlim_cur == RLIM_INFINITY || cap < old.rlim_cur) capped.rlim_cur = cap;
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  const Outcome o = tspemu({"generate", "-q", "--prompt-lengths", "5,1073741824"});
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("--prompt-lengths 5,1073741824: the prompt of sequence 1 has 1073741824 "
+                       "tokens, longer than the model's context of 2048"),
+            std::string::npos)
+      << o.err;
+}
+
+// A degree D past what a strategy can shard the default model over (NH = 8 query heads: D = 16
+// leaves a rank without one), or past the largest world: exit 2 naming the strategy, the degree
+// and the rule, nothing written.
+TEST(Generate, ADegreeLargerThanTheScheduleAllowsExitsTwoNamingItAndWritesNothing) {
+  expect_refused_writing_nothing(
+      {
+          {{"--ranks", "16"},
+           "--strategy tsp-w --ranks 16: TSP-W decode: D=16 does not divide NH=8 (each rank owns "
+           "NH/D query heads)"},
+          {{"--strategy", "tsp-m", "--ranks", "16"},
+           "--strategy tsp-m --ranks 16: TSP-M decode: D=16 does not divide NH=8"},
+          {{"--strategy", "tp", "--ranks", "16"},
+           "--strategy tp --ranks 16: TP decode: T=16 does not divide NH=8"},
+          {{"--strategy", "helix", "--ranks", "16"},
+           "--strategy helix --ranks 16: Helix decode: N=16 does not divide NH=8"},
+          {{"--ranks", "257"}, "--ranks 257: must be at most 256"},
+      },
+      "degree");
+}
+
+// A checkpoint (--weights) whose vocabulary does not hold a byte of the prompt, or whose context
+// (max_position_embeddings) the prompt outgrows: exit 2 naming the flag, the values and the
+// checkpoint, with no --json or --trace file written.
+TEST(Generate, ACheckpointThatCannotHoldThePromptExitsTwoAndWritesNothing) {
+  const std::string dir = small_checkpoint("v100_ctx8", 100, 8);
+  expect_refused_writing_nothing(
+      {
+          {{"--weights", dir, "--prompt", "az"},
+           "--prompt az: byte 1 is token 122, outside the vocabulary of 100 of --weights " + dir},
+          {{"--weights", dir, "--prompt", "ABCDEFGHI"},
+           "--prompt: the prompt of sequence 0 has 9 tokens, longer than the model's context of 8 "
+           "positions (max_position_embeddings of --weights " +
+               dir + ")"},
+      },
+      "checkpoint");
 }
 
 // A checkpoint's vocabulary must hold a byte-level prompt, and its max_position_embeddings is the
 // context.
 TEST(Generate, CheckpointVocabularyAndContextBoundThePrompt) {
-  // Heads, KV heads, width and vocabularies divisible by 4: the default strategy's degree.
-  ref::ModelConfig cfg{
-      .vocab = 100, .hidden = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 4, .ffn = 48};
-  const std::string small = temp_path("v100");
-  fs::remove_all(small);
-  ref::save_hf_checkpoint(small, ref::init_weights<float>(cfg, 5));
+  const std::string small = small_checkpoint("v100", 100);
   Outcome o = tspemu({"generate", "-q", "--weights", small, "--prompt", "é"});
   EXPECT_EQ(o.code, 2) << o.out << o.err;
   EXPECT_NE(o.err.find("byte 0 is token 195, outside the vocabulary of 100 of --weights " + small),
@@ -182,13 +267,7 @@ TEST(Generate, CheckpointVocabularyAndContextBoundThePrompt) {
   EXPECT_EQ(o.code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("weights: the checkpoint in " + small), std::string::npos) << o.out;
 
-  cfg.vocab = 256;
-  const std::string bytes = temp_path("v256");
-  fs::remove_all(bytes);
-  ref::save_hf_checkpoint(bytes, ref::init_weights<float>(cfg, 5));
-  nlohmann::json config = read_json(bytes + "/config.json");
-  config["max_position_embeddings"] = 8;
-  std::ofstream(bytes + "/config.json") << config.dump();
+  const std::string bytes = small_checkpoint("v256", 256, 8);
   o = tspemu({"generate", "-q", "--weights", bytes, "--prompt", "four", "-N", "5"});
   EXPECT_EQ(o.code, 2) << o.out << o.err;
   EXPECT_NE(o.err.find("--new-tokens 5: sequence 0 would hold 4 + 5 tokens, beyond the model's "
