@@ -85,6 +85,9 @@ struct VocabShard {
 template <class T>
 void embed(Rank& rank, Comm& comm, const VocabShard<T>& v, const DecodeStep& st, int C,
            Buffer<T>& x, TrafficCounters& traffic);
+// embed's local part: the rows of x [N, C] whose token is in v's shard, the others untouched.
+template <class T>
+void embed_rows(const VocabShard<T>& v, const DecodeStep& st, int C, T* x);
 
 // LM head: final norm of each sequence's last row of x [N, C], this rank's Vl logits,
 // all-gathered over `comm` -> [B, V].
@@ -107,6 +110,11 @@ template <class T>
 void mlp_block(Rank& rank, Comm& comm, const MlpShard<T>& w, const DecodeStep& st,
                const ref::ModelConfig& m, const Buffer<T>& mid, Buffer<T>& x,
                TrafficCounters& traffic);
+// mlp_block's GEMMs on normalized rows: partial [N, C] = down^(r)(silu(xn·gate^(r)ᵀ) ⊙
+// xn·up^(r)ᵀ) per sequence (rows of no sequence untouched); scratch from `a`.
+template <class T>
+void mlp_partial(Arena& a, const MlpShard<T>& w, const DecodeStep& st, const ref::ModelConfig& m,
+                 const T* xn, T* partial);
 
 // The KV heads head shard a of n holds: NKV/n of them from a·NKV/n when n | NKV; when NKV | n
 // (n > NKV), KV head a / (n/NKV) alone — each KV head duplicated n/NKV times over the shards, the
@@ -136,6 +144,10 @@ template <class T>
 void project_qkv(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
                  const Buffer<T>& x, Buffer<T>& xn, Buffer<T>& rstd, Buffer<T>& q, Buffer<T>& k,
                  Buffer<T>& v);
+// project_qkv after its norm: q, k, v from the normalized rows xn [N, C].
+template <class T>
+void qkv_from_normed(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
+                     const Buffer<T>& xn, Buffer<T>& q, Buffer<T>& k, Buffer<T>& v);
 
 // Flash-decoding across the G members of `comm`: out [N, H, hs] and lse (sequence b's at
 // H·offset[b], [H, count[b]]) are this rank's partial attention over its keys for H = G·Hn
