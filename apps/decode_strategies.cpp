@@ -135,22 +135,59 @@ std::uint64_t sharded_kv_bytes(const GenerateShape& s, std::span<const std::int6
   return (bytes + 63) / 64 * 64;
 }
 
-// The planner's TSP-W decode step (plan/decode_cost.hpp; the K/V route an all-gather and the LSE
-// packed with the partials, as the decoder runs them) for each of the N - 1 decode steps, the fed
-// tokens' owners by the ownership map: step i feeds sequence b's position P_b + i - 1.
+// The planner's traffic of the N - 1 decode steps of a schedule whose step depends on which rank
+// owns each fed token (TSP-W, TSP-M): step(m, owners) for each step, the owners by the ownership
+// map over the ranks: step i feeds sequence b's position P_b + i - 1.
+TrafficCounters owned_decode_traffic(
+    const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int new_tokens,
+    const std::function<TrafficCounters(const tsp::cost::ModelShape&, const std::vector<int>&)>&
+        step) {
+  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  std::vector<int> owners(prompt_lengths.size());
+  TrafficCounters t;
+  for (int i = 1; i < new_tokens; ++i) {
+    for (std::size_t b = 0; b < owners.size(); ++b)
+      owners[b] = own.owner(static_cast<int>(b), prompt_lengths[b] + i - 1);
+    t += step(m, owners);
+  }
+  return t;
+}
+
+// TSP-W's decode step (tspw_decode_step_traffic; the K/V route an all-gather and the LSE packed
+// with the partials, as the decoder runs them).
 TrafficCounters tspw_decode_traffic(const GenerateShape& s,
                                     std::span<const std::int64_t> prompt_lengths, int new_tokens,
                                     int rank) {
-  const tsp::KvOwnership own(s.ranks, s.interleave, {prompt_lengths.begin(), prompt_lengths.end()});
-  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
   const tsp::cost::TspwDecodeOptions opt{.route = tsp::cost::KvRoute::all_gather};
-  std::vector<int> owners(prompt_lengths.size());
+  return owned_decode_traffic(s, prompt_lengths, new_tokens,
+                              [&](const tsp::cost::ModelShape& m, const std::vector<int>& owners) {
+                                return tsp::cost::tspw_decode_step_traffic(
+                                    m, s.ranks, owners, sizeof(float), rank, opt);
+                              });
+}
+
+// TSP-M's decode step (tspm_decode_stage_traffic: broadcasts, ring hops, gathers and exchanges
+// by the fed tokens' owners), all stages.
+TrafficCounters tspm_decode_traffic(const GenerateShape& s,
+                                    std::span<const std::int64_t> prompt_lengths, int new_tokens,
+                                    int rank) {
+  return owned_decode_traffic(s, prompt_lengths, new_tokens,
+                              [&](const tsp::cost::ModelShape& m, const std::vector<int>& owners) {
+                                return tsp::cost::tspm_decode_stage_traffic(m, s.ranks, owners,
+                                                                            sizeof(float), rank)
+                                    .total();
+                              });
+}
+
+// The planner's decode step of a mesh schedule (decode_step_traffic: TP, Helix, SP, TP+SP; the
+// same for every step of B tokens, whoever owns them) over the N - 1 decode steps.
+TrafficCounters mesh_decode_traffic(const GenerateShape& s, const tsp::cost::DecodeStrategy& st,
+                                    int new_tokens, int rank) {
+  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
+  const TrafficCounters step = tsp::cost::decode_step_traffic(m, st, s.batch, sizeof(float), rank);
   TrafficCounters t;
-  for (int step = 1; step < new_tokens; ++step) {
-    for (std::size_t b = 0; b < owners.size(); ++b)
-      owners[b] = own.owner(static_cast<int>(b), prompt_lengths[b] + step - 1);
-    t += tsp::cost::tspw_decode_step_traffic(m, s.ranks, owners, sizeof(float), rank, opt);
-  }
+  for (int i = 1; i < new_tokens; ++i) t += step;
   return t;
 }
 
@@ -203,6 +240,7 @@ DecodeStrategy tspm_strategy() {
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64): the "
           "planner's bytes per token (plan/decode_cost.hpp) over the rank's reserved "
           "positions",
+      .decode_traffic = tspm_decode_traffic,
   };
 }
 
@@ -235,6 +273,10 @@ DecodeStrategy tp_strategy() {
       .kv_formula =
           "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): the planner's bytes per "
           "token (plan/decode_cost.hpp, max(NKV/T, 1) KV heads) over every reserved position",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::tp(s.ranks), new_tokens, rank);
+          },
   };
 }
 
@@ -272,18 +314,13 @@ DecodeStrategy helix_strategy() {
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(k, b, max_context), 64), k = rank / "
           "TP_A: the planner's bytes per token (plan/decode_cost.hpp, max(NKV/TP_A, 1) KV heads) "
           "over the token shard's reserved positions",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            const int kvp = helix_kvp(s);
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::helix(kvp, s.ranks / kvp),
+                                       new_tokens, rank);
+          },
   };
-}
-
-// The planner's mesh decode step (plan/decode_cost.hpp's decode_step_traffic, B new tokens) of
-// `st` on `rank`, for each of the N - 1 decode steps.
-TrafficCounters mesh_decode_traffic(const GenerateShape& s, const tsp::cost::DecodeStrategy& st,
-                                    int new_tokens, int rank) {
-  const tsp::cost::ModelShape m = tsp::cost::ModelShape::from(s.model, s.batch, s.max_context);
-  const TrafficCounters step = tsp::cost::decode_step_traffic(m, st, s.batch, sizeof(float), rank);
-  TrafficCounters t;
-  for (int i = 1; i < new_tokens; ++i) t += step;
-  return t;
 }
 
 DecodeStrategy megatron_sp_strategy() {
@@ -372,6 +409,10 @@ DecodeStrategy sp_strategy() {
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
           "--ranks: the planner's bytes per token (all NKV heads) over the rank's reserved "
           "positions",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::sp(s.ranks), new_tokens, rank);
+          },
   };
 }
 
@@ -426,6 +467,12 @@ DecodeStrategy tp_sp_strategy() {
           "round_up(L·kv_bytes_per_token_layer·Σ_b count(row, b, max_context), 64) over Σ, "
           "row = rank / T: the planner's bytes per token (NKV/T heads) over the row's reserved "
           "positions",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            const tsp::MeshDecodeShape ms = tp_sp_shape(decode_shape(s));
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::tp_sp(ms.T, ms.Sp), new_tokens,
+                                       rank);
+          },
   };
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 
 namespace tspemu::tsp {
@@ -59,7 +60,7 @@ struct BasicHelixDecoder<T>::Weights {
 template <class T>
 BasicHelixDecoder<T>::BasicHelixDecoder(Rank& rank, const DecodeShape& shape, int kvp,
                                         const ref::ModelWeights<T>& master, HelixFault fault)
-    : rank_(rank), s_(shape), kvp_(kvp), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "helix"), kvp_(kvp), w_(std::make_unique<Weights>()) {
   validate_helix(s_, kvp_);
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but N=" + str(s_.D));
   const ref::ModelConfig& m = s_.model;
@@ -87,23 +88,14 @@ template <class T>
 BasicHelixDecoder<T>::~BasicHelixDecoder() = default;
 
 template <class T>
-const RankKvCache<T>& BasicHelixDecoder<T>::cache() const {
-  return detail::cache_or_throw(kWho, cache_.get());
-}
-
-template <class T>
 int BasicHelixDecoder<T>::first_kv_head() const {
   return w_->qkv.front().kv.first;
 }
 
+// Token shard k of KVP, the KV heads of head shard a.
 template <class T>
-std::size_t BasicHelixDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicHelixDecoder<T>::length(int seq) const {
-  return detail::length_or_throw(kWho, lengths_, seq);
+CacheLayout BasicHelixDecoder<T>::cache_layout() const {
+  return {w_->k, kvp_, s_.interleave, detail::kv_head_shard(s_.model, s_.D / kvp_, 0).count};
 }
 
 // One step's new tokens, its dimensions and buffers.
@@ -129,35 +121,8 @@ struct BasicHelixDecoder<T>::Pass : detail::StepBuffers<T> {
 };
 
 template <class T>
-std::vector<T> BasicHelixDecoder<T>::prefill(
-    const std::vector<std::vector<std::int32_t>>& prompts) {
-  Pass pass(rank_.arena(), s_, kvp_,
-            detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
-  const std::vector<std::int64_t> lengths = detail::step_lengths(pass.st);
-  ref::ModelConfig held = s_.model;  // the cache's view: this head shard's KV heads only
-  held.n_kv_heads = pass.NKVa;
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ = std::make_unique<RankKvCache<T>>(
-      rank_.arena(), w_->k, held, KvOwnership(kvp_, s_.interleave, lengths), s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase("helix.prefill");
-  return run(pass);
-}
-
-template <class T>
-std::vector<T> BasicHelixDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  Pass pass(
-      rank_.arena(), s_, kvp_,
-      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
-  auto phase = rank_.arena().phase("helix.decode");
-  std::vector<T> logits = run(pass);
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
-}
-
-template <class T>
-std::vector<T> BasicHelixDecoder<T>::run(Pass& p) {
-  traffic_ = {};
+std::vector<T> BasicHelixDecoder<T>::forward(detail::DecodeStep&& step) {
+  Pass p(rank_.arena(), s_, kvp_, std::move(step));
   Comm& world = rank_.comm();
   detail::embed(rank_, world, *w_->vocab, p.st, s_.model.hidden, p.x, traffic_.embedding);
   for (int l = 0; l < s_.model.n_layers; ++l) {
@@ -184,6 +149,8 @@ void BasicHelixDecoder<T>::attention(int l, Pass& p) {
                             traffic_.o_proj);
 }
 
+template class DecoderBase<float, DecodeShape, HelixTraffic>;
+template class DecoderBase<double, DecodeShape, HelixTraffic>;
 template class BasicHelixDecoder<float>;
 template class BasicHelixDecoder<double>;
 

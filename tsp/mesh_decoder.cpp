@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "sequence_prefill.hpp"
 
 #include "tspemu/core/dry_run.hpp"
@@ -88,7 +89,7 @@ void BasicMeshDecoder<T>::reject(const std::string& why) const {
 template <class T>
 BasicMeshDecoder<T>::BasicMeshDecoder(Rank& rank, const MeshDecodeShape& shape,
                                       const ref::ModelWeights<T>& master)
-    : rank_(rank), s_(shape) {
+    : Base(rank, shape, std::string(shape.label()) + " decode", shape.T == 1 ? "sp" : "tp_sp") {
   s_.validate();
   if (rank.size() != s_.ranks())
     reject("world has " + str(rank.size()) + " ranks but T·Σ=" + str(s_.T) + "·" + str(s_.Sp) +
@@ -121,54 +122,10 @@ BasicMeshDecoder<T>::BasicMeshDecoder(Rank& rank, const MeshDecodeShape& shape,
 template <class T>
 BasicMeshDecoder<T>::~BasicMeshDecoder() = default;
 
+// Token shard row of Σ; the cache holds this rank's NKV/T KV heads.
 template <class T>
-const RankKvCache<T>& BasicMeshDecoder<T>::cache() const {
-  if (!cache_) throw std::logic_error(std::string(s_.label()) + " decode: no cache before prefill");
-  return *cache_;
-}
-
-template <class T>
-std::size_t BasicMeshDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicMeshDecoder<T>::length(int seq) const {
-  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
-    throw std::out_of_range(std::string(s_.label()) + " decode: sequence " + str(seq) +
-                            " outside [0, " + str(static_cast<std::int64_t>(lengths_.size())) +
-                            ")");
-  return lengths_[static_cast<std::size_t>(seq)];
-}
-
-template <class T>
-std::vector<T> BasicMeshDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  const std::string who = std::string(s_.label()) + " decode";
-  detail::DecodeStep all =
-      detail::prefill_step(who, prompts, s_.batch, s_.model.vocab, s_.max_context);
-  const std::vector<std::int64_t> lengths = detail::step_lengths(all);
-  // The cache holds this rank's NKV/T KV heads: a config with NKV/T KV heads sizes its rows
-  // (head size and layers unchanged).
-  ref::ModelConfig held = s_.model;
-  held.n_kv_heads = s_.model.n_kv_heads / s_.T;
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ = std::make_unique<RankKvCache<T>>(
-      rank_.arena(), row_, held, KvOwnership(s_.Sp, s_.interleave, lengths), s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase(s_.T == 1 ? "sp.prefill" : "tp_sp.prefill");
-  if (s_.prefill == SpPrefill::pass_q || s_.Sp == 1) return run(Step(std::move(all)));
-  return run(Step(detail::own_prefill_step(all, cache_->ownership(), row_), /*own_tokens=*/true));
-}
-
-template <class T>
-std::vector<T> BasicMeshDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  const std::string who = std::string(s_.label()) + " decode";
-  const Step step(
-      detail::next_step(who, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
-  auto phase = rank_.arena().phase(s_.T == 1 ? "sp.decode" : "tp_sp.decode");
-  std::vector<T> logits = run(step);
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
+CacheLayout BasicMeshDecoder<T>::cache_layout() const {
+  return {row_, s_.Sp, s_.interleave, s_.model.n_kv_heads / s_.T};
 }
 
 // The step's dimensions and buffers (arena: workspace, and comm for what collectives move).
@@ -202,9 +159,12 @@ struct BasicMeshDecoder<T>::Scratch {
 };
 
 template <class T>
-std::vector<T> BasicMeshDecoder<T>::run(const Step& st) {
+std::vector<T> BasicMeshDecoder<T>::forward(detail::DecodeStep&& step) {
+  // A ring or Ulysses prefill: this rank's own prompt tokens only (Σ = 1: every token is).
+  const bool own = step.prefill && s_.prefill != SpPrefill::pass_q && s_.Sp > 1;
+  const Step st = own ? Step(detail::own_prefill_step(step, cache_->ownership(), row_), true)
+                      : Step(std::move(step));
   Scratch sc(rank_.arena(), s_, st);
-  traffic_ = {};
   // x = embed_tokens(tokens), vocabulary-parallel over the row (a row of one rank: no call)
   detail::embed(rank_, tp_, w_->vocab, st, sc.C, sc.x, traffic_.embedding);
   for (int l = 0; l < s_.model.n_layers; ++l) {
@@ -293,7 +253,8 @@ void BasicMeshDecoder<T>::attend_local(int l, const Step& st, Scratch& sc) {
 template <class T>
 std::vector<T> BasicMeshDecoder<T>::last_rows_logits(const Step& st, const Scratch& sc) {
   const std::size_t B = st.count.size(), C = sc.Cz;
-  auto last = rank_.arena().allocate<T>(B * C, Category::comm, /*zero=*/true);
+  Arena& arena = rank_.arena();
+  auto last = arena.allocate<T>(B * C, Category::comm, /*zero=*/true);
   detail::DecodeStep rows;  // row b = sequence b's last position
   for (std::size_t b = 0; b < B; ++b) {
     const std::int64_t pos = lengths_[b] - 1;
@@ -343,6 +304,8 @@ void BasicMeshDecoder<T>::merge_partials(const Step& st, Scratch& sc) {
   detail::measured(rank_, traffic_.output_reduce, [&] { all_reduce<T>(sp_, sc.out.span()); });
 }
 
+template class DecoderBase<float, MeshDecodeShape, MeshTraffic>;
+template class DecoderBase<double, MeshDecodeShape, MeshTraffic>;
 template class BasicMeshDecoder<float>;
 template class BasicMeshDecoder<double>;
 

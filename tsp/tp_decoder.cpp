@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 
 namespace tspemu::tsp {
@@ -56,7 +57,7 @@ struct BasicTpDecoder<T>::Weights {
 template <class T>
 BasicTpDecoder<T>::BasicTpDecoder(Rank& rank, const DecodeShape& shape,
                                   const ref::ModelWeights<T>& master)
-    : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "tp"), w_(std::make_unique<Weights>()) {
   validate_tp(s_);
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but T=" + str(s_.D));
   const ref::ModelConfig& m = s_.model;
@@ -80,23 +81,14 @@ template <class T>
 BasicTpDecoder<T>::~BasicTpDecoder() = default;
 
 template <class T>
-const RankKvCache<T>& BasicTpDecoder<T>::cache() const {
-  return detail::cache_or_throw(kWho, cache_.get());
-}
-
-template <class T>
 int BasicTpDecoder<T>::first_kv_head() const {
   return w_->qkv.front().kv.first;
 }
 
+// Every position on every rank (one token shard), the rank's KV heads (duplicated past NKV).
 template <class T>
-std::size_t BasicTpDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicTpDecoder<T>::length(int seq) const {
-  return detail::length_or_throw(kWho, lengths_, seq);
+CacheLayout BasicTpDecoder<T>::cache_layout() const {
+  return {0, 1, 1, tp_kv_heads_per_rank(s_.model, s_.D)};
 }
 
 // One step's new tokens, its dimensions and buffers.
@@ -118,34 +110,8 @@ struct BasicTpDecoder<T>::Pass : detail::StepBuffers<T> {
 };
 
 template <class T>
-std::vector<T> BasicTpDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  Pass pass(rank_.arena(), s_,
-            detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
-  const std::vector<std::int64_t> lengths = detail::step_lengths(pass.st);
-  ref::ModelConfig held = s_.model;  // the cache's view: this rank's KV heads only
-  held.n_kv_heads = tp_kv_heads_per_rank(s_.model, s_.D);
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ = std::make_unique<RankKvCache<T>>(rank_.arena(), 0, held, KvOwnership(1, 1, lengths),
-                                            s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase("tp.prefill");
-  return run(pass);
-}
-
-template <class T>
-std::vector<T> BasicTpDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  Pass pass(
-      rank_.arena(), s_,
-      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
-  auto phase = rank_.arena().phase("tp.decode");
-  std::vector<T> logits = run(pass);
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
-}
-
-template <class T>
-std::vector<T> BasicTpDecoder<T>::run(Pass& p) {
-  traffic_ = {};
+std::vector<T> BasicTpDecoder<T>::forward(detail::DecodeStep&& step) {
+  Pass p(rank_.arena(), s_, std::move(step));
   Comm& comm = rank_.comm();
   detail::embed(rank_, comm, *w_->vocab, p.st, s_.model.hidden, p.x, traffic_.embedding);
   for (int l = 0; l < s_.model.n_layers; ++l) {
@@ -169,6 +135,8 @@ void BasicTpDecoder<T>::attention(int l, Pass& p) {
   detail::o_proj_all_reduce(rank_, st, m, p.out.data(), p.NHl * p.hs, w.wo[lz], p, traffic_.o_proj);
 }
 
+template class DecoderBase<float, DecodeShape, TpTraffic>;
+template class DecoderBase<double, DecodeShape, TpTraffic>;
 template class BasicTpDecoder<float>;
 template class BasicTpDecoder<double>;
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
@@ -83,7 +84,7 @@ void BasicTspmDecoder<T>::validate(const DecodeShape& shape) {
 template <class T>
 BasicTspmDecoder<T>::BasicTspmDecoder(Rank& rank, const DecodeShape& shape,
                                       const ref::ModelWeights<T>& master)
-    : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "tspm"), w_(std::make_unique<Weights>()) {
   validate(s_);
   if (rank.size() != s_.D)
     throw std::invalid_argument(std::string(kWho) + ": world has " + str(rank.size()) +
@@ -102,47 +103,10 @@ BasicTspmDecoder<T>::BasicTspmDecoder(Rank& rank, const DecodeShape& shape,
 template <class T>
 BasicTspmDecoder<T>::~BasicTspmDecoder() = default;
 
+// Token shard r of D, every KV head of its positions.
 template <class T>
-const RankKvCache<T>& BasicTspmDecoder<T>::cache() const {
-  if (!cache_) throw std::logic_error(std::string(kWho) + ": no cache before prefill");
-  return *cache_;
-}
-
-template <class T>
-std::size_t BasicTspmDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicTspmDecoder<T>::length(int seq) const {
-  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
-    throw std::out_of_range(std::string(kWho) + ": sequence " + str(seq) + " outside [0, " +
-                            str(static_cast<std::int64_t>(lengths_.size())) + ")");
-  return lengths_[z(seq)];
-}
-
-template <class T>
-std::vector<T> BasicTspmDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  detail::DecodeStep batch =
-      detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context);
-  const std::vector<std::int64_t> lengths = detail::step_lengths(batch);
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ =
-      std::make_unique<RankKvCache<T>>(rank_.arena(), rank_.id(), s_.model,
-                                       KvOwnership(s_.D, s_.interleave, lengths), s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase("tspm.prefill");
-  return run(Step(std::move(batch), cache_->ownership(), s_.D));
-}
-
-template <class T>
-std::vector<T> BasicTspmDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  detail::DecodeStep batch =
-      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr);
-  auto phase = rank_.arena().phase("tspm.decode");
-  std::vector<T> logits = run(Step(std::move(batch), cache_->ownership(), s_.D));
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
+CacheLayout BasicTspmDecoder<T>::cache_layout() const {
+  return {rank_.id(), s_.D, s_.interleave, s_.model.n_kv_heads};
 }
 
 // The step's dimensions and buffers (arena: workspace, and comm for what collectives move). Own
@@ -195,9 +159,9 @@ struct BasicTspmDecoder<T>::Scratch {
 };
 
 template <class T>
-std::vector<T> BasicTspmDecoder<T>::run(const Step& st) {
+std::vector<T> BasicTspmDecoder<T>::forward(detail::DecodeStep&& step) {
+  const Step st(std::move(step), cache_->ownership(), s_.D);
   Scratch sc(rank_.arena(), s_, rank_.id(), st, *cache_);
-  traffic_ = {};
   embed(st, sc);
   for (int l = 0; l < s_.model.n_layers; ++l) {
     attention(l, st, sc);
@@ -445,6 +409,8 @@ std::vector<T> BasicTspmDecoder<T>::lm_head(const Step& st, Scratch& sc) {
   return logits;
 }
 
+template class DecoderBase<float, DecodeShape, TspmTraffic>;
+template class DecoderBase<double, DecodeShape, TspmTraffic>;
 template class BasicTspmDecoder<float>;
 template class BasicTspmDecoder<double>;
 

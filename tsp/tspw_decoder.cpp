@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
@@ -75,7 +76,7 @@ struct BasicTspwDecoder<T>::Step : detail::DecodeStep {
 template <class T>
 BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
                                       const ref::ModelWeights<T>& master, TspwFault fault)
-    : rank_(rank), s_(shape), fault_(fault), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "tspw"), fault_(fault), w_(std::make_unique<Weights>()) {
   s_.validate();
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but D=" + str(s_.D));
   *w_ = {detail::load_tsp_shards(kWho, rank.arena(), s_.model, s_.D, rank.id(), master)};
@@ -88,46 +89,10 @@ BasicTspwDecoder<T>::BasicTspwDecoder(Rank& rank, const DecodeShape& shape,
 template <class T>
 BasicTspwDecoder<T>::~BasicTspwDecoder() = default;
 
+// Token shard r of D, every KV head of its positions.
 template <class T>
-const RankKvCache<T>& BasicTspwDecoder<T>::cache() const {
-  if (!cache_) throw std::logic_error("TSP-W decode: no cache before prefill");
-  return *cache_;
-}
-
-template <class T>
-std::size_t BasicTspwDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicTspwDecoder<T>::length(int seq) const {
-  if (seq < 0 || seq >= static_cast<int>(lengths_.size()))
-    throw std::out_of_range("TSP-W decode: sequence " + str(seq) + " outside [0, " +
-                            str(static_cast<std::int64_t>(lengths_.size())) + ")");
-  return lengths_[static_cast<std::size_t>(seq)];
-}
-
-template <class T>
-std::vector<T> BasicTspwDecoder<T>::prefill(const std::vector<std::vector<std::int32_t>>& prompts) {
-  const Step step(detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
-  const std::vector<std::int64_t> lengths = detail::step_lengths(step);
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ =
-      std::make_unique<RankKvCache<T>>(rank_.arena(), rank_.id(), s_.model,
-                                       KvOwnership(s_.D, s_.interleave, lengths), s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase("tspw.prefill");
-  return run(step);
-}
-
-template <class T>
-std::vector<T> BasicTspwDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  const Step step(
-      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
-  auto phase = rank_.arena().phase("tspw.decode");
-  std::vector<T> logits = run(step);
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
+CacheLayout BasicTspwDecoder<T>::cache_layout() const {
+  return {rank_.id(), s_.D, s_.interleave, s_.model.n_kv_heads};
 }
 
 // The step's dimensions and buffers (arena: workspace, and comm for what collectives move).
@@ -174,14 +139,9 @@ struct BasicTspwDecoder<T>::Scratch {
 };
 
 template <class T>
-void BasicTspwDecoder<T>::measured(TrafficCounters& into, const std::function<void()>& collective) {
-  detail::measured(rank_, into, collective);
-}
-
-template <class T>
-std::vector<T> BasicTspwDecoder<T>::run(const Step& st) {
+std::vector<T> BasicTspwDecoder<T>::forward(detail::DecodeStep&& step) {
+  const Step st(std::move(step));
   Scratch sc(rank_.arena(), s_, rank_.id(), st);
-  traffic_ = {};
   // RoPE's positions: the global ones; the fault uses a token's index among its owner's keys.
   sc.rotation = st.positions;
   if (fault_ == TspwFault::rope_local_positions) {
@@ -210,7 +170,7 @@ void BasicTspwDecoder<T>::embed(const Step& st, Scratch& sc) {
       std::copy_n(w_->embed.data() + static_cast<std::size_t>(t - sc.r * sc.Vl) * sc.Cz, sc.Cz,
                   sc.x.data() + n * sc.Cz);
   }
-  measured(traffic_.embedding, [&] { all_reduce<T>(rank_.comm(), sc.x.span()); });
+  detail::measured(rank_, traffic_.embedding, [&] { all_reduce<T>(rank_.comm(), sc.x.span()); });
 }
 
 // The attention block of layer l: mid = x + o_proj(attention), every stage of the header.
@@ -240,7 +200,7 @@ void BasicTspwDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
   }
   route(l, st, sc);
   // q gather: every query's NH heads on every rank, [N, NH, hs]
-  measured(traffic_.q_gather, [&] {
+  detail::measured(rank_, traffic_.q_gather, [&] {
     all_gather<T>(comm, std::span<const T>(sc.qloc.data(), sc.qloc.size()), sc.qall.span());
   });
   for (std::size_t p = 0; p < sc.ud; ++p)
@@ -269,7 +229,7 @@ void BasicTspwDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
     ref::matmul_nt(sc.partial.data() + o * Cz, sc.att.data() + o * qdl, aw.wo, rows_of(b), sc.C,
                    static_cast<int>(qdl));
   }
-  measured(traffic_.o_proj, [&] { all_reduce<T>(comm, sc.partial.span()); });
+  detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(comm, sc.partial.span()); });
   for (std::size_t i = 0; i < rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
 }
 
@@ -282,7 +242,7 @@ void BasicTspwDecoder<T>::route(int l, const Step& st, Scratch& sc) {
     std::copy_n(sc.kloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl);
     std::copy_n(sc.vloc.data() + n * kvl, kvl, sc.kvsend.data() + n * 2 * kvl + kvl);
   }
-  measured(traffic_.kv_route, [&] {
+  detail::measured(rank_, traffic_.kv_route, [&] {
     all_gather<T>(rank_.comm(), std::span<const T>(sc.kvsend.data(), sc.kvsend.size()),
                   sc.kvall.span());
   });
@@ -328,7 +288,7 @@ void BasicTspwDecoder<T>::mlp(int l, const Step& st, Scratch& sc) {
                           static_cast<std::size_t>(n) * sc.Fl);
     ref::matmul_nt(sc.partial.data() + o * sc.Cz, sc.h.data() + f, mw.down, n, sc.C, sc.Fl);
   }
-  measured(traffic_.mlp, [&] { all_reduce<T>(rank_.comm(), sc.partial.span()); });
+  detail::measured(rank_, traffic_.mlp, [&] { all_reduce<T>(rank_.comm(), sc.partial.span()); });
   for (std::size_t i = 0; i < sc.rows * sc.Cz; ++i) sc.x[i] = sc.mid[i] + sc.partial[i];
 }
 
@@ -346,7 +306,7 @@ std::vector<T> BasicTspwDecoder<T>::lm_head(const Step& st, Scratch& sc) {
                          w_->final_norm.data(), 1, sc.C, s_.model.norm_eps);
     ref::matmul_nt(mine.data() + b * Vz, sc.xn.data(), w_->head_rows(), 1, sc.Vl, sc.C);
   }
-  measured(traffic_.lm_head, [&] {
+  detail::measured(rank_, traffic_.lm_head, [&] {
     all_gather<T>(rank_.comm(), std::span<const T>(mine.data(), mine.size()), all.span());
   });
   std::vector<T> logits(Bz * V);
@@ -356,6 +316,8 @@ std::vector<T> BasicTspwDecoder<T>::lm_head(const Step& st, Scratch& sc) {
   return logits;
 }
 
+template class DecoderBase<float, DecodeShape, TspwTraffic>;
+template class DecoderBase<double, DecodeShape, TspwTraffic>;
 template class BasicTspwDecoder<float>;
 template class BasicTspwDecoder<double>;
 

@@ -1,7 +1,11 @@
 // What every parallel decoder's tests share, whatever the strategy: run a decoder on the ranks of
 // a world and collect each rank's logits, judge teacher-forced float steps against the reference
 // and the fp64 oracle under the project's rule, run and judge 256-step greedy double runs against
-// the reference's tokens, and compare runs and ranks bit for bit. Test-only.
+// the reference's tokens, and compare runs and ranks bit for bit; and the setups the decoders'
+// tests share: the planner's KV bytes of a token shard, the refusals of bad shape values and of
+// bad input, two runs compared, the 256-step greedy judge with each rank's cache and KV bytes
+// (judge_greedy_run), and every decode step's stages against the planner (judge_decode_traffic).
+// Test-only.
 //
 // Requirements: a per-rank decoder factory `make(Rank&) -> std::unique_ptr<Decoder>`, called once
 //   per rank inside World::run, where Decoder has
@@ -27,7 +31,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <iostream>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -462,6 +469,168 @@ inline std::vector<std::string> stage_findings(
   }
   if (!(total == want_total)) out.push_back(at + ": total differs from decode_step_traffic");
   return out;
+}
+
+// The prompts' lengths.
+inline std::vector<std::int64_t> lengths_of(const Prompts& prompts) {
+  std::vector<std::int64_t> n;
+  for (const auto& p : prompts) n.push_back(static_cast<std::int64_t>(p.size()));
+  return n;
+}
+
+// A rank's KV cache charge by the planner: token shard `shard` of KvOwnership(shards, interleave,
+// the prompts' lengths) reserves its positions below max_context of every sequence, at the
+// planner's bytes per token and layer for `strategy` (planner_kv_cache_bytes). One token shard
+// (TP): B · max_context positions.
+inline std::uint64_t planned_kv_bytes(const ref::ModelConfig& cfg,
+                                      const cost::DecodeStrategy& strategy, const Prompts& prompts,
+                                      std::int64_t max_context, int shards, int interleave,
+                                      int shard, std::uint64_t beta) {
+  const KvOwnership own(shards, interleave, lengths_of(prompts));
+  std::uint64_t tokens = 0;
+  for (int b = 0; b < own.batch(); ++b)
+    tokens += static_cast<std::uint64_t>(own.count(shard, b, max_context));
+  const cost::ModelShape ms =
+      cost::ModelShape::from(cfg, static_cast<int>(prompts.size()), max_context);
+  return planner_kv_cache_bytes(cfg.n_layers, tokens,
+                                cost::kv_bytes_per_token_layer(ms, strategy, beta));
+}
+
+// A shape with one bad value, and what its refusal must name besides the decoder's name.
+template <class Shape>
+struct BadValue {
+  std::function<void(Shape&)> set;
+  std::string named;
+};
+
+// The bad values every decoder's shape refuses: B = 0, max_context = 0, I = 0.
+template <class Shape>
+std::vector<BadValue<Shape>> common_bad_values() {
+  return {{[](Shape& s) { s.batch = 0; }, "B=0"},
+          {[](Shape& s) { s.max_context = 0; }, "max_context=0"},
+          {[](Shape& s) { s.interleave = 0; }, "I=0"}};
+}
+
+// Each bad value applied to a copy of `good`: validate(copy) throws std::invalid_argument whose
+// message names `who` and the value.
+template <class Shape, class Validate>
+void expect_bad_values_refused(const std::string& who, const Shape& good, Validate&& validate,
+                               const std::vector<BadValue<Shape>>& bad) {
+  using ::testing::AllOf;
+  using ::testing::HasSubstr;
+  for (const BadValue<Shape>& b : bad) {
+    Shape s = good;
+    b.set(s);
+    EXPECT_THAT([&] { validate(s); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                          AllOf(HasSubstr(who), HasSubstr(b.named))));
+  }
+}
+
+// expect_bad_input_refused on every rank's decoder make(rank) of a world of `ranks` (batch 2,
+// V = 96, max_context 8), after a prefill of one prompt for that batch of two is refused naming
+// both counts.
+template <class Make>
+void expect_decoder_refuses_bad_input(int ranks, Make&& make, const std::string& who) {
+  World world({.ranks = ranks});
+  world.run([&](Rank& rank) {
+    const auto dec = make(rank);
+    EXPECT_THAT(
+        [&] {
+          dec->prefill({{1, 2}});
+        },
+        ::testing::ThrowsMessage<std::invalid_argument>(::testing::AllOf(
+            ::testing::HasSubstr(who), ::testing::HasSubstr("1 prompts for batch B=2"))));
+    expect_bad_input_refused(*dec, who);
+  });
+}
+
+// Two float runs of make(rank) on `ranks` ranks (prefill, then `steps` greedy steps) give the same
+// logits bit for bit, and every rank's logits are rank 0's.
+template <class Make>
+void expect_deterministic(int ranks, const Make& make, const Prompts& prompts, int steps) {
+  const auto a = run_decoder<float>(ranks, make, prompts, steps);
+  const auto b = run_decoder<float>(ranks, make, prompts, steps);
+  expect_bitwise_identical(a, b);
+  expect_every_rank_equal(a);
+}
+
+// The greedy judge with the cache and the KV bytes: the oracle and a double run of kGreedySteps
+// free-running greedy steps of make(rank) on `ranks` ranks (run_greedy); rank 0's tokens equal to
+// the oracle's and every rank's logits rank 0's (expect_greedy_equals_oracle, fatal); every
+// rank's cache against the oracle's from KV head first_head(rank, decoder) on (cache_mismatches,
+// bound rtol; layer0_exact as cache_mismatches'); every rank's kv_cache_bytes and arena
+// kv_cache charge equal to want_kv(r). Prints the worst cache difference of the layers compared
+// by rtol and rank 0's KV bytes. Every failure names `label`.
+template <class Make, class FirstHead, class KvBytes>
+void judge_greedy_run(const std::string& label, int ranks, const ref::ModelWeights<double>& w,
+                      const Prompts& prompts, std::int64_t max_context, double rtol, Make&& make,
+                      FirstHead&& first_head, KvBytes&& want_kv, bool layer0_exact = true) {
+  std::mutex m;
+  std::vector<std::string> errors;
+  double worst_all = 0;
+  auto inspect = [&](Rank& rank, const auto& dec, const ref::Generation<double>& oracle) {
+    double worst = 0;
+    const auto e = cache_mismatches(rank.id(), dec.cache(), first_head(rank, dec), oracle.cache,
+                                    max_magnitude(oracle.cache), rtol, worst, layer0_exact);
+    const std::lock_guard lock(m);
+    errors.insert(errors.end(), e.begin(), e.end());
+    worst_all = std::max(worst_all, worst);
+  };
+  const auto g =
+      run_greedy(ranks, w, prompts, max_context, kGreedySteps, std::forward<Make>(make), inspect);
+  ASSERT_NO_FATAL_FAILURE(expect_greedy_equals_oracle(label, g, kGreedySteps));
+  for (const std::string& e : errors) ADD_FAILURE() << label << ": " << e;
+  for (int r = 0; r < ranks; ++r) {
+    const std::uint64_t want = want_kv(r);
+    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].kv_cache_bytes, want) << label << " rank " << r;
+    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].arena_kv_cache, want) << label << " rank " << r;
+  }
+  std::cout << label << ": " << kGreedySteps << " greedy double steps equal; KV cache, "
+            << (layer0_exact ? "layers >= 1" : "all layers")
+            << ", worst |decoder - reference| / max " << worst_all
+            << (layer0_exact ? " (layer 0 exact); " : "; ") << g.runs[0].kv_cache_bytes
+            << " B of KV on rank 0\n";
+}
+
+// Every decode step of a float greedy run (`steps` steps after the prefill) of make(rank) on
+// `ranks` ranks against the planner's closed forms for `strategy`: on every rank r, the stages
+// named(last_traffic()) (pairs of the planner's stage name and the decoder's counters) equal
+// decode_stage_traffic's and the total decode_step_traffic's (stage_findings), and
+// kv_cache_bytes() equals want_kv(r). One failure per finding, naming the label, rank and step.
+template <class Make, class Named, class KvBytes>
+void judge_decode_traffic(const std::string& label, int ranks, const ref::ModelConfig& cfg,
+                          const cost::DecodeStrategy& strategy, const Prompts& prompts,
+                          std::int64_t max_context, int steps, Make&& make, Named&& named,
+                          KvBytes&& want_kv) {
+  const int B = static_cast<int>(prompts.size());
+  const cost::ModelShape ms = cost::ModelShape::from(cfg, B, max_context);
+  constexpr std::uint64_t beta = sizeof(float);
+  std::vector<std::vector<std::string>> findings(static_cast<std::size_t>(ranks));
+  std::vector<int> checked(static_cast<std::size_t>(ranks), 0);
+  World world({.ranks = ranks});
+  world.run([&](Rank& rank) {
+    const int r = rank.id();
+    auto& out = findings[static_cast<std::size_t>(r)];
+    const auto dec = make(rank);
+    std::vector<float> logits = dec->prefill(prompts);
+    ref::Sampler greedy = ref::Sampler::greedy();
+    const auto want = cost::decode_stage_traffic(ms, strategy, B, beta, r);
+    for (int step = 0; step < steps; ++step) {
+      logits = dec->decode_step(greedy.sample(std::span<const float>(logits), B, cfg.vocab));
+      const auto& got = dec->last_traffic();
+      const std::string at = label + " rank " + std::to_string(r) + " step " + std::to_string(step);
+      const auto f = stage_findings(at, named(got), got.total(), want,
+                                    cost::decode_step_traffic(ms, strategy, B, beta, r));
+      out.insert(out.end(), f.begin(), f.end());
+      ++checked[static_cast<std::size_t>(r)];
+    }
+    const std::uint64_t want_bytes = want_kv(r);
+    if (dec->kv_cache_bytes() != want_bytes)
+      out.push_back(label + " rank " + std::to_string(r) + " kv_cache_bytes " +
+                    std::to_string(dec->kv_cache_bytes()) + " vs planner " +
+                    std::to_string(want_bytes));
+  });
+  expect_no_findings(findings, checked, steps);
 }
 
 }  // namespace tspemu::tsp::testing

@@ -23,9 +23,9 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "decode_test_support.hpp"
@@ -85,17 +85,17 @@ auto helix_factory(const DecodeShape& s, int kvp, const ref::ModelWeights<T>& w,
 // The planner's KV cache bytes of token shard k: the positions it reserves below max_context.
 std::uint64_t planner_kv_bytes(const HelixCase& c, const Prompts& prompts, std::int64_t max_context,
                                int k, std::uint64_t beta) {
-  std::vector<std::int64_t> lengths;
-  for (const auto& p : prompts) lengths.push_back(static_cast<std::int64_t>(p.size()));
-  const KvOwnership own(c.kvp, c.I, lengths);
-  std::uint64_t tokens = 0;
-  for (int b = 0; b < own.batch(); ++b)
-    tokens += static_cast<std::uint64_t>(own.count(k, b, max_context));
-  const int B = static_cast<int>(prompts.size());
-  const cost::ModelShape ms = cost::ModelShape::from(model_of(c), B, max_context);
-  return testing::planner_kv_cache_bytes(
-      ms.layers > 0 ? static_cast<int>(ms.layers) : 0, tokens,
-      cost::kv_bytes_per_token_layer(ms, cost::DecodeStrategy::helix(c.kvp, c.tpa), beta));
+  return testing::planned_kv_bytes(model_of(c), cost::DecodeStrategy::helix(c.kvp, c.tpa), prompts,
+                                   max_context, c.kvp, c.I, k, beta);
+}
+
+// The stages of a Helix decode step under the planner's names.
+std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const HelixTraffic& t) {
+  return {{"partials all-to-all", &t.partials},
+          {"W_O all-reduce", &t.o_proj},
+          {"MLP down all-reduce", &t.mlp},
+          {"embedding all-reduce", &t.embedding},
+          {"LM head logits all-gather", &t.lm_head}};
 }
 
 // ---------------------------------------------------------------- shape validation
@@ -113,27 +113,16 @@ TEST(HelixDecodeShape, RefusesTpaNeitherDividingNorAMultipleOfNkvNamingTpaAndNkv
 TEST(HelixDecodeShape, RefusesEveryOtherBadValueNamingIt) {
   const HelixCase c = kCases[2];  // 2×2
   const DecodeShape good = shape_for(c, 2, 8);
-  auto fails = [](DecodeShape s, int kvp, const char* what) {
-    EXPECT_THAT([&] { validate_helix(s, kvp); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr(what)));
-  };
-  fails(good, 3, "KVP=3");
-  fails(good, 0, "KVP=0");
-  DecodeShape s = good;
-  s.model.vocab = 98;
-  fails(s, 2, "V=98");
-  s = good;
-  s.model.ffn = 90;
-  fails(s, 2, "F=90");
-  s = good;
-  s.D = 16;  // TP_A = 8 divides NH = 8, N = 16 does not
-  fails(s, 2, "N=16");
-  s = good;
-  s.max_context = 0;
-  fails(s, 2, "max_context=0");
-  s = good;
-  s.interleave = 0;
-  fails(s, 2, "I=0");
+  for (const int kvp : {3, 0})
+    EXPECT_THAT([&] { validate_helix(good, kvp); },
+                ThrowsMessage<std::invalid_argument>(HasSubstr("KVP=" + std::to_string(kvp))));
+  auto bad = testing::common_bad_values<DecodeShape>();
+  bad.insert(bad.end(), {{[](DecodeShape& s) { s.model.vocab = 98; }, "V=98"},
+                         {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"},
+                         // TP_A = 8 divides NH = 8, N = 16 does not
+                         {[](DecodeShape& s) { s.D = 16; }, "N=16"}});
+  testing::expect_bad_values_refused(
+      "Helix decode", good, [&c](const DecodeShape& s) { validate_helix(s, c.kvp); }, bad);
   for (const HelixCase& ok : kCases)
     EXPECT_NO_THROW(validate_helix(shape_for(ok, 1, 8), ok.kvp)) << ok.label();
 }
@@ -142,11 +131,7 @@ TEST(HelixDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const HelixCase c = kCases[2];
   const DecodeShape s = shape_for(c, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = c.N()});
-  world.run([&](Rank& r) {
-    HelixDecoder dec(r, s, c.kvp, w);
-    testing::expect_bad_input_refused(dec, "Helix decode");
-  });
+  testing::expect_decoder_refuses_bad_input(c.N(), helix_factory(s, c.kvp, w), "Helix decode");
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
@@ -182,33 +167,13 @@ TEST_P(HelixGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const HelixCase c = GetParam();
   const ref::ModelConfig cfg = model_of(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
-  const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(c, B, longest(prompts) + kGreedySteps + 3);
+  const DecodeShape s =
+      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
-  std::mutex m;
-  std::vector<std::string> cache_errors;
-  double worst_rel = 0;
-  auto inspect = [&](Rank& rank, const BasicHelixDecoder<double>& dec,
-                     const ref::Generation<double>& oracle) {
-    double worst = 0;
-    const auto e =
-        testing::cache_mismatches(rank.id(), dec.cache(), dec.first_kv_head(), oracle.cache,
-                                  testing::max_magnitude(oracle.cache), kCacheRtol, worst);
-    const std::lock_guard lock(m);
-    cache_errors.insert(cache_errors.end(), e.begin(), e.end());
-    worst_rel = std::max(worst_rel, worst);
-  };
-  const auto g = testing::run_greedy(c.N(), w, prompts, s.max_context, kGreedySteps,
-                                     helix_factory(s, c.kvp, w), inspect);
-  ASSERT_NO_FATAL_FAILURE(testing::expect_greedy_equals_oracle(c.label(), g, kGreedySteps));
-  for (const std::string& e : cache_errors) ADD_FAILURE() << e;
-  for (int r = 0; r < c.N(); ++r) {
-    const std::uint64_t want = planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, 8);
-    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].kv_cache_bytes, want) << "rank " << r;
-    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].arena_kv_cache, want) << "rank " << r;
-  }
-  std::cout << c.label() << ": KV cache, layers >= 1, worst |Helix - reference| / max " << worst_rel
-            << " (layer 0 exact); kv cache " << g.runs[0].kv_cache_bytes << " B on rank 0\n";
+  testing::judge_greedy_run(
+      c.label(), c.N(), w, prompts, s.max_context, kCacheRtol, helix_factory(s, c.kvp, w),
+      [](Rank& /*rank*/, const BasicHelixDecoder<double>& dec) { return dec.first_kv_head(); },
+      [&](int r) { return planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, 8); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HelixGreedy, ::testing::ValuesIn(kCases), case_name);
@@ -225,44 +190,14 @@ TEST_P(HelixTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlanner
   const HelixCase c = GetParam();
   const ref::ModelConfig cfg = model_of(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
-  const int B = static_cast<int>(prompts.size()), steps = 4;
-  const DecodeShape s = shape_for(c, B, longest(prompts) + steps + 1);
+  const int steps = 4;
+  const DecodeShape s =
+      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
-  const cost::ModelShape ms = cost::ModelShape::from(cfg, B, s.max_context);
-  const cost::DecodeStrategy st = cost::DecodeStrategy::helix(c.kvp, c.tpa);
-  std::vector<std::vector<std::string>> findings(static_cast<std::size_t>(c.N()));
-  std::vector<int> checked(static_cast<std::size_t>(c.N()), 0);
-  World world({.ranks = c.N()});
-  world.run([&](Rank& rank) {
-    const int r = rank.id();
-    auto& out = findings[static_cast<std::size_t>(r)];
-    HelixDecoder dec(rank, s, c.kvp, w);
-    std::vector<float> logits = dec.prefill(prompts);
-    ref::Sampler greedy = ref::Sampler::greedy();
-    for (int step = 0; step < steps; ++step) {
-      logits = dec.decode_step(greedy.sample(std::span<const float>(logits), B, cfg.vocab));
-      const HelixTraffic& got = dec.last_traffic();
-      const std::vector<std::pair<std::string, const TrafficCounters*>> mine{
-          {"partials all-to-all", &got.partials},
-          {"W_O all-reduce", &got.o_proj},
-          {"MLP down all-reduce", &got.mlp},
-          {"embedding all-reduce", &got.embedding},
-          {"LM head logits all-gather", &got.lm_head}};
-      const std::string at = "rank " + std::to_string(r) + " step " + std::to_string(step);
-      const auto f = testing::stage_findings(
-          at, mine, got.total(), cost::decode_stage_traffic(ms, st, B, sizeof(float), r),
-          cost::decode_step_traffic(ms, st, B, sizeof(float), r));
-      out.insert(out.end(), f.begin(), f.end());
-      ++checked[static_cast<std::size_t>(r)];
-    }
-    const std::uint64_t want_kv =
-        planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, sizeof(float));
-    if (dec.kv_cache_bytes() != want_kv)
-      out.push_back("rank " + std::to_string(r) + " kv_cache_bytes " +
-                    std::to_string(dec.kv_cache_bytes()) + " vs planner " +
-                    std::to_string(want_kv));
-  });
-  testing::expect_no_findings(findings, checked, steps);
+  testing::judge_decode_traffic(
+      c.label(), c.N(), cfg, cost::DecodeStrategy::helix(c.kvp, c.tpa), prompts, s.max_context,
+      steps, helix_factory(s, c.kvp, w), named_stages,
+      [&](int r) { return planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, sizeof(float)); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HelixTrafficModel, ::testing::ValuesIn(kCases), case_name);
@@ -273,10 +208,7 @@ TEST(HelixDecoder, TwoRunsAreBitwiseIdentical) {
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
   const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
-  const auto a = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
-  const auto b = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
-  testing::expect_bitwise_identical(a, b);
-  testing::expect_every_rank_equal(a);
+  testing::expect_deterministic(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
 }
 
 TEST(HelixDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {

@@ -101,16 +101,7 @@ TEST(MeshDecodeShape, RefusesTNotDividingTheHeadsMlpOrVocabularyNamingThem) {
 TEST(MeshDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const MeshDecodeShape s = mesh_shape({2, 2}, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = 4});
-  world.run([&](Rank& r) {
-    MeshDecoder dec(r, s, w);
-    EXPECT_THAT(
-        [&] {
-          dec.prefill({{1, 2}});
-        },
-        ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
-    testing::expect_bad_input_refused(dec, "TP+SP decode");
-  });
+  testing::expect_decoder_refuses_bad_input(4, mesh_factory(s, w), "TP+SP decode");
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
@@ -174,9 +165,7 @@ TEST(MeshDecoder, TwoRunsAreBitwiseIdentical) {
   const MeshDecodeShape s =
       mesh_shape({2, 2}, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
-  const auto a = testing::run_decoder<float>(s.ranks(), mesh_factory(s, w), prompts, 16);
-  const auto b = testing::run_decoder<float>(s.ranks(), mesh_factory(s, w), prompts, 16);
-  testing::expect_bitwise_identical(a, b);
+  testing::expect_deterministic(s.ranks(), mesh_factory(s, w), prompts, 16);
 }
 
 TEST(MeshDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {

@@ -23,9 +23,9 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "decode_test_support.hpp"
@@ -73,12 +73,19 @@ auto tp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
 }
 
 // The planner's KV cache bytes of a TP rank: every position below max_context of the B sequences.
-std::uint64_t planner_kv_bytes(const ref::ModelConfig& cfg, int B, std::int64_t max_context, int T,
+std::uint64_t planner_kv_bytes(const TpCase& c, const Prompts& prompts, std::int64_t max_context,
                                std::uint64_t beta) {
-  const cost::ModelShape ms = cost::ModelShape::from(cfg, B, max_context);
-  return testing::planner_kv_cache_bytes(
-      cfg.n_layers, static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(max_context),
-      cost::kv_bytes_per_token_layer(ms, cost::DecodeStrategy::tp(T), beta));
+  return testing::planned_kv_bytes(testing::small_gqa_model(c.NH, c.NKV, c.hidden),
+                                   cost::DecodeStrategy::tp(c.T), prompts, max_context, 1, 1, 0,
+                                   beta);
+}
+
+// The stages of a TP decode step under the planner's names.
+std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const TpTraffic& t) {
+  return {{"W_O all-reduce", &t.o_proj},
+          {"MLP down all-reduce", &t.mlp},
+          {"embedding all-reduce", &t.embedding},
+          {"LM head logits all-gather", &t.lm_head}};
 }
 
 // ---------------------------------------------------------------- shape validation
@@ -102,38 +109,18 @@ TEST(TpDecodeShape, AcceptsTDividingNkvAndNkvDividingT) {
 }
 
 TEST(TpDecodeShape, RefusesEveryOtherBadValueNamingIt) {
-  const DecodeShape good = shape_for(kCases[2], 2, 8);
-  auto fails = [](DecodeShape s, const char* what) {
-    EXPECT_THAT([&] { validate_tp(s); }, ThrowsMessage<std::invalid_argument>(HasSubstr(what)));
-  };
-  DecodeShape s = good;
-  s.model.vocab = 98;
-  fails(s, "V=98");
-  s = good;
-  s.model.ffn = 90;
-  fails(s, "F=90");
-  s = good;
-  s.D = 16;
-  fails(s, "NH=8");
-  s = good;
-  s.max_context = 0;
-  fails(s, "max_context=0");
-  s = good;
-  s.batch = 0;
-  fails(s, "B=0");
-  s = good;
-  s.D = 0;
-  fails(s, "T=0");
+  auto bad = testing::common_bad_values<DecodeShape>();
+  bad.insert(bad.end(), {{[](DecodeShape& s) { s.model.vocab = 98; }, "V=98"},
+                         {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"},
+                         {[](DecodeShape& s) { s.D = 16; }, "NH=8"},
+                         {[](DecodeShape& s) { s.D = 0; }, "T=0"}});
+  testing::expect_bad_values_refused("TP decode", shape_for(kCases[2], 2, 8), validate_tp, bad);
 }
 
 TEST(TpDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const DecodeShape s = shape_for(kCases[0], 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = 2});
-  world.run([&](Rank& r) {
-    TpDecoder dec(r, s, w);
-    testing::expect_bad_input_refused(dec, "TP decode");
-  });
+  testing::expect_decoder_refuses_bad_input(2, tp_factory(s, w), "TP decode");
   World wrong({.ranks = 4});
   EXPECT_THROW(wrong.run([&](Rank& r) { TpDecoder dec(r, s, w); }), std::exception);
 }
@@ -170,34 +157,16 @@ TEST_P(TpGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const TpCase c = GetParam();
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
-  const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(c, B, longest(prompts) + kGreedySteps + 3);
+  const DecodeShape s =
+      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
-  std::mutex m;
-  std::vector<std::string> cache_errors;
-  auto inspect = [&](Rank& rank, const BasicTpDecoder<double>& dec,
-                     const ref::Generation<double>& oracle) {
-    double worst = 0;
-    const auto e =
-        testing::cache_mismatches(rank.id(), dec.cache(), dec.first_kv_head(), oracle.cache,
-                                  testing::max_magnitude(oracle.cache), kCacheRtol, worst);
-    const std::lock_guard lock(m);
-    cache_errors.insert(cache_errors.end(), e.begin(), e.end());
-  };
-  const auto g =
-      testing::run_greedy(c.T, w, prompts, s.max_context, kGreedySteps, tp_factory(s, w), inspect);
   const std::string label = "T=" + std::to_string(c.T) + " NKV=" + std::to_string(c.NKV);
-  ASSERT_NO_FATAL_FAILURE(testing::expect_greedy_equals_oracle(label, g, kGreedySteps));
-  for (const std::string& e : cache_errors) ADD_FAILURE() << e;
-
-  const std::uint64_t want = planner_kv_bytes(cfg, B, s.max_context, c.T, sizeof(double));
-  for (int r = 0; r < c.T; ++r) {
-    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].kv_cache_bytes, want) << "rank " << r;
-    EXPECT_EQ(g.runs[static_cast<std::size_t>(r)].arena_kv_cache, want) << "rank " << r;
-  }
-  std::cout << label << ": kv cache " << g.runs[0].kv_cache_bytes << " B per rank ("
-            << tp_kv_heads_per_rank(cfg, c.T) << " KV heads, " << (c.T > c.NKV ? c.T / c.NKV : 1)
-            << " copies of each)\n";
+  testing::judge_greedy_run(
+      label, c.T, w, prompts, s.max_context, kCacheRtol, tp_factory(s, w),
+      [](Rank& /*rank*/, const BasicTpDecoder<double>& dec) { return dec.first_kv_head(); },
+      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(double)); });
+  std::cout << label << ": " << tp_kv_heads_per_rank(cfg, c.T) << " KV heads per rank, "
+            << (c.T > c.NKV ? c.T / c.NKV : 1) << " copies of each\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TpGreedy, ::testing::ValuesIn(kCases), case_name);
@@ -213,42 +182,14 @@ TEST_P(TpTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersCl
   const TpCase c = GetParam();
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
-  const int B = static_cast<int>(prompts.size()), steps = 4;
-  const DecodeShape s = shape_for(c, B, longest(prompts) + steps + 1);
+  const int steps = 4;
+  const DecodeShape s =
+      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
-  const cost::ModelShape ms = cost::ModelShape::from(cfg, B, s.max_context);
-  const cost::DecodeStrategy st = cost::DecodeStrategy::tp(c.T);
-  std::vector<std::vector<std::string>> findings(static_cast<std::size_t>(c.T));
-  std::vector<int> checked(static_cast<std::size_t>(c.T), 0);
-  World world({.ranks = c.T});
-  world.run([&](Rank& rank) {
-    const int r = rank.id();
-    auto& out = findings[static_cast<std::size_t>(r)];
-    TpDecoder dec(rank, s, w);
-    std::vector<float> logits = dec.prefill(prompts);
-    ref::Sampler greedy = ref::Sampler::greedy();
-    for (int step = 0; step < steps; ++step) {
-      logits = dec.decode_step(greedy.sample(std::span<const float>(logits), B, cfg.vocab));
-      const TpTraffic& got = dec.last_traffic();
-      const std::vector<std::pair<std::string, const TrafficCounters*>> mine{
-          {"W_O all-reduce", &got.o_proj},
-          {"MLP down all-reduce", &got.mlp},
-          {"embedding all-reduce", &got.embedding},
-          {"LM head logits all-gather", &got.lm_head}};
-      const std::string at = "rank " + std::to_string(r) + " step " + std::to_string(step);
-      const auto f = testing::stage_findings(
-          at, mine, got.total(), cost::decode_stage_traffic(ms, st, B, sizeof(float), r),
-          cost::decode_step_traffic(ms, st, B, sizeof(float), r));
-      out.insert(out.end(), f.begin(), f.end());
-      ++checked[static_cast<std::size_t>(r)];
-    }
-    const std::uint64_t want_kv = planner_kv_bytes(cfg, B, s.max_context, c.T, sizeof(float));
-    if (dec.kv_cache_bytes() != want_kv)
-      out.push_back("rank " + std::to_string(r) + " kv_cache_bytes " +
-                    std::to_string(dec.kv_cache_bytes()) + " vs planner " +
-                    std::to_string(want_kv));
-  });
-  testing::expect_no_findings(findings, checked, steps);
+  testing::judge_decode_traffic(
+      "T=" + std::to_string(c.T), c.T, cfg, cost::DecodeStrategy::tp(c.T), prompts, s.max_context,
+      steps, tp_factory(s, w), named_stages,
+      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(float)); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TpTrafficModel, ::testing::ValuesIn(kCases), case_name);
@@ -259,10 +200,7 @@ TEST(TpDecoder, TwoRunsAreBitwiseIdentical) {
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
   const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
-  const auto a = testing::run_decoder<float>(c.T, tp_factory(s, w), prompts, 16);
-  const auto b = testing::run_decoder<float>(c.T, tp_factory(s, w), prompts, 16);
-  testing::expect_bitwise_identical(a, b);
-  testing::expect_every_rank_equal(a);
+  testing::expect_deterministic(c.T, tp_factory(s, w), prompts, 16);
 }
 
 TEST(TpDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {

@@ -84,13 +84,7 @@ TEST(TspmDecodeShape, RefusesDNotDividingKvHeadsNamingTspmDAndNkv) {
 TEST(TspmDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const DecodeShape s = shape_for(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = 2});
-  world.run([&](Rank& r) {
-    TspmDecoder dec(r, s, w);
-    EXPECT_THAT([&] { dec.prefill({{1}}); },
-                ThrowsMessage<std::invalid_argument>(HasSubstr("1 prompts for batch B=2")));
-    testing::expect_bad_input_refused(dec, "TSP-M decode");
-  });
+  testing::expect_decoder_refuses_bad_input(2, tspm_factory(s, w), "TSP-M decode");
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
@@ -207,10 +201,7 @@ TEST(TspmDecoder, TwoRunsAreBitwiseIdentical) {
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
   const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
-  const auto a = testing::run_decoder<float>(D, tspm_factory(s, w), prompts, 16);
-  const auto b = testing::run_decoder<float>(D, tspm_factory(s, w), prompts, 16);
-  testing::expect_bitwise_identical(a, b);
-  testing::expect_every_rank_equal(a);
+  testing::expect_deterministic(D, tspm_factory(s, w), prompts, 16);
 }
 
 TEST(TspmDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {

@@ -129,35 +129,17 @@ TEST(TspwDecodeShape, RefusesDNotDividingKvHeadsNamingDAndNkv) {
 }
 
 TEST(TspwDecodeShape, RefusesEveryOtherBadValueNamingIt) {
-  const DecodeShape good = shape_for(4, 2, 8);
-  auto fails = [](DecodeShape s, const char* what) {
-    EXPECT_THAT([&] { s.validate(); }, ThrowsMessage<std::invalid_argument>(HasSubstr(what)));
-  };
-  DecodeShape s = good;
-  s.model.vocab = 98;
-  fails(s, "V=98");
-  s = good;
-  s.model.ffn = 90;
-  fails(s, "F=90");
-  s = good;
-  s.max_context = 0;
-  fails(s, "max_context=0");
-  s = good;
-  s.interleave = 0;
-  fails(s, "I=0");
-  s = good;
-  s.batch = 0;
-  fails(s, "B=0");
+  auto bad = testing::common_bad_values<DecodeShape>();
+  bad.insert(bad.end(), {{[](DecodeShape& s) { s.model.vocab = 98; }, "V=98"},
+                         {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"}});
+  testing::expect_bad_values_refused(
+      "TSP-W decode", shape_for(4, 2, 8), [](const DecodeShape& s) { s.validate(); }, bad);
 }
 
 TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
   const DecodeShape s = shape_for(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
-  World world({.ranks = 2});
-  world.run([&](Rank& r) {
-    TspwDecoder dec(r, s, w);
-    testing::expect_bad_input_refused(dec, "TSP-W decode");
-  });
+  testing::expect_decoder_refuses_bad_input(2, tspw_factory(s, w), "TSP-W decode");
 }
 
 // ---------------------------------------------------------------- float, teacher-forced
@@ -274,9 +256,7 @@ TEST(TspwDecoder, TwoRunsAreBitwiseIdentical) {
   const Prompts prompts = prompts_for(cfg, 9);
   const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
-  const auto a = run_tspw<float>(s, w, prompts, 16);
-  const auto b = run_tspw<float>(s, w, prompts, 16);
-  testing::expect_bitwise_identical(a, b);
+  testing::expect_deterministic(D, tspw_factory(s, w), prompts, 16);
 }
 
 // One decode step's bytes per stage on every rank equal the closed forms of tspw_decoder.hpp's

@@ -67,6 +67,7 @@
 #include "tspemu/runtime/comm.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/decoder_base.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
@@ -90,43 +91,28 @@ enum class HelixFault {
 };
 
 template <class T>
-class BasicHelixDecoder {
+class BasicHelixDecoder final : public DecoderBase<T, DecodeShape, HelixTraffic> {
  public:
   BasicHelixDecoder(Rank& rank, const DecodeShape& shape, int kvp,
                     const ref::ModelWeights<T>& master, HelixFault fault = HelixFault::none);
-  ~BasicHelixDecoder();
-  BasicHelixDecoder(const BasicHelixDecoder&) = delete;
-  BasicHelixDecoder& operator=(const BasicHelixDecoder&) = delete;
+  ~BasicHelixDecoder() override;
+  // prefill, decode_step, cache, kv_cache_bytes, length, last_traffic, shape: DecoderBase.
 
-  // Same prompts on every rank (B of them, lengths may differ). Returns logits [B, V] at each
-  // prompt's last position, bitwise identical on every rank.
-  std::vector<T> prefill(const std::vector<std::vector<std::int32_t>>& prompts);
-  // tokens [B], the same on every rank. Returns logits [B, V], bitwise identical on every rank.
-  std::vector<T> decode_step(std::span<const std::int32_t> tokens);
-
-  const RankKvCache<T>& cache() const;  // throws std::logic_error before prefill
-  int first_kv_head() const;            // the model's KV head of the cache's head 0
-  std::size_t kv_cache_bytes() const;   // 0 before prefill
-  std::int64_t length(int seq) const;   // positions of sequence seq so far
+  int first_kv_head() const;  // the model's KV head of the cache's head 0
   int kvp() const { return kvp_; }
-  const HelixTraffic& last_traffic() const { return traffic_; }
-  const DecodeShape& shape() const { return s_; }
 
  private:
+  using Base = DecoderBase<T, DecodeShape, HelixTraffic>;
+  using Base::rank_, Base::s_, Base::cache_, Base::traffic_;
   struct Weights;
   struct Pass;  // one step's new tokens and scratch buffers
-  std::vector<T> run(Pass& pass);
+  CacheLayout cache_layout() const override;
+  std::vector<T> forward(detail::DecodeStep&& step) override;
   void attention(int layer, Pass& pass);
-  void merge_partials(Pass& pass);
 
-  Rank& rank_;
-  DecodeShape s_;
   int kvp_;
   Comm kvp_comm_;  // this rank's KVP group (its column)
   std::unique_ptr<Weights> w_;
-  std::unique_ptr<RankKvCache<T>> cache_;
-  std::vector<std::int64_t> lengths_;  // [B]
-  HelixTraffic traffic_;
 };
 
 using HelixDecoder = BasicHelixDecoder<float>;

@@ -85,6 +85,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/decoder_base.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 
 namespace tspemu::tsp {
@@ -124,48 +125,34 @@ struct MeshTraffic {
 };
 
 template <class T>
-class BasicMeshDecoder {
+class BasicMeshDecoder final : public DecoderBase<T, MeshDecodeShape, MeshTraffic> {
  public:
   BasicMeshDecoder(Rank& rank, const MeshDecodeShape& shape, const ref::ModelWeights<T>& master);
-  ~BasicMeshDecoder();
-  BasicMeshDecoder(const BasicMeshDecoder&) = delete;
-  BasicMeshDecoder& operator=(const BasicMeshDecoder&) = delete;
+  ~BasicMeshDecoder() override;
+  // prefill, decode_step, cache, kv_cache_bytes, length, last_traffic, shape: DecoderBase. This
+  // rank's cache holds KV heads [col·NKVl, (col+1)·NKVl) of row()'s positions; its rank() is
+  // row().
 
-  // Same prompts on every rank (B of them, lengths may differ). Returns logits [B, V] at each
-  // prompt's last position, bitwise identical on every rank.
-  std::vector<T> prefill(const std::vector<std::vector<std::int32_t>>& prompts);
-  // tokens [B], the same on every rank. Returns logits [B, V], bitwise identical on every rank.
-  std::vector<T> decode_step(std::span<const std::int32_t> tokens);
-
-  // This rank's cache: KV heads [col·NKVl, (col+1)·NKVl) of row()'s positions; its rank() is
-  // row(). Throws std::logic_error before prefill.
-  const RankKvCache<T>& cache() const;
-  std::size_t kv_cache_bytes() const;  // 0 before prefill
-  std::int64_t length(int seq) const;  // positions of sequence seq so far
-  const MeshTraffic& last_traffic() const { return traffic_; }
-  const MeshDecodeShape& shape() const { return s_; }
   int row() const { return row_; }  // σ: the rank's place in its column (SP group)
   int col() const { return col_; }  // t: the rank's place in its row (TP group), its head shard
 
  private:
+  using Base = DecoderBase<T, MeshDecodeShape, MeshTraffic>;
+  using Base::rank_, Base::s_, Base::cache_, Base::lengths_, Base::traffic_;
   struct Weights;
   struct Step;
   struct Scratch;
-  std::vector<T> run(const Step& step);
+  CacheLayout cache_layout() const override;
+  std::vector<T> forward(detail::DecodeStep&& step) override;
   void attention(int layer, const Step& st, Scratch& sc);
   void attend_local(int layer, const Step& st, Scratch& sc);
   void merge_partials(const Step& st, Scratch& sc);
   std::vector<T> last_rows_logits(const Step& st, const Scratch& sc);
   [[noreturn]] void reject(const std::string& why) const;
 
-  Rank& rank_;
-  MeshDecodeShape s_;
   int row_ = 0, col_ = 0;
   Comm tp_, sp_;  // the row (T ranks) and the column (Σ ranks)
   std::unique_ptr<Weights> w_;
-  std::unique_ptr<RankKvCache<T>> cache_;
-  std::vector<std::int64_t> lengths_;  // [B]
-  MeshTraffic traffic_;
 };
 
 using MeshDecoder = BasicMeshDecoder<float>;

@@ -81,6 +81,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/decoder_base.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"  // DecodeShape
@@ -97,32 +98,22 @@ struct TspmTraffic {
 };
 
 template <class T>
-class BasicTspmDecoder {
+class BasicTspmDecoder final : public DecoderBase<T, DecodeShape, TspmTraffic> {
  public:
   BasicTspmDecoder(Rank& rank, const DecodeShape& shape, const ref::ModelWeights<T>& master);
   // DecodeShape::validate() with TSP-M named (std::invalid_argument "TSP-M decode: ...").
   static void validate(const DecodeShape& shape);
-  ~BasicTspmDecoder();
-  BasicTspmDecoder(const BasicTspmDecoder&) = delete;
-  BasicTspmDecoder& operator=(const BasicTspmDecoder&) = delete;
-
-  // Same prompts on every rank (B of them, lengths may differ). Returns logits [B, V] at each
-  // prompt's last position, bitwise identical on every rank.
-  std::vector<T> prefill(const std::vector<std::vector<std::int32_t>>& prompts);
-  // tokens [B], the same on every rank. Returns logits [B, V], bitwise identical on every rank.
-  std::vector<T> decode_step(std::span<const std::int32_t> tokens);
-
-  const RankKvCache<T>& cache() const;  // throws std::logic_error before prefill
-  std::size_t kv_cache_bytes() const;   // 0 before prefill
-  std::int64_t length(int seq) const;   // positions of sequence seq so far
-  const TspmTraffic& last_traffic() const { return traffic_; }
-  const DecodeShape& shape() const { return s_; }
+  ~BasicTspmDecoder() override;
+  // prefill, decode_step, cache, kv_cache_bytes, length, last_traffic, shape: DecoderBase.
 
  private:
+  using Base = DecoderBase<T, DecodeShape, TspmTraffic>;
+  using Base::rank_, Base::s_, Base::cache_, Base::traffic_;
   struct Weights;
   struct Step;
   struct Scratch;
-  std::vector<T> run(const Step& step);
+  CacheLayout cache_layout() const override;
+  std::vector<T> forward(detail::DecodeStep&& step) override;
   void embed(const Step& st, Scratch& sc);
   void attention(int layer, const Step& st, Scratch& sc);
   void attend_shard(int layer, int shard, const Step& st, Scratch& sc);
@@ -130,12 +121,7 @@ class BasicTspmDecoder {
   void mlp(int layer, const Step& st, Scratch& sc);
   std::vector<T> lm_head(const Step& st, Scratch& sc);
 
-  Rank& rank_;
-  DecodeShape s_;
   std::unique_ptr<Weights> w_;
-  std::unique_ptr<RankKvCache<T>> cache_;
-  std::vector<std::int64_t> lengths_;  // [B]
-  TspmTraffic traffic_;
 };
 
 using TspmDecoder = BasicTspmDecoder<float>;

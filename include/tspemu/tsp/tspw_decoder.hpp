@@ -63,7 +63,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -71,6 +70,7 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/decoder_base.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 
@@ -108,47 +108,30 @@ enum class TspwFault {
 // fault: the decoder returns logits and never samples; the test's sampling loop breaks it.)
 
 template <class T>
-class BasicTspwDecoder {
+class BasicTspwDecoder final : public DecoderBase<T, DecodeShape, TspwTraffic> {
  public:
   BasicTspwDecoder(Rank& rank, const DecodeShape& shape, const ref::ModelWeights<T>& master,
                    TspwFault fault = TspwFault::none);
-  ~BasicTspwDecoder();
-  BasicTspwDecoder(const BasicTspwDecoder&) = delete;
-  BasicTspwDecoder& operator=(const BasicTspwDecoder&) = delete;
-
-  // Same prompts on every rank (B of them, lengths may differ). Returns logits [B, V] at each
-  // prompt's last position, bitwise identical on every rank.
-  std::vector<T> prefill(const std::vector<std::vector<std::int32_t>>& prompts);
-  // tokens [B], the same on every rank. Returns logits [B, V], bitwise identical on every rank.
-  std::vector<T> decode_step(std::span<const std::int32_t> tokens);
-
-  const RankKvCache<T>& cache() const;  // throws std::logic_error before prefill
-  std::size_t kv_cache_bytes() const;   // 0 before prefill
-  std::int64_t length(int seq) const;   // positions of sequence seq so far
-  const TspwTraffic& last_traffic() const { return traffic_; }
-  const DecodeShape& shape() const { return s_; }
+  ~BasicTspwDecoder() override;
+  // prefill, decode_step, cache, kv_cache_bytes, length, last_traffic, shape: DecoderBase.
 
  private:
+  using Base = DecoderBase<T, DecodeShape, TspwTraffic>;
+  using Base::rank_, Base::s_, Base::cache_, Base::traffic_;
   struct Weights;
   struct Step;
   struct Scratch;
-  std::vector<T> run(const Step& step);
+  CacheLayout cache_layout() const override;
+  std::vector<T> forward(detail::DecodeStep&& step) override;
   void embed(const Step& st, Scratch& sc);
   void attention(int layer, const Step& st, Scratch& sc);
   void route(int layer, const Step& st, Scratch& sc);
   void merge_partials(const Step& st, Scratch& sc);
   void mlp(int layer, const Step& st, Scratch& sc);
   std::vector<T> lm_head(const Step& st, Scratch& sc);
-  // Runs one collective, adding what it moved on this rank to `into`.
-  void measured(TrafficCounters& into, const std::function<void()>& collective);
 
-  Rank& rank_;
-  DecodeShape s_;
   TspwFault fault_;
   std::unique_ptr<Weights> w_;
-  std::unique_ptr<RankKvCache<T>> cache_;
-  std::vector<std::int64_t> lengths_;  // [B]
-  TspwTraffic traffic_;
 };
 
 using TspwDecoder = BasicTspwDecoder<float>;
