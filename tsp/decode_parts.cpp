@@ -333,6 +333,22 @@ void check_master(const std::string& who, const ref::ModelConfig& m,
 }
 
 template <class T>
+TpShards<T>::TpShards(const std::string& who, Arena& a, const ref::ModelWeights<T>& master,
+                      const ref::ModelConfig& m, int n, int r) {
+  check_master(who, m, master);
+  const auto C = static_cast<std::size_t>(m.hidden);
+  const std::size_t qdl =
+      static_cast<std::size_t>(m.n_heads / n) * static_cast<std::size_t>(m.head_size());
+  for (const auto& layer : master.layers) {
+    qkv.emplace_back(a, layer, m, n, r);
+    wo.push_back(cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
+                         static_cast<std::size_t>(r) * qdl, qdl));
+    mlp.emplace_back(a, layer, m, n, r);
+  }
+  vocab = std::make_unique<VocabShard<T>>(a, master, n, r);
+}
+
+template <class T>
 TspShards<T> load_tsp_shards(const std::string& who, Arena& a, const ref::ModelConfig& m, int D,
                              int r, const ref::ModelWeights<T>& master) {
   check_master(who, m, master);
@@ -455,6 +471,7 @@ void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig&
   template void check_master(const std::string&, const ref::ModelConfig&,                          \
                              const ref::ModelWeights<T>&);                                         \
   template struct TspShards<T>;                                                                    \
+  template struct TpShards<T>;                                                                     \
   template TspShards<T> load_tsp_shards(const std::string&, Arena&, const ref::ModelConfig&, int,  \
                                         int, const ref::ModelWeights<T>&);                         \
   template const RankKvCache<T>& cache_or_throw(const std::string&, const RankKvCache<T>*);        \

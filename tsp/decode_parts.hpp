@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -158,6 +159,19 @@ void qkv_from_normed(const QkvShard<T>& w, const ref::ModelConfig& m, const Deco
 template <class T>
 void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* out, const T* lse,
                        int H, int hs, Buffer<T>& att, TrafficCounters& traffic);
+
+// Megatron TP's weight shards on rank r of n (tp_decoder.hpp, megatron_sp_decoder.hpp): per layer
+// the QkvShard (KV heads duplicated past n = NKV), columns r·NH/n·hs.. of W_O (row-parallel) and
+// the MlpShard; vocabulary shard r. Checks the master as check_master (`who` prefixes the error).
+template <class T>
+struct TpShards {
+  std::vector<QkvShard<T>> qkv;  // [L]
+  std::vector<Buffer<T>> wo;     // [L], [C, NH/n·hs]
+  std::vector<MlpShard<T>> mlp;  // [L]
+  std::unique_ptr<VocabShard<T>> vocab;
+  TpShards(const std::string& who, Arena& a, const ref::ModelWeights<T>& master,
+           const ref::ModelConfig& m, int n, int r);
+};
 
 // The master weights' sizes against the model (std::invalid_argument "<who>: master weights do
 // not match the model ..."), and no dry run (std::logic_error: the decoders compute).

@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "decode_parts.hpp"
+#include "decoder_base_impl.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/runtime/collectives.hpp"
-#include "tspemu/tsp/kv_ownership.hpp"
 #include "tspemu/tsp/tp_decoder.hpp"
 
 namespace tspemu::tsp {
@@ -33,59 +33,29 @@ void validate_megatron_sp(const DecodeShape& s) {
 }
 
 template <class T>
-struct BasicMegatronSpDecoder<T>::Weights {
-  std::vector<detail::QkvShard<T>> qkv;  // [L]
-  std::vector<Buffer<T>> wo;             // [L]
-  std::vector<detail::MlpShard<T>> mlp;  // [L]
-  std::unique_ptr<detail::VocabShard<T>> vocab;
-};
-
-template <class T>
 BasicMegatronSpDecoder<T>::BasicMegatronSpDecoder(Rank& rank, const DecodeShape& shape,
                                                   const ref::ModelWeights<T>& master)
-    : rank_(rank), s_(shape), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "megatron_sp") {
   validate_megatron_sp(s_);
   if (rank.size() != s_.D)
     throw std::invalid_argument(std::string(kWho) + ": world has " + str(rank.size()) +
                                 " ranks but T=" + str(s_.D));
-  const ref::ModelConfig& m = s_.model;
-  detail::check_master(kWho, m, master);
-  const auto C = static_cast<std::size_t>(m.hidden);
-  const int Tn = s_.D, r = rank.id();
-  const std::size_t qdl =
-      static_cast<std::size_t>(m.n_heads / Tn) * static_cast<std::size_t>(m.head_size());
-  Weights& w = *w_;
-  Arena& a = rank.arena();
-  for (const auto& layer : master.layers) {
-    w.qkv.emplace_back(a, layer, m, Tn, r);
-    w.wo.push_back(detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
-                                   static_cast<std::size_t>(r) * qdl, qdl));
-    w.mlp.emplace_back(a, layer, m, Tn, r);
-  }
-  w.vocab = std::make_unique<detail::VocabShard<T>>(a, master, Tn, r);
+  w_ = std::make_unique<detail::TpShards<T>>(kWho, rank.arena(), master, s_.model, s_.D, rank.id());
 }
 
 template <class T>
 BasicMegatronSpDecoder<T>::~BasicMegatronSpDecoder() = default;
 
 template <class T>
-const RankKvCache<T>& BasicMegatronSpDecoder<T>::cache() const {
-  return detail::cache_or_throw(kWho, cache_.get());
-}
-
-template <class T>
 int BasicMegatronSpDecoder<T>::first_kv_head() const {
   return w_->qkv.front().kv.first;
 }
 
+// TP's cache: every position on every rank (one token shard), the rank's KV heads (duplicated
+// past NKV).
 template <class T>
-std::size_t BasicMegatronSpDecoder<T>::kv_cache_bytes() const {
-  return cache_ ? cache_->bytes() : 0;
-}
-
-template <class T>
-std::int64_t BasicMegatronSpDecoder<T>::length(int seq) const {
-  return detail::length_or_throw(kWho, lengths_, seq);
+CacheLayout BasicMegatronSpDecoder<T>::cache_layout() const {
+  return {0, 1, 1, tp_kv_heads_per_rank(s_.model, s_.D)};
 }
 
 // One step's new tokens and buffers. The StepBuffers have Np rows: x is the embedding rows before
@@ -129,33 +99,6 @@ struct BasicMegatronSpDecoder<T>::Pass : detail::StepBuffers<T> {
   }
 };
 
-template <class T>
-std::vector<T> BasicMegatronSpDecoder<T>::prefill(
-    const std::vector<std::vector<std::int32_t>>& prompts) {
-  Pass pass(rank_.arena(), s_,
-            detail::prefill_step(kWho, prompts, s_.batch, s_.model.vocab, s_.max_context));
-  const std::vector<std::int64_t> lengths = detail::step_lengths(pass.st);
-  ref::ModelConfig held = s_.model;  // the cache's view: this rank's KV heads only
-  held.n_kv_heads = tp_kv_heads_per_rank(s_.model, s_.D);
-  cache_.reset();  // a new batch: the old reservation goes back to the arena first
-  cache_ = std::make_unique<RankKvCache<T>>(rank_.arena(), 0, held, KvOwnership(1, 1, lengths),
-                                            s_.max_context);
-  lengths_ = lengths;
-  auto phase = rank_.arena().phase("megatron_sp.prefill");
-  return run(pass);
-}
-
-template <class T>
-std::vector<T> BasicMegatronSpDecoder<T>::decode_step(std::span<const std::int32_t> tokens) {
-  Pass pass(
-      rank_.arena(), s_,
-      detail::next_step(kWho, tokens, lengths_, s_.model.vocab, s_.max_context, cache_ != nullptr));
-  auto phase = rank_.arena().phase("megatron_sp.decode");
-  std::vector<T> logits = run(pass);
-  for (std::int64_t& n : lengths_) ++n;
-  return logits;
-}
-
 namespace {
 
 // send [Np, C] summed over the ranks, this rank's rows [r·Nl, (r+1)·Nl) into recv; T = 1 a copy.
@@ -185,8 +128,8 @@ void gather_rows(Rank& rank, const Buffer<T>& mine, Buffer<T>& all, TrafficCount
 }  // namespace
 
 template <class T>
-std::vector<T> BasicMegatronSpDecoder<T>::run(Pass& p) {
-  traffic_ = {};
+std::vector<T> BasicMegatronSpDecoder<T>::forward(detail::DecodeStep&& step) {
+  Pass p(rank_.arena(), s_, std::move(step));
   // x_r = this rank's rows of embed_tokens(tokens): vocabulary-parallel rows, reduce-scattered
   detail::embed_rows(*w_->vocab, p.st, s_.model.hidden, p.x.data());
   scatter_rows(rank_, p.x, p.x_r, traffic_.embedding);
@@ -202,7 +145,7 @@ std::vector<T> BasicMegatronSpDecoder<T>::run(Pass& p) {
 template <class T>
 void BasicMegatronSpDecoder<T>::attention(int l, Pass& p) {
   const ref::ModelConfig& m = s_.model;
-  const Weights& w = *w_;
+  const detail::TpShards<T>& w = *w_;
   const auto lz = static_cast<std::size_t>(l);
   const detail::DecodeStep& st = p.st;
   const detail::QkvShard<T>& qkv = w.qkv[lz];
@@ -235,6 +178,8 @@ void BasicMegatronSpDecoder<T>::mlp(int l, Pass& p) {
   for (std::size_t i = 0; i < p.Nl * p.C; ++i) p.x_r[i] = p.mid_r[i] + p.sum_r[i];
 }
 
+template class DecoderBase<float, DecodeShape, MegatronSpTraffic>;
+template class DecoderBase<double, DecodeShape, MegatronSpTraffic>;
 template class BasicMegatronSpDecoder<float>;
 template class BasicMegatronSpDecoder<double>;
 

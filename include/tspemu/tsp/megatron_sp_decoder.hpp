@@ -58,10 +58,16 @@
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
+#include "tspemu/tsp/decoder_base.hpp"
 #include "tspemu/tsp/rank_kv_cache.hpp"
 #include "tspemu/tsp/tspw_decoder.hpp"
 
 namespace tspemu::tsp {
+
+namespace detail {
+template <class T>
+struct TpShards;  // tsp/decode_parts.hpp: TP's weight shards, which this decoder holds
+}  // namespace detail
 
 // TP's rules (validate_tp) with T = s.D; std::invalid_argument "Megatron-SP decode: ..." naming
 // the values.
@@ -79,39 +85,24 @@ struct MegatronSpTraffic {
 };
 
 template <class T>
-class BasicMegatronSpDecoder {
+class BasicMegatronSpDecoder final : public DecoderBase<T, DecodeShape, MegatronSpTraffic> {
  public:
   BasicMegatronSpDecoder(Rank& rank, const DecodeShape& shape, const ref::ModelWeights<T>& master);
-  ~BasicMegatronSpDecoder();
-  BasicMegatronSpDecoder(const BasicMegatronSpDecoder&) = delete;
-  BasicMegatronSpDecoder& operator=(const BasicMegatronSpDecoder&) = delete;
+  ~BasicMegatronSpDecoder() override;
+  // prefill, decode_step, cache, kv_cache_bytes, length, last_traffic, shape: DecoderBase.
 
-  // Same prompts on every rank (B of them, lengths may differ). Returns logits [B, V] at each
-  // prompt's last position, bitwise identical on every rank.
-  std::vector<T> prefill(const std::vector<std::vector<std::int32_t>>& prompts);
-  // tokens [B], the same on every rank. Returns logits [B, V], bitwise identical on every rank.
-  std::vector<T> decode_step(std::span<const std::int32_t> tokens);
-
-  const RankKvCache<T>& cache() const;  // throws std::logic_error before prefill
-  int first_kv_head() const;            // the model's KV head of the cache's head 0
-  std::size_t kv_cache_bytes() const;   // 0 before prefill
-  std::int64_t length(int seq) const;   // positions of sequence seq so far
-  const MegatronSpTraffic& last_traffic() const { return traffic_; }
-  const DecodeShape& shape() const { return s_; }
+  int first_kv_head() const;  // the model's KV head of the cache's head 0
 
  private:
-  struct Weights;
+  using Base = DecoderBase<T, DecodeShape, MegatronSpTraffic>;
+  using Base::rank_, Base::s_, Base::cache_, Base::traffic_;
   struct Pass;  // one step's new tokens, padding and scratch buffers
-  std::vector<T> run(Pass& pass);
+  CacheLayout cache_layout() const override;
+  std::vector<T> forward(detail::DecodeStep&& step) override;
   void attention(int layer, Pass& pass);
   void mlp(int layer, Pass& pass);
 
-  Rank& rank_;
-  DecodeShape s_;
-  std::unique_ptr<Weights> w_;
-  std::unique_ptr<RankKvCache<T>> cache_;
-  std::vector<std::int64_t> lengths_;  // [B]
-  MegatronSpTraffic traffic_;
+  std::unique_ptr<detail::TpShards<T>> w_;
 };
 
 using MegatronSpDecoder = BasicMegatronSpDecoder<float>;
