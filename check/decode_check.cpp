@@ -9,6 +9,7 @@
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 #include "tspemu/check/block_check.hpp"
 #include "tspemu/reference/decode.hpp"
@@ -20,8 +21,6 @@
 namespace tspemu::check {
 
 namespace {
-
-using Rows = std::vector<std::vector<float>>;  // [steps + 1] of [B, V]
 
 std::string str(std::int64_t v) {
   return std::to_string(v);
@@ -74,18 +73,21 @@ void validate(const DecodeCheck& c) {
 }
 
 // The reference's and the oracle's teacher-forced run: the oracle picks the tokens every side is
-// fed; the fp32 reference's logits and cache are judged against it too.
+// fed; the reference's logits and cache (T: the schedule's scalar) are judged against it too. In
+// double the reference is the oracle.
+template <class T>
 struct Truth {
   std::vector<std::vector<std::int32_t>> feed;  // [steps] of [B]
-  Rows ref32;                                   // [steps + 1] of [B, V]
+  std::vector<std::vector<T>> ref;              // [steps + 1] of [B, V]
   std::vector<std::vector<double>> oracle;      // [steps + 1] of [B, V]
-  ref::KvCache<float> cache32;
+  ref::KvCache<T> cache_ref;
   ref::KvCache<double> cache64;
 };
 
-Truth teacher_forced_truth(const DecodeCheck& c, const ref::ModelWeights<float>& w32,
-                           const ref::ModelWeights<double>& w64, std::int64_t max_context) {
-  Truth t;
+template <class T>
+Truth<T> teacher_forced_truth(const DecodeCheck& c, const ref::ModelWeights<T>& w,
+                              const ref::ModelWeights<double>& w64, std::int64_t max_context) {
+  Truth<T> t;
   const auto B = c.prompts.size();
   ref::Sampler greedy = ref::Sampler::greedy();
   auto oracle = ref::generate(w64, c.prompts, c.steps + 1, greedy, max_context);
@@ -94,10 +96,34 @@ Truth teacher_forced_truth(const DecodeCheck& c, const ref::ModelWeights<float>&
   t.feed.assign(static_cast<std::size_t>(c.steps), std::vector<std::int32_t>(B));
   for (std::size_t i = 0; i < t.feed.size(); ++i)
     for (std::size_t b = 0; b < B; ++b) t.feed[i][b] = oracle.tokens[b][i];
-  auto pre = ref::prefill(w32, c.prompts, max_context);
-  t.ref32.push_back(std::move(pre.logits));
-  for (const auto& tokens : t.feed) t.ref32.push_back(ref::decode_step(w32, pre.cache, tokens));
-  t.cache32 = std::move(pre.cache);
+  if constexpr (std::is_same_v<T, double>) {
+    t.ref = t.oracle;
+    t.cache_ref = t.cache64;
+  } else {
+    auto pre = ref::prefill(w, c.prompts, max_context);
+    t.ref.push_back(std::move(pre.logits));
+    for (const auto& tokens : t.feed) t.ref.push_back(ref::decode_step(w, pre.cache, tokens));
+    t.cache_ref = std::move(pre.cache);
+  }
+  return t;
+}
+
+// The judgement of a parallel tensor: float, the project's rule against the fp32 reference and
+// the oracle (judge_tensor); double, max |parallel - oracle| <= rtol64 · max |oracle|
+// (check_decode_double's header), the reference being the oracle.
+TensorResult judge(const DecodeCheck& c, const std::string& name, std::span<const float> parallel,
+                   std::span<const float> reference, std::span<const double> oracle) {
+  return judge_tensor(name, parallel, reference, oracle, c.k);
+}
+
+TensorResult judge(const DecodeCheck& c, const std::string& name, std::span<const double> parallel,
+                   std::span<const double> /*reference: the oracle*/,
+                   std::span<const double> oracle) {
+  TensorResult t;
+  t.name = name;
+  t.verdict = ref::check_close64(name, parallel, oracle, c.rtol64);
+  const double err = t.verdict.candidate.finite ? t.verdict.candidate.max_abs : INFINITY;
+  t.ratio = t.verdict.bound > 0 ? err / t.verdict.bound : (err > 0 ? INFINITY : 0.0);
   return t;
 }
 
@@ -121,13 +147,15 @@ struct CacheLayout {
 };
 
 // What one rank produced in the teacher-forced run.
+template <class T>
 struct RankRun {
-  Rows logits;
-  std::vector<float> k, v;  // [L, Σ_b S_b, NKV·hs]
-  std::vector<char> held;   // [L, Σ_b S_b]
+  std::vector<std::vector<T>> logits;  // [steps + 1] of [B, V]
+  std::vector<T> k, v;                 // [L, Σ_b S_b, NKV·hs]
+  std::vector<char> held;              // [L, Σ_b S_b]
 };
 
-void check_logits_size(const std::vector<float>& logits, std::size_t want, int rank,
+template <class T>
+void check_logits_size(const std::vector<T>& logits, std::size_t want, int rank,
                        const std::string& phase) {
   if (logits.size() != want)
     throw std::invalid_argument("check_decode: rank " + str(rank) + "'s " + phase + " returned " +
@@ -135,10 +163,11 @@ void check_logits_size(const std::vector<float>& logits, std::size_t want, int r
                                 " logits, expected B·V = " + str(std::int64_t(want)));
 }
 
-void read_cache(const RankDecoder& dec, const CacheLayout& lay, int L, RankRun& out) {
+template <class T>
+void read_cache(const BasicRankDecoder<T>& dec, const CacheLayout& lay, int L, RankRun<T>& out) {
   const auto n = static_cast<std::size_t>(L) * static_cast<std::size_t>(lay.positions);
-  out.k.assign(n * lay.row, 0.0f);
-  out.v.assign(n * lay.row, 0.0f);
+  out.k.assign(n * lay.row, T(0));
+  out.v.assign(n * lay.row, T(0));
   out.held.assign(n, 0);
   for (int l = 0; l < L; ++l)
     for (int b = 0; b < static_cast<int>(lay.length.size()); ++b)
@@ -172,8 +201,9 @@ bool run_ranks(const DecodeCheck& c, DecodeReport& report, const std::string& ru
   return false;
 }
 
-std::string row_detail(const TensorResult& t, int V, std::span<const float> cand,
-                       std::span<const float> ref, std::span<const double> oracle) {
+template <class T>
+std::string row_detail(const TensorResult& t, int V, std::span<const T> cand,
+                       std::span<const T> ref, std::span<const double> oracle) {
   const std::size_t w = t.verdict.candidate.worst;
   std::ostringstream s;
   s << std::setprecision(4) << "parallel err " << t.verdict.candidate.max_abs << " > bound "
@@ -186,7 +216,8 @@ std::string row_detail(const TensorResult& t, int V, std::span<const float> cand
 }
 
 // The rule on every (step, sequence, rank) row, and every rank's rows bitwise against rank 0's.
-void judge_logits(const DecodeCheck& c, const Truth& t, const std::vector<RankRun>& runs,
+template <class T>
+void judge_logits(const DecodeCheck& c, const Truth<T>& t, const std::vector<RankRun<T>>& runs,
                   DecodeReport& report) {
   const auto V = static_cast<std::size_t>(c.model.vocab);
   const int B = static_cast<int>(c.prompts.size());
@@ -194,12 +225,11 @@ void judge_logits(const DecodeCheck& c, const Truth& t, const std::vector<RankRu
     for (int b = 0; b < B; ++b) {
       const std::size_t o = static_cast<std::size_t>(b) * V;
       const auto si = static_cast<std::size_t>(i);
-      const std::span<const float> ref(t.ref32[si].data() + o, V);
+      const std::span<const T> ref(t.ref[si].data() + o, V);
       const std::span<const double> oracle(t.oracle[si].data() + o, V);
       for (int r = 0; r < c.ranks; ++r) {
-        const std::span<const float> cand(runs[static_cast<std::size_t>(r)].logits[si].data() + o,
-                                          V);
-        const TensorResult tr = judge_tensor("logits", cand, ref, oracle, c.k);
+        const std::span<const T> cand(runs[static_cast<std::size_t>(r)].logits[si].data() + o, V);
+        const TensorResult tr = judge(c, "logits", cand, ref, oracle);
         ++report.rows_judged;
         const std::string where = DecodeFailure{"", i, b, r, -1, -1, ""}.where();
         if (tr.ratio > report.worst_logits_ratio || report.worst_logits_where.empty()) {
@@ -210,11 +240,11 @@ void judge_logits(const DecodeCheck& c, const Truth& t, const std::vector<RankRu
           report.failures.push_back(
               {"logits", i, b, r, -1, -1, row_detail(tr, c.model.vocab, cand, ref, oracle)});
         if (r == 0) continue;
-        const float* first = runs[0].logits[si].data() + o;
+        const T* first = runs[0].logits[si].data() + o;
         for (std::size_t v = 0; v < V; ++v)
-          if (std::memcmp(&cand[v], first + v, sizeof(float)) != 0) {
+          if (std::memcmp(&cand[v], first + v, sizeof(T)) != 0) {
             std::ostringstream s;
-            s << std::setprecision(9) << "differs from rank 0's at vocabulary id " << v << ": "
+            s << std::setprecision(17) << "differs from rank 0's at vocabulary id " << v << ": "
               << cand[v] << " vs " << first[v] << " (every rank must return bitwise-identical "
               << "logits, or the ranks sample different tokens)";
             report.failures.push_back({"logits", i, b, r, -1, -1, s.str()});
@@ -226,31 +256,33 @@ void judge_logits(const DecodeCheck& c, const Truth& t, const std::vector<RankRu
 
 // The cache of one layer, K or V, assembled from the ranks (the first holder of each position),
 // judged by the rule; unheld positions and differing replicas fail first.
-void judge_cache_tensor(const DecodeCheck& c, const CacheLayout& lay, const Truth& t,
-                        const std::vector<RankRun>& runs, int l, bool is_k, DecodeReport& report) {
+template <class T>
+void judge_cache_tensor(const DecodeCheck& c, const CacheLayout& lay, const Truth<T>& t,
+                        const std::vector<RankRun<T>>& runs, int l, bool is_k,
+                        DecodeReport& report) {
   const std::string tensor = is_k ? "cache K" : "cache V";
   const std::string name = tensor + " layer " + str(l);
   const auto begin = lay.at(l, 0, 0), n = static_cast<std::size_t>(lay.positions) * lay.row;
-  std::vector<float> got(n), ref(n);
+  std::vector<T> got(n), ref(n);
   std::vector<double> oracle(n);
   std::vector<int> first(static_cast<std::size_t>(lay.positions), -1);
   int unheld = 0, replicas = 0;
   for (int b = 0; b < static_cast<int>(lay.length.size()); ++b)
     for (std::int64_t p = 0; p < lay.length[static_cast<std::size_t>(b)]; ++p) {
       const std::size_t i = lay.at(l, b, p), local = i - begin;
-      const auto r32 = is_k ? t.cache32.k(l, b, p) : t.cache32.v(l, b, p);
+      const auto r32 = is_k ? t.cache_ref.k(l, b, p) : t.cache_ref.v(l, b, p);
       const auto r64 = is_k ? t.cache64.k(l, b, p) : t.cache64.v(l, b, p);
       std::copy(r32.begin(), r32.end(), ref.begin() + std::ptrdiff_t(local));
       std::copy(r64.begin(), r64.end(), oracle.begin() + std::ptrdiff_t(local));
       int& owner = first[local / lay.row];
       for (int r = 0; r < c.ranks; ++r) {
-        const RankRun& run = runs[static_cast<std::size_t>(r)];
+        const RankRun<T>& run = runs[static_cast<std::size_t>(r)];
         if (!run.held[i / lay.row]) continue;
-        const float* row = (is_k ? run.k : run.v).data() + i;
+        const T* row = (is_k ? run.k : run.v).data() + i;
         if (owner < 0) {
           owner = r;
           std::copy_n(row, lay.row, got.begin() + std::ptrdiff_t(local));
-        } else if (std::memcmp(row, got.data() + local, lay.row * sizeof(float)) != 0 &&
+        } else if (std::memcmp(row, got.data() + local, lay.row * sizeof(T)) != 0 &&
                    replicas++ < 3) {
           report.failures.push_back({tensor, -1, b, r, l, p,
                                      "differs from rank " + str(owner) +
@@ -265,7 +297,7 @@ void judge_cache_tensor(const DecodeCheck& c, const CacheLayout& lay, const Trut
     report.cache.push_back("FAIL " + name + ": " + str(unheld) + " positions held by no rank");
     return;
   }
-  const TensorResult tr = judge_tensor(name, got, ref, oracle, c.k);
+  const TensorResult tr = judge(c, name, std::span<const T>(got), std::span<const T>(ref), oracle);
   std::ostringstream line;
   line << (tr.ok() ? "ok   " : "FAIL ") << name << std::scientific << std::setprecision(3)
        << ": parallel err " << tr.verdict.candidate.max_abs << "  reference err "
@@ -287,38 +319,63 @@ void judge_cache_tensor(const DecodeCheck& c, const CacheLayout& lay, const Trut
   report.failures.push_back({tensor, -1, static_cast<int>(b), first[pos], l, p, s.str()});
 }
 
-// The free greedy run: every rank's tokens against rank 0's and the reference's (near_tie()).
-void free_run(const DecodeCheck& c, const ref::ModelWeights<float>& w32,
+template <class T>
+using Factory = std::function<std::unique_ptr<BasicRankDecoder<T>>(BasicDecodeRank<T>&)>;
+
+// The oracle's top-1 minus top-2 value of a row.
+double top_margin(std::span<const double> oracle) {
+  double top1 = -INFINITY, top2 = -INFINITY;
+  for (const double x : oracle) {
+    if (x > top1) {
+      top2 = top1;
+      top1 = x;
+    } else if (x > top2) {
+      top2 = x;
+    }
+  }
+  return top1 - top2;
+}
+
+// The free greedy run: every rank's tokens against rank 0's and the reference's. Float: a token
+// other than the reference's is a near-tie when near_tie() says so; double: always a failure.
+template <class T>
+void free_run(const DecodeCheck& c, const ref::ModelWeights<T>& w,
               const ref::ModelWeights<double>& w64, std::int64_t max_context,
-              const DecoderFactory& factory, DecodeReport& report) {
+              const Factory<T>& factory, DecodeReport& report) {
   const int n = c.free_run_steps, B = static_cast<int>(c.prompts.size()), V = c.model.vocab;
   const auto Vz = static_cast<std::size_t>(V);
   report.free_run_steps = n;
   std::vector<std::vector<std::vector<std::int32_t>>> tokens(static_cast<std::size_t>(c.ranks));
   const bool ran = run_ranks(c, report, "free-running", [&](Rank& rank, std::string& phase) {
     phase = "the factory";
-    DecodeRank dr(rank, w32, B, max_context);
-    std::unique_ptr<RankDecoder> dec = factory(dr);
+    BasicDecodeRank<T> dr(rank, w, B, max_context);
+    std::unique_ptr<BasicRankDecoder<T>> dec = factory(dr);
     ref::Sampler greedy = ref::Sampler::greedy();
     auto& mine = tokens[static_cast<std::size_t>(rank.id())];
     for (int i = 0; i < n; ++i) {
       phase = i == 0 ? "prefill" : "decode step " + str(i);
-      const std::vector<float> logits =
+      const std::vector<T> logits =
           i == 0 ? dec->prefill(c.prompts) : dec->decode_step(mine.back());
       check_logits_size(logits, std::size_t(B) * Vz, rank.id(), phase);
-      mine.push_back(greedy.sample(std::span<const float>(logits), B, V));
+      mine.push_back(greedy.sample(std::span<const T>(logits), B, V));
     }
   });
   if (!ran) return;
   ref::Sampler greedy = ref::Sampler::greedy();
-  const auto want = ref::generate(w32, c.prompts, n, greedy, max_context);
-  // The oracle on the reference's context, for the margins of the divergences.
-  auto pre = ref::prefill(w64, c.prompts, max_context);
-  std::vector<std::vector<double>> oracle{std::move(pre.logits)};
-  for (int i = 0; i + 1 < n; ++i) {
-    std::vector<std::int32_t> fed(static_cast<std::size_t>(B));
-    for (int b = 0; b < B; ++b) fed[std::size_t(b)] = want.tokens[std::size_t(b)][std::size_t(i)];
-    oracle.push_back(ref::decode_step(w64, pre.cache, fed));
+  const auto want = ref::generate(w, c.prompts, n, greedy, max_context);
+  // The oracle on the reference's context, for the margins of the divergences (in double, the
+  // reference's own logits).
+  std::vector<std::vector<double>> oracle;
+  if constexpr (std::is_same_v<T, double>) {
+    oracle = want.logits;
+  } else {
+    auto pre = ref::prefill(w64, c.prompts, max_context);
+    oracle.push_back(std::move(pre.logits));
+    for (int i = 0; i + 1 < n; ++i) {
+      std::vector<std::int32_t> fed(static_cast<std::size_t>(B));
+      for (int b = 0; b < B; ++b) fed[std::size_t(b)] = want.tokens[std::size_t(b)][std::size_t(i)];
+      oracle.push_back(ref::decode_step(w64, pre.cache, fed));
+    }
   }
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < n; ++i) {
@@ -333,10 +390,12 @@ void free_run(const DecodeCheck& c, const ref::ModelWeights<float>& w32,
           differ = true;
         }
       if (t0 != tr) {
-        double margin = 0;
         const std::span<const double> o(oracle[si].data() + sb * Vz, Vz);
-        const std::span<const float> r32(want.logits[si].data() + sb * Vz, Vz);
-        const bool tie = near_tie(o, r32, t0, tr, c.k, &margin);
+        double margin = top_margin(o);
+        bool tie = false;
+        if constexpr (!std::is_same_v<T, double>)
+          tie = near_tie(o, std::span<const float>(want.logits[si].data() + sb * Vz, Vz), t0, tr,
+                         c.k, &margin);
         const std::string what = "emitted token " + str(t0) + " where the reference emitted " +
                                  str(tr) + "; the oracle gives them " + num(o[std::size_t(t0)]) +
                                  " and " + num(o[std::size_t(tr)]) + ", its top-1/top-2 margin " +
@@ -345,15 +404,18 @@ void free_run(const DecodeCheck& c, const ref::ModelWeights<float>& w32,
           report.near_ties.push_back(DecodeFailure{"", i, b, 0, -1, -1, ""}.where() + ": " + what +
                                      " (a near-tie: within rounding)");
         else
-          report.failures.push_back({"tokens", i, b, 0, -1, -1,
-                                     what + ": beyond 2·(k·err(reference) + tiny), not a tie"});
+          report.failures.push_back(
+              {"tokens", i, b, 0, -1, -1,
+               what + (std::is_same_v<T, double>
+                           ? ": in double a schedule picks the reference's tokens"
+                           : ": beyond 2·(k·err(reference) + tiny), not a tie")});
         differ = true;
       }
       if (differ) break;  // the contexts differ from here on
     }
 }
 
-std::string headline(const DecodeCheck& c, std::int64_t max_context) {
+std::string headline(const DecodeCheck& c, std::int64_t max_context, bool in_double) {
   std::ostringstream h;
   h << "check " << c.name << ": decode on " << c.ranks << " ranks, B=" << c.prompts.size()
     << " prompts of lengths";
@@ -363,16 +425,21 @@ std::string headline(const DecodeCheck& c, std::int64_t max_context) {
   const ref::ModelConfig& m = c.model;
   h << "; L=" << m.n_layers << " C=" << m.hidden << " NH=" << m.n_heads << " NKV=" << m.n_kv_heads
     << " F=" << m.ffn << " V=" << m.vocab << ", max_context=" << max_context
-    << "; rule per (step, sequence, rank): err(parallel fp32) <= " << c.k
-    << " * err(reference fp32) + tiny (4 fp32 ulps of the row's largest |oracle|)";
+    << "; rule per (step, sequence, rank): ";
+  if (in_double)
+    h << "in double, |parallel - oracle| <= " << c.rtol64 << " * max |oracle|";
+  else
+    h << "err(parallel fp32) <= " << c.k
+      << " * err(reference fp32) + tiny (4 fp32 ulps of the row's largest |oracle|)";
   return h.str();
 }
 
 }  // namespace
 
-bool RankDecoder::cache_entry(int layer, int seq, std::int64_t pos, std::span<float> k,
-                              std::span<float> v) const {
-  const tsp::RankKvCache<float>* cache = kv_cache();
+template <class T>
+bool BasicRankDecoder<T>::cache_entry(int layer, int seq, std::int64_t pos, std::span<T> k,
+                                      std::span<T> v) const {
+  const tsp::RankKvCache<T>* cache = kv_cache();
   if (!cache)
     throw std::logic_error(
         "check_decode: check_cache is set but the schedule offers no cache (override "
@@ -388,7 +455,11 @@ bool RankDecoder::cache_entry(int layer, int seq, std::int64_t pos, std::span<fl
   return true;
 }
 
-TensorShape DecodeRank::shape(std::string_view name) const {
+template class BasicRankDecoder<float>;
+template class BasicRankDecoder<double>;
+
+template <class T>
+TensorShape BasicDecodeRank<T>::shape(std::string_view name) const {
   const ref::ModelConfig& m = config();
   if (name == "embed" || name == "lm_head") return {std::string(name), m.vocab, m.hidden, 0, 0};
   if (name == "final_norm") return {std::string(name), 1, m.hidden, 0, 0};
@@ -400,9 +471,10 @@ TensorShape DecodeRank::shape(std::string_view name) const {
   return {std::string(name), s.rows, s.cols, s.heads, s.head_axis};
 }
 
-Buffer<float> DecodeRank::weight(int layer, std::string_view name, const ShardMap& map) {
+template <class T>
+Buffer<T> BasicDecodeRank<T>::weight(int layer, std::string_view name, const ShardMap& map) {
   const TensorShape t = shape(name);
-  const std::vector<float>* src = nullptr;
+  const std::vector<T>* src = nullptr;
   if (layer < 0) {
     src = name == "embed" ? &master_.embed
                           : (name == "lm_head" ? &master_.head() : &master_.final_norm);
@@ -416,13 +488,14 @@ Buffer<float> DecodeRank::weight(int layer, std::string_view name, const ShardMa
       if (name == n) src = v;
   }
   const std::vector<Rect> rects = map.resolve(t);
-  auto buf =
-      arena().allocate<float>(static_cast<std::size_t>(element_count(rects)), Category::weights);
+  auto buf = arena().template allocate<T>(static_cast<std::size_t>(element_count(rects)),
+                                          Category::weights);
   cut(src->data(), t, rects, buf.data());
   return buf;
 }
 
-TpLayer DecodeRank::tp_layer(int layer) {
+template <class T>
+BasicTpLayer<T> BasicDecodeRank<T>::tp_layer(int layer) {
   const int D = rank_.size(), r = rank_.id();
   return {
       weight(layer, "input_norm", replicated()),      weight(layer, "wq", head_sharded(r, D)),
@@ -431,6 +504,9 @@ TpLayer DecodeRank::tp_layer(int layer) {
       weight(layer, "w_gate", column_parallel(r, D)), weight(layer, "w_up", column_parallel(r, D)),
       weight(layer, "w_down", row_parallel(r, D))};
 }
+
+template class BasicDecodeRank<float>;
+template class BasicDecodeRank<double>;
 
 std::string DecodeFailure::where() const {
   std::string s;
@@ -479,16 +555,7 @@ bool near_tie(std::span<const double> oracle, std::span<const float> reference, 
               int t_reference, double k, double* margin) {
   const ref::ErrorStats err = ref::measure(reference, oracle);
   const double bound = k * err.max_abs + ref::default_tiny(oracle);
-  double top1 = -INFINITY, top2 = -INFINITY;
-  for (const double x : oracle) {
-    if (x > top1) {
-      top2 = top1;
-      top1 = x;
-    } else if (x > top2) {
-      top2 = x;
-    }
-  }
-  if (margin) *margin = top1 - top2;
+  if (margin) *margin = top_margin(oracle);
   const double gap = std::abs(oracle[static_cast<std::size_t>(t_parallel)] -
                               oracle[static_cast<std::size_t>(t_reference)]);
   return err.finite && gap <= 2 * bound;
@@ -508,27 +575,26 @@ Prompts seeded_prompts(int vocab, const std::vector<int>& lengths, std::uint64_t
   return p;
 }
 
-DecodeReport check_decode(const DecodeCheck& c, const DecoderFactory& factory) {
-  validate(c);
-  const std::int64_t max_context = c.max_context != 0 ? c.max_context : needed_context(c);
-  // The oracle sees exactly the float weights, so only the arithmetic differs.
-  const ref::ModelWeights<float> w32 =
-      c.weights ? *c.weights
-                : ref::convert_weights<float>(ref::init_weights<double>(c.model, c.seed));
-  const auto w64 = ref::convert_weights<double>(w32);
-  const Truth truth = teacher_forced_truth(c, w32, w64, max_context);
+namespace {
+
+// check_decode and check_decode_double on the schedule's weights w (T) and the oracle's w64.
+template <class T>
+DecodeReport run_check(const DecodeCheck& c, const ref::ModelWeights<T>& w,
+                       const ref::ModelWeights<double>& w64, std::int64_t max_context,
+                       const Factory<T>& factory) {
+  const Truth<T> truth = teacher_forced_truth(c, w, w64, max_context);
   const int B = static_cast<int>(c.prompts.size()), L = c.model.n_layers;
   const CacheLayout lay(c.prompts, c.steps, static_cast<std::size_t>(c.model.kv_dim()));
 
   DecodeReport report;
-  report.headline = headline(c, max_context);
-  std::vector<RankRun> runs(static_cast<std::size_t>(c.ranks));
+  report.headline = headline(c, max_context, std::is_same_v<T, double>);
+  std::vector<RankRun<T>> runs(static_cast<std::size_t>(c.ranks));
   const bool ran = run_ranks(c, report, "teacher-forced", [&](Rank& rank, std::string& phase) {
-    RankRun& out = runs[static_cast<std::size_t>(rank.id())];
+    RankRun<T>& out = runs[static_cast<std::size_t>(rank.id())];
     const std::size_t want = std::size_t(B) * std::size_t(c.model.vocab);
     phase = "the factory";
-    DecodeRank dr(rank, w32, B, max_context);
-    std::unique_ptr<RankDecoder> dec = factory(dr);
+    BasicDecodeRank<T> dr(rank, w, B, max_context);
+    std::unique_ptr<BasicRankDecoder<T>> dec = factory(dr);
     phase = "prefill";
     out.logits.push_back(dec->prefill(c.prompts));
     check_logits_size(out.logits.back(), want, rank.id(), phase);
@@ -548,8 +614,36 @@ DecodeReport check_decode(const DecodeCheck& c, const DecoderFactory& factory) {
           judge_cache_tensor(c, lay, truth, runs, l, is_k, report);
   }
   // A schedule that failed its teacher-forced run would fail the free run again: one report.
-  if (ran && c.free_run_steps > 0) free_run(c, w32, w64, max_context, factory, report);
+  if (ran && c.free_run_steps > 0) free_run(c, w, w64, max_context, factory, report);
   return report;
+}
+
+// The float weights the check decodes with: given, or ref::init_weights(model, seed) rounded.
+ref::ModelWeights<float> check_weights(const DecodeCheck& c) {
+  return c.weights ? *c.weights
+                   : ref::convert_weights<float>(ref::init_weights<double>(c.model, c.seed));
+}
+
+std::int64_t context_of(const DecodeCheck& c) {
+  return c.max_context != 0 ? c.max_context : needed_context(c);
+}
+
+}  // namespace
+
+DecodeReport check_decode(const DecodeCheck& c, const DecoderFactory& factory) {
+  validate(c);
+  // The oracle sees exactly the float weights, so only the arithmetic differs.
+  const ref::ModelWeights<float> w32 = check_weights(c);
+  const auto w64 = ref::convert_weights<double>(w32);
+  return run_check<float>(c, w32, w64, context_of(c), factory);
+}
+
+DecodeReport check_decode_double(const DecodeCheck& c, const DecoderFactory64& factory) {
+  validate(c);
+  if (!(c.rtol64 > 0)) reject(c, "rtol64=" + num(c.rtol64) + " must be positive");
+  // The float weights widened: the schedule and the oracle decode with the same doubles.
+  const auto w64 = ref::convert_weights<double>(check_weights(c));
+  return run_check<double>(c, w64, w64, context_of(c), factory);
 }
 
 }  // namespace tspemu::check

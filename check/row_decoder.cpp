@@ -1,11 +1,14 @@
 #include "tspemu/check/row_decoder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
+#include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/collectives.hpp"
 
 namespace tspemu::check {
@@ -103,6 +106,59 @@ std::vector<float> RowDecoder::logits(std::span<const DecodeRow> rows, const flo
     for (std::size_t b = 0; b < B; ++b)
       std::copy_n(all.data() + (p * B + b) * Vl, Vl, out.data() + b * Vl * D + p * Vl);
   return out;
+}
+
+void RowDecoder::attend_local(int layer, std::span<const DecodeRow> rows, const float* q,
+                              float* out, float* lse) {
+  const ref::ModelConfig& m = dr_.config();
+  const auto NH = static_cast<std::size_t>(m.n_heads), hs = static_cast<std::size_t>(m.head_size());
+  for (std::size_t n = 0; n < rows.size(); ++n) {
+    const auto keys = cache_->positions(layer, rows[n].seq);
+    ref::causal_attention_forward(
+        out + n * NH * hs, lse + n * NH, q + n * NH * hs, cache_->keys(layer, rows[n].seq),
+        cache_->values(layer, rows[n].seq), &rows[n].pos, keys.data(),
+        {1, 1, static_cast<int>(keys.size()), m.n_heads, m.n_kv_heads, m.head_size()});
+  }
+}
+
+void RowDecoder::merge_at_head_owners(std::span<const DecodeRow> rows, const float* out,
+                                      const float* lse, float* att) {
+  const ref::ModelConfig& m = dr_.config();
+  const int D = dr_.rank().size(), NHl = m.n_heads / D;
+  const auto Dz = static_cast<std::size_t>(D), N = rows.size(), Hl = static_cast<std::size_t>(NHl);
+  const std::size_t q = Hl * static_cast<std::size_t>(m.head_size()), blk = N * (q + Hl);
+  std::vector<float> send(blk * Dz), recv(send.size()), alse(N * Hl, -INFINITY);
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t p = 0; p < Dz; ++p) {  // to rank p: its heads' out, then their lse
+      std::copy_n(out + (n * Dz + p) * q, q, send.data() + p * blk + n * q);
+      std::copy_n(lse + n * Hl * Dz + p * Hl, Hl, send.data() + p * blk + N * q + n * Hl);
+    }
+  all_to_all<float>(dr_.comm(), send, recv);
+  std::fill_n(att, N * q, 0.0f);
+  for (std::size_t p = 0; p < Dz; ++p)  // rank order: the same sums on every rank
+    for (std::size_t n = 0; n < N; ++n)
+      ref::merge_attention_partials(
+          att + n * q, alse.data() + n * Hl, recv.data() + p * blk + n * q,
+          recv.data() + p * blk + N * q + n * Hl, {1, 1, 0, NHl, NHl, m.head_size()});
+}
+
+void RowDecoder::add_all_reduced(std::span<float> part, float* x) {
+  all_reduce<float>(dr_.comm(), part);
+  for (std::size_t i = 0; i < part.size(); ++i) x[i] += part[i];
+}
+
+void RowDecoder::tp_mlp(const TpLayer& w, std::span<const DecodeRow> rows, float* x) {
+  const ref::ModelConfig& m = dr_.config();
+  const int N = static_cast<int>(rows.size()), C = m.hidden, F = m.ffn / dr_.rank().size();
+  const auto NC = rows.size() * static_cast<std::size_t>(C);
+  const auto NF = rows.size() * static_cast<std::size_t>(F);
+  std::vector<float> xn(NC), rstd(rows.size()), g(NF), u(NF), h(NF), part(NC);
+  ref::rmsnorm_forward(xn.data(), rstd.data(), x, w.post_norm.data(), N, C, m.norm_eps);
+  ref::matmul_nt(g.data(), xn.data(), w.w_gate.data(), N, F, C);
+  ref::matmul_nt(u.data(), xn.data(), w.w_up.data(), N, F, C);
+  ref::silu_mul_forward(h.data(), g.data(), u.data(), h.size());
+  ref::matmul_nt(part.data(), h.data(), w.w_down.data(), N, C, F);
+  add_all_reduced(part, x);
 }
 
 }  // namespace tspemu::check

@@ -110,10 +110,24 @@ ShardMap rectangles(std::vector<Rect> rects) {
   return {std::move(name), [rects = std::move(rects)](const TensorShape&) { return rects; }};
 }
 
-void cut(const float* master, const TensorShape& t, const std::vector<Rect>& rects, float* shard) {
+namespace {
+
+template <class T>
+void cut_rects(const T* master, const TensorShape& t, const std::vector<Rect>& rects, T* shard) {
   for (const Rect& r : rects)
     for (std::int64_t i = 0; i < r.rows; ++i, shard += r.cols)
-      std::memcpy(shard, master + (r.row0 + i) * t.cols + r.col0, r.cols * sizeof(float));
+      std::memcpy(shard, master + (r.row0 + i) * t.cols + r.col0, r.cols * sizeof(T));
+}
+
+}  // namespace
+
+void cut(const float* master, const TensorShape& t, const std::vector<Rect>& rects, float* shard) {
+  cut_rects(master, t, rects, shard);
+}
+
+void cut(const double* master, const TensorShape& t, const std::vector<Rect>& rects,
+         double* shard) {
+  cut_rects(master, t, rects, shard);
 }
 
 void paste(const float* shard, const TensorShape& t, const std::vector<Rect>& rects,

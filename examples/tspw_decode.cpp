@@ -5,15 +5,15 @@
 // Rank r holds its Megatron shard of every layer (DecodeRank::tp_layer: head shard r of W_Q, W_K,
 // W_V, column-parallel, and of W_O, row-parallel; MLP shard r); no weight moves. check::RowDecoder
 // turns prefill and decode into one step over the new tokens (rows), keeps this rank's cache
-// shard (positions by tsp::KvOwnership: prompt zigzag or blocks, generated tokens round-robin;
-// each owner keeps K, RoPE'd at the GLOBAL position, and V of all KV heads) and gives the two ends:
-// the embedding and the vocab-parallel LM head. One step, per layer: q, k, v of r's heads;
-// all-gather k, v (the owner appends them) and q; every rank attends all queries to its own keys;
-// all-to-all sends the (out, lse) partials to the head owners, merged by log-sum-exp in rank
-// order; o_proj + all-reduce; the MLP TP-style + all-reduce.
+// shard (positions by tsp::KvOwnership; each owner keeps K, RoPE'd at the GLOBAL position, and V
+// of all KV heads) and gives the pieces every such schedule shares: the embedding, the
+// vocab-parallel LM head, attention over this rank's keys, the merge of the partials at the head
+// owners and the TP MLP. One step, per layer: q, k, v of r's heads; all-gather k, v (the owner
+// appends them) and q; every rank attends all queries to its own keys; all-to-all of the
+// (out, lse) partials to the head owners, merged by log-sum-exp in rank order; o_proj +
+// all-reduce; the MLP TP-style + all-reduce.
 //   tspw_decode [--ranks N] [--mutate rope-local]   (rope-local: RoPE at a key's local index)
 // Exit 0: PASS, 1: FAIL (the report names step, sequence, rank, layer, position), 2: bad arguments.
-#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -21,11 +21,9 @@
 #include <vector>
 
 #include "tspemu/check/row_decoder.hpp"
-#include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/matmul.hpp"
 #include "tspemu/reference/rmsnorm.hpp"
 #include "tspemu/reference/rope.hpp"
-#include "tspemu/reference/silu_mul.hpp"
 #include "tspemu/runtime/collectives.hpp"
 
 using namespace tspemu;
@@ -42,8 +40,8 @@ class Tspw : public check::RowDecoder {
     Comm& comm = dr_.comm();
     const int D = comm.size(), r = comm.rank(), N = int(rows.size()), C = m_.hidden;
     const int hs = m_.head_size(), NH = m_.n_heads, NHl = NH / D, NKVl = m_.n_kv_heads / D;
-    const int q = NHl * hs, kv = NKVl * hs, F = m_.ffn / D;
-    const std::size_t blk = std::size_t(N) * (q + NHl), Nz = std::size_t(N);
+    const int q = NHl * hs, kv = NKVl * hs;
+    const std::size_t Nz = std::size_t(N);
     auto gather = [&](const Vec& mine) {
       Vec all(mine.size() * D);
       all_gather<float>(comm, mine, all);
@@ -51,12 +49,8 @@ class Tspw : public check::RowDecoder {
     };
     const tsp::KvOwnership& own = ownership();
     Vec x(Nz * C), xn(Nz * C), rstd(Nz), ql(Nz * q), kl(Nz * kv), vl(Nz * kv), qf(Nz * NH * hs),
-        out(qf.size()), lse(Nz * NH), send(blk * D), recv(send.size()), att(Nz * q), alse(Nz * NHl),
-        part(Nz * C), g(Nz * F), u(Nz * F), h(Nz * F), krow(std::size_t(kv) * D), vrow(krow.size());
-    auto add_reduced = [&] {  // x += the sum over ranks of a row-parallel GEMM's partial
-      all_reduce<float>(comm, part);
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] += part[i];
-    };
+        out(qf.size()), lse(Nz * NH), att(Nz * q), part(Nz * C), krow(std::size_t(kv) * D),
+        vrow(krow.size());
     std::vector<std::int64_t> rot(Nz);  // RoPE at the global position; the bug: the owner's index
     embed(rows, x.data());
     for (std::size_t n = 0; n < Nz; ++n)
@@ -81,33 +75,11 @@ class Tspw : public check::RowDecoder {
         if (own.owner(rows[n].seq, rows[n].pos) == r)
           cache().append(l, rows[n].seq, rows[n].pos, krow.data(), vrow.data());
       }
-      for (std::size_t n = 0; n < Nz; ++n) {  // this rank's keys only; none: out 0, lse -inf
-        const auto keys = cache().positions(l, rows[n].seq);
-        ref::causal_attention_forward(out.data() + n * NH * hs, lse.data() + n * NH,
-                                      qf.data() + n * NH * hs, cache().keys(l, rows[n].seq),
-                                      cache().values(l, rows[n].seq), &rows[n].pos, keys.data(),
-                                      {1, 1, int(keys.size()), NH, m_.n_kv_heads, hs});
-        for (std::size_t p = 0; p < std::size_t(D); ++p) {  // to rank p: its heads' out, lse
-          std::copy_n(out.data() + (n * D + p) * q, q, send.data() + p * blk + n * q);
-          std::copy_n(lse.data() + n * NH + p * NHl, NHl, send.data() + p * blk + Nz * q + n * NHl);
-        }
-      }
-      all_to_all<float>(comm, send, recv);
-      std::fill(att.begin(), att.end(), 0.0f);
-      std::fill(alse.begin(), alse.end(), -INFINITY);
-      for (std::size_t p = 0; p < std::size_t(D); ++p)  // rank order: the same sums on every rank
-        for (std::size_t n = 0; n < Nz; ++n)
-          ref::merge_attention_partials(
-              att.data() + n * q, alse.data() + n * NHl, recv.data() + p * blk + n * q,
-              recv.data() + p * blk + Nz * q + n * NHl, {1, 1, 0, NHl, NHl, hs});
-      ref::matmul_nt(part.data(), att.data(), w.wo.data(), N, C, q);
-      add_reduced();
-      ref::rmsnorm_forward(xn.data(), rstd.data(), x.data(), w.post_norm.data(), N, C, m_.norm_eps);
-      ref::matmul_nt(g.data(), xn.data(), w.w_gate.data(), N, F, C);
-      ref::matmul_nt(u.data(), xn.data(), w.w_up.data(), N, F, C);
-      ref::silu_mul_forward(h.data(), g.data(), u.data(), h.size());
-      ref::matmul_nt(part.data(), h.data(), w.w_down.data(), N, C, F);
-      add_reduced();
+      attend_local(l, rows, qf.data(), out.data(), lse.data());  // none here: out 0, lse -inf
+      merge_at_head_owners(rows, out.data(), lse.data(), att.data());
+      ref::matmul_nt(part.data(), att.data(), w.wo.data(), N, C, q);  // o_proj, row-parallel
+      add_all_reduced(part, x.data());
+      tp_mlp(w, rows, x.data());
     }
     return logits(rows, x.data());  // the final norm, the vocab-parallel LM head, all-gathered
   }

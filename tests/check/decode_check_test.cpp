@@ -2,7 +2,10 @@
 // and as a replicated 3-rank schedule passes, TSP-W (tsp/tspw_decoder.hpp) passes at D = 2 and 4;
 // planted faults fail naming the tensor, step, sequence, rank, layer and position (logits moved on
 // one rank at one step, another token picked, TSP-W's TspwFault cases, a schedule that throws);
-// near_tie() tells a rounding tie from a bug; bad input is an error, not a verdict.
+// near_tie() tells a rounding tie from a bug; bad input is an error, not a verdict. The double
+// entry (check_decode_double): TSP-W in double passes at D = 2 and 4 within 1e-13 of the oracle
+// with an exact free run; RoPE at local positions, a logit moved by 1e-9 (below float's
+// resolution) and a changed pick each fail, named.
 //
 // Shapes: tests/tsp's TSP-W models (GQA 8/4 heads, L = 2, F = V = 96; NH = 6, NKV = 3 at D = 3),
 // prompts of lengths 1 (shorter than D: ranks with no key of it), 7, 13 and 12.
@@ -20,6 +23,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "../tsp/tspw_test_model.hpp"
 #include "tspemu/reference/decode.hpp"
@@ -74,18 +78,28 @@ class ReferenceDecoder : public RankDecoder {
   std::optional<ref::KvCache<float>> cache_;
 };
 
-// TSP-W as a user's schedule: its cache is a tsp::RankKvCache, which the kit reads itself.
-class Tspw : public RankDecoder {
+// TSP-W as a user's schedule, in float or double: its cache is a tsp::RankKvCache, which the kit
+// reads itself. tamper, when set, changes a rank's logits after a step as Tamper does.
+template <class T>
+class BasicTspw : public BasicRankDecoder<T> {
  public:
-  Tspw(DecodeRank& dr, tsp::TspwFault fault) : dec_(dr.rank(), shape(dr), dr.master(), fault) {}
-  std::vector<float> prefill(const Prompts& prompts) override { return dec_.prefill(prompts); }
-  std::vector<float> decode_step(std::span<const std::int32_t> tokens) override {
-    return dec_.decode_step(tokens);
+  using Tampering = std::function<void(int rank, int step, std::vector<T>& logits)>;
+  BasicTspw(BasicDecodeRank<T>& dr, tsp::TspwFault fault, Tampering tamper = {})
+      : dec_(dr.rank(), shape(dr), dr.master(), fault),
+        rank_(dr.rank().id()),
+        tamper_(std::move(tamper)) {}
+  std::vector<T> prefill(const Prompts& prompts) override {
+    step_ = 0;
+    return tampered(dec_.prefill(prompts));
   }
-  const tsp::RankKvCache<float>* kv_cache() const override { return &dec_.cache(); }
+  std::vector<T> decode_step(std::span<const std::int32_t> tokens) override {
+    ++step_;
+    return tampered(dec_.decode_step(tokens));
+  }
+  const tsp::RankKvCache<T>* kv_cache() const override { return &dec_.cache(); }
 
  private:
-  static tsp::DecodeShape shape(DecodeRank& dr) {
+  static tsp::DecodeShape shape(BasicDecodeRank<T>& dr) {
     tsp::DecodeShape s;
     s.model = dr.config();
     s.D = dr.rank().size();
@@ -93,8 +107,15 @@ class Tspw : public RankDecoder {
     s.max_context = dr.max_context();
     return s;
   }
-  tsp::TspwDecoder dec_;
+  std::vector<T> tampered(std::vector<T> logits) {
+    if (tamper_) tamper_(rank_, step_, logits);
+    return logits;
+  }
+  tsp::BasicTspwDecoder<T> dec_;
+  int rank_, step_ = 0;
+  Tampering tamper_;
 };
+using Tspw = BasicTspw<float>;
 
 DecoderFactory reference_factory(const Tamper& tamper = {}) {
   return [tamper](DecodeRank& dr) { return std::make_unique<ReferenceDecoder>(dr, tamper); };
@@ -102,6 +123,13 @@ DecoderFactory reference_factory(const Tamper& tamper = {}) {
 
 DecoderFactory tspw_factory(tsp::TspwFault fault = tsp::TspwFault::none) {
   return [fault](DecodeRank& dr) { return std::make_unique<Tspw>(dr, fault); };
+}
+
+DecoderFactory64 tspw64_factory(tsp::TspwFault fault = tsp::TspwFault::none,
+                                const BasicTspw<double>::Tampering& tamper = {}) {
+  return [fault, tamper](DecodeRank64& dr) {
+    return std::make_unique<BasicTspw<double>>(dr, fault, tamper);
+  };
 }
 
 DecodeCheck decode_check(int D, int steps, int free_run_steps = 0) {
@@ -150,18 +178,110 @@ TEST_P(DecodeCheckTspw, TspwPassesLogitsCacheAndAFreeRun) {
 
 INSTANTIATE_TEST_SUITE_P(D, DecodeCheckTspw, ::testing::Values(2, 4));
 
+// A failed report with "cache K" failures, each naming layer, sequence, position and rank.
+void expect_cache_k_failures_named(const DecodeReport& r) {
+  ASSERT_FALSE(r.ok());
+  const auto keys = r.find("cache K");
+  ASSERT_FALSE(keys.empty()) << printed(r);
+  for (const DecodeFailure* f : keys) {
+    EXPECT_GE(f->layer, 0);
+    EXPECT_GE(f->sequence, 0);
+    EXPECT_GE(f->position, 0);
+    EXPECT_GE(f->rank, 0);
+  }
+}
+
+// A failed report whose "logits" failures are the two of a tamper of vocabulary id 5 of sequence
+// 1 on rank 1 at step 2: the rule and the bitwise comparison with rank 0.
+void expect_logits_failures_at_step_2_sequence_1_rank_1_id_5(const DecodeReport& r) {
+  ASSERT_FALSE(r.ok());
+  const auto logits = r.find("logits");
+  ASSERT_EQ(logits.size(), 2u) << printed(r);
+  for (const DecodeFailure* f : logits) {
+    EXPECT_EQ(f->where(), "step 2 sequence 1 rank 1");
+    EXPECT_THAT(f->detail, HasSubstr("vocabulary id 5"));
+  }
+}
+
+// ---- the double entry (check_decode_double)
+
+class DecodeCheckDouble : public ::testing::TestWithParam<int> {};
+
+TEST_P(DecodeCheckDouble, TspwInDoublePassesLogitsCacheAndAnExactFreeRun) {
+  const int D = GetParam();
+  const DecodeReport r = check_decode_double(decode_check(D, 8, 24), tspw64_factory());
+  std::cout << printed(r);
+  EXPECT_TRUE(r.ok()) << printed(r);
+  EXPECT_EQ(r.rows_judged, 9 * 4 * D);
+  ASSERT_EQ(r.cache.size(), 4u);
+  for (const std::string& line : r.cache) EXPECT_THAT(line, HasSubstr("ok   cache"));
+  EXPECT_EQ(r.free_run_steps, 24);
+  EXPECT_TRUE(r.near_ties.empty()) << "double has no near-ties";
+  EXPECT_LE(r.worst_logits_ratio, 1.0);
+  EXPECT_THAT(r.headline, HasSubstr("in double, |parallel - oracle| <= 1e-13 * max |oracle|"));
+}
+
+INSTANTIATE_TEST_SUITE_P(D, DecodeCheckDouble, ::testing::Values(2, 4));
+
+// A planted bug: RoPE at the key's index among its owner's keys. The double check names the
+// cache positions (layer, sequence, position, rank) and the logits.
+TEST(DecodeCheckDoubleFault, TspwRopeAtLocalPositionsFailsTheCacheNamingLayerSequencePositionRank) {
+  const DecodeReport r =
+      check_decode_double(decode_check(4, 3), tspw64_factory(tsp::TspwFault::rope_local_positions));
+  ASSERT_NO_FATAL_FAILURE(expect_cache_k_failures_named(r));
+  EXPECT_TRUE(r.find("cache V").empty() || r.find("cache V").front()->layer >= 1)
+      << "layer 0's V does not depend on RoPE";
+  EXPECT_FALSE(r.find("logits").empty());
+  EXPECT_THAT(printed(r), HasSubstr("verdict: FAIL"));
+}
+
+// A relative error of 1e-9 on one logit of one rank, far inside the float rule's tiny (4 fp32
+// ulps, ~5e-7 relative), fails in double: the rule and the bitwise comparison with rank 0.
+TEST(DecodeCheckDoubleFault, ALogitMovedBelowFloatResolutionFailsInDoubleNamingStepSequenceRank) {
+  const BasicTspw<double>::Tampering tamper = [](int rank, int step, std::vector<double>& logits) {
+    if (rank == 1 && step == 2) logits[96 + 5] *= 1.0 + 1e-9;  // sequence 1, vocabulary id 5
+  };
+  const DecodeReport r = check_decode_double(decode_check(2, 4), tspw64_factory({}, tamper));
+  ASSERT_NO_FATAL_FAILURE(expect_logits_failures_at_step_2_sequence_1_rank_1_id_5(r));
+  EXPECT_TRUE(r.find("cache K").empty()) << "the cache is not what was tampered with";
+}
+
+// In double a free run that leaves the reference's tokens is a failure, never a near-tie.
+TEST(DecodeCheckDoubleFault, EveryRankPickingAnotherTokenFailsTheFreeRun) {
+  const BasicTspw<double>::Tampering tamper = [](int, int step, std::vector<double>& logits) {
+    if (step != 3) return;
+    const auto top = std::max_element(logits.begin(), logits.begin() + 96);
+    const double best = *top;
+    *top = -1e9;
+    const auto second = std::max_element(logits.begin(), logits.begin() + 96);
+    *top = best;
+    *second = best + 1e-12 * std::abs(best);  // a tie in any float sense
+  };
+  const DecodeReport r = check_decode_double(decode_check(2, 0, 8), tspw64_factory({}, tamper));
+  const auto tokens = r.find("tokens");
+  ASSERT_EQ(tokens.size(), 1u) << printed(r);
+  EXPECT_EQ(tokens[0]->where(), "step 3 sequence 0 rank 0");
+  EXPECT_THAT(tokens[0]->detail, HasSubstr("in double a schedule picks the reference's tokens"));
+  EXPECT_TRUE(r.near_ties.empty());
+}
+
+TEST(DecodeCheckDouble, BadInputIsAnErrorNamingTheValue) {
+  DecodeCheck c = decode_check(2, 2);
+  c.rtol64 = 0;
+  EXPECT_THAT([&] { check_decode_double(c, tspw64_factory()); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("rtol64=0")));
+  c = decode_check(2, 2);
+  c.prompts[1].clear();
+  EXPECT_THAT([&] { check_decode_double(c, tspw64_factory()); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("sequence 1 is empty")));
+}
+
 TEST(DecodeCheckFault, LogitsMovedOnOneRankAtOneStepFailNamingStepSequenceAndRank) {
   const Tamper tamper = [](int rank, int step, std::vector<float>& logits) {
     if (rank == 1 && step == 2) logits[96 + 5] += 1e-2f;  // sequence 1, vocabulary id 5
   };
   const DecodeReport r = check_decode(decode_check(3, 4), reference_factory(tamper));
-  ASSERT_FALSE(r.ok());
-  const auto logits = r.find("logits");
-  ASSERT_EQ(logits.size(), 2u) << printed(r);  // the rule and the bitwise comparison
-  for (const DecodeFailure* f : logits) {
-    EXPECT_EQ(f->where(), "step 2 sequence 1 rank 1");
-    EXPECT_THAT(f->detail, HasSubstr("vocabulary id 5"));
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_logits_failures_at_step_2_sequence_1_rank_1_id_5(r));
   EXPECT_THAT(printed(r), AllOf(HasSubstr("FAIL logits step 2 sequence 1 rank 1: parallel err"),
                                 HasSubstr("differs from rank 0's at vocabulary id 5")));
   EXPECT_TRUE(r.find("cache K").empty()) << "the cache is not what was tampered with";
@@ -216,15 +336,7 @@ TEST(DecodeCheck, NearTieIsTwoBoundsOfTheOracleBetweenTheTwoPicks) {
 TEST(DecodeCheckFault, TspwRopeAtLocalPositionsFailsTheCacheNamingLayerSequencePositionRank) {
   const DecodeReport r =
       check_decode(decode_check(4, 3), tspw_factory(tsp::TspwFault::rope_local_positions));
-  ASSERT_FALSE(r.ok());
-  const auto keys = r.find("cache K");
-  ASSERT_FALSE(keys.empty()) << printed(r);
-  for (const DecodeFailure* f : keys) {
-    EXPECT_GE(f->layer, 0);
-    EXPECT_GE(f->sequence, 0);
-    EXPECT_GE(f->position, 0);
-    EXPECT_GE(f->rank, 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_cache_k_failures_named(r));
   EXPECT_FALSE(r.find("logits").empty());
   std::cout << printed(r);
 }

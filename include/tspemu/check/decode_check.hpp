@@ -85,45 +85,55 @@ struct DecodeCheck {
   bool check_cache = true;     // read and judge every rank's KV cache after the last step
   std::int64_t max_context{};  // given to the schedule; 0: longest prompt + every step run
   std::uint64_t seed = 1;
-  double k = 3.0;  // the rule's factor
+  double k = 3.0;         // the rule's factor
+  double rtol64 = 1e-13;  // check_decode_double's bound, relative to max |oracle| (derived there)
   std::chrono::milliseconds watchdog_timeout{3'000};
 };
 
-// A user's decode schedule on one rank. prefill and decode_step are called with the same
-// arguments on every rank and return logits [B, V] (row b: the next-token logits of sequence b).
-class RankDecoder {
+// A user's decode schedule on one rank, in scalar T (float: check_decode; double:
+// check_decode_double). prefill and decode_step are called with the same arguments on every rank
+// and return logits [B, V] (row b: the next-token logits of sequence b).
+template <class T>
+class BasicRankDecoder {
  public:
-  virtual ~RankDecoder() = default;
-  virtual std::vector<float> prefill(const Prompts& prompts) = 0;
-  virtual std::vector<float> decode_step(std::span<const std::int32_t> tokens) = 0;
+  virtual ~BasicRankDecoder() = default;
+  virtual std::vector<T> prefill(const Prompts& prompts) = 0;
+  virtual std::vector<T> decode_step(std::span<const std::int32_t> tokens) = 0;
   // Whether this rank holds position pos of sequence seq in layer `layer`; if so, copies its
   // post-RoPE K and its V ([NKV, hs] each) into k and v. The default reads kv_cache() and throws
   // std::logic_error when the schedule offers neither (set DecodeCheck::check_cache = false).
-  virtual bool cache_entry(int layer, int seq, std::int64_t pos, std::span<float> k,
-                           std::span<float> v) const;
+  virtual bool cache_entry(int layer, int seq, std::int64_t pos, std::span<T> k,
+                           std::span<T> v) const;
   // A schedule that keeps its cache in a tsp::RankKvCache returns it here.
-  virtual const tsp::RankKvCache<float>* kv_cache() const { return nullptr; }
+  virtual const tsp::RankKvCache<T>* kv_cache() const { return nullptr; }
 };
+using RankDecoder = BasicRankDecoder<float>;
+using RankDecoder64 = BasicRankDecoder<double>;
+extern template class BasicRankDecoder<float>;
+extern template class BasicRankDecoder<double>;
 
 // One layer's weights on one rank cut Megatron-style (TP; TSP-W; a Helix FFN), from DecodeRank::
 // tp_layer: wq, wk, wv head_sharded (column-parallel: this rank's NH/D query and NKV/D KV heads),
 // wo head_sharded along its columns (row-parallel), w_gate, w_up column_parallel (F/D rows),
 // w_down row_parallel (F/D columns), the norms replicated.
-struct TpLayer {
-  Buffer<float> input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down;
+template <class T>
+struct BasicTpLayer {
+  Buffer<T> input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down;
 };
+using TpLayer = BasicTpLayer<float>;
 
-// What the factory sees on its rank.
-class DecodeRank {
+// What the factory sees on its rank (the master weights in the schedule's scalar T).
+template <class T>
+class BasicDecodeRank {
  public:
-  DecodeRank(Rank& rank, const ref::ModelWeights<float>& master, int batch,
-             std::int64_t max_context)
+  BasicDecodeRank(Rank& rank, const ref::ModelWeights<T>& master, int batch,
+                  std::int64_t max_context)
       : rank_(rank), master_(master), batch_(batch), max_context_(max_context) {}
   Rank& rank() { return rank_; }
   Comm& comm() { return rank_.comm(); }
   Arena& arena() { return rank_.arena(); }
   const ref::ModelConfig& config() const { return master_.config; }
-  const ref::ModelWeights<float>& master() const { return master_; }
+  const ref::ModelWeights<T>& master() const { return master_; }
   int batch() const { return batch_; }
   std::int64_t max_context() const { return max_context_; }  // positions per sequence, at most
 
@@ -132,19 +142,24 @@ class DecodeRank {
   TensorShape shape(std::string_view name) const;
   // This rank's shard of a master tensor of layer `layer` (-1: the model's), cut by `map`, in its
   // arena (Category::weights).
-  Buffer<float> weight(int layer, std::string_view name, const ShardMap& map);
+  Buffer<T> weight(int layer, std::string_view name, const ShardMap& map);
   // Rank id()'s Megatron shard of layer `layer` over the rank()'s size D (TpLayer); D must divide
   // NH, NKV and F (else std::invalid_argument from ShardMap::resolve naming the tensor).
-  TpLayer tp_layer(int layer);
+  BasicTpLayer<T> tp_layer(int layer);
 
  private:
   Rank& rank_;
-  const ref::ModelWeights<float>& master_;
+  const ref::ModelWeights<T>& master_;
   int batch_;
   std::int64_t max_context_;
 };
+using DecodeRank = BasicDecodeRank<float>;
+using DecodeRank64 = BasicDecodeRank<double>;
+extern template class BasicDecodeRank<float>;
+extern template class BasicDecodeRank<double>;
 
 using DecoderFactory = std::function<std::unique_ptr<RankDecoder>(DecodeRank&)>;
+using DecoderFactory64 = std::function<std::unique_ptr<RankDecoder64>(DecodeRank64&)>;
 
 struct DecodeFailure {
   std::string tensor;  // "logits", "cache K", "cache V", "tokens", "schedule"
@@ -171,6 +186,20 @@ struct DecodeReport {
 };
 
 DecodeReport check_decode(const DecodeCheck& check, const DecoderFactory& factory);
+
+// The double entry point: the same runs with the schedule in double on the float weights widened
+// (as check_decode's oracle), checked as the decoder tests check theirs. The fp64 oracle is then
+// the reference itself, so the rule's reference error is 0 and the bound is rtol64 (below):
+//   - every (step, sequence, rank) logits row and every cache tensor (layer, K or V):
+//       max |parallel - oracle| <= rtol64 · max |oracle|        (ref::check_close64)
+//     a schedule only reorders double sums, ~1e-14 relative per GEMM chain, so 1e-13 holds at
+//     the test models' sizes (tests/reference/decode_test.cpp's kCachedRtol derives it); a bug
+//     (a wrong position, shard or owner) moves values by O(1) of their magnitude;
+//   - every rank's logits bitwise rank 0's, and replicas of a cache position bitwise equal;
+//   - the free run's tokens equal the reference's exactly: in double a divergence is a failure,
+//     never a near-tie.
+// Requirements, guarantees and failures as check_decode's.
+DecodeReport check_decode_double(const DecodeCheck& check, const DecoderFactory64& factory);
 
 // Whether greedy picks t_parallel and t_reference, where they differ, are within rounding of a
 // tie: |oracle[t_parallel] - oracle[t_reference]| <= 2 · (k · err(reference row) + tiny) (the

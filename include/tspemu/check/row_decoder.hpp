@@ -16,6 +16,18 @@
 //                       vocab-parallel: this rank's V/D rows (copied at the first call), the B·V/D
 //                       logits all-gathered in rank order -> [B, V], bitwise identical on every
 //                       rank (the kit requires it). Collective: every rank calls it; D | V.
+//   And the middle pieces a flash-decoding schedule over a sequence-sharded cache shares (TSP-W,
+//   a DCP, Helix's KVP group over the whole world):
+//     attend_local(layer, rows, q, out, lse)   each row's query [NH, hs] over this rank's keys of
+//                       its sequence in cache(), masked by global position: out [rows, NH, hs],
+//                       lse [rows, NH]; no key here: out 0, lse -inf (an empty partial);
+//     merge_at_head_owners(rows, out, lse, att) one all_to_all sends head block p (NH/D heads) of
+//                       every rank's partials to rank p, which merges the D of them by log-sum-exp
+//                       in rank order 0..D-1 (ref::merge_attention_partials; an empty partial
+//                       changes nothing) into att [rows, NH/D·hs]. Collective; D | NH;
+//     add_all_reduced(part, x)  x [rows, C] += all_reduce(part): a row-parallel GEMM's partials;
+//     tp_mlp(w, rows, x)  the MLP as Megatron TP with this rank's TpLayer shard: x += all_reduce(
+//                       (silu(n·w_gateᵀ) ⊙ n·w_upᵀ)·w_downᵀ), n = rmsnorm(x) by w.post_norm.
 // Requirements: constructed inside the check's run on the rank of `dr` (it holds arena memory);
 //   prefill before decode_step; one token per sequence in [0, V) per decode step.
 // Guarantees: bad input (decode before prefill, a token count that is not B, a token outside
@@ -23,7 +35,9 @@
 //   the rank, sequence, position and value before step() runs; lengths advance only after step()
 //   returns.
 // Cost: O(rows) per step besides step(); the cache reservation of rank_kv_cache.hpp; logits():
-//   B GEMV rows of [V/D, C] and one all_gather of B·V/D floats per rank.
+//   B GEMV rows of [V/D, C] and one all_gather of B·V/D floats per rank; merge_at_head_owners: one
+//   all_to_all of rows·(NH·hs + NH) floats per rank; tp_mlp: 3 GEMMs of [rows, C] × [F/D, C] and
+//   one all_reduce of rows·C floats.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +73,12 @@ class RowDecoder : public RankDecoder {
   int batch() const { return static_cast<int>(length_.size()); }
   void embed(std::span<const DecodeRow> rows, float* x);
   std::vector<float> logits(std::span<const DecodeRow> rows, const float* x);
+  void attend_local(int layer, std::span<const DecodeRow> rows, const float* q, float* out,
+                    float* lse);
+  void merge_at_head_owners(std::span<const DecodeRow> rows, const float* out, const float* lse,
+                            float* att);
+  void add_all_reduced(std::span<float> part, float* x);
+  void tp_mlp(const TpLayer& w, std::span<const DecodeRow> rows, float* x);
   DecodeRank& dr_;
 
  private:

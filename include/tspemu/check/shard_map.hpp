@@ -67,6 +67,7 @@ ShardMap rectangles(std::vector<Rect> rects);
 
 // Copies the shard `rects` of `master` ([t.rows, t.cols], row-major) into `shard`, or back.
 void cut(const float* master, const TensorShape& t, const std::vector<Rect>& rects, float* shard);
+void cut(const double* master, const TensorShape& t, const std::vector<Rect>& rects, double* shard);
 void paste(const float* shard, const TensorShape& t, const std::vector<Rect>& rects, float* master);
 
 }  // namespace tspemu::check
