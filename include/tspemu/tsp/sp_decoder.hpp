@@ -25,29 +25,31 @@
 //     work); per layer its K/V block goes round the ring in Σ-1 hops overlapped with the
 //     attention of the block in hand, partials merged by log-sum-exp locally. Traffic per layer:
 //     Σ-1 sends of the blocks of ranks p, p-1, .. (2·NKV·hs·(N - N_{p+1}) elements in all) and
-//     Σ-1 receives (2·NKV·hs·(N - N_p)): K/V, not Q — the better choice when g = NH/NKV is
-//     small relative to the share of new tokens (INFERENCE-NOTES.md §1.2).
+//     Σ-1 receives (2·NKV·hs·(N - N_p)): K/V, not Q — by Meta's rule (INFERENCE-NOTES.md §1.2)
+//     a full prefill moves fewer bytes passing K/V once g = NH/NKV >= 2; with MHA pass-Q wins.
 //   - ulysses (DeepSpeed-Ulysses; the training core ulysses_attention.hpp's exchange): each rank
 //     computes its own tokens; per layer all-to-all of Q, K, V sequence→heads (rank p then holds
 //     NH/Σ heads of every token), full causal attention per sequence on those heads, output
 //     heads→sequence. Each rank's tokens are padded to M = Σ_b ceil(P_b/Σ) slots (blocks layouts
 //     give ranks unequal counts). Traffic per layer: 4 all-to-alls, (Σ-1)/Σ·M·(2·NH + 2·NKV)·hs
-//     elements each way. Needs Σ | NH and Σ | NKV: other shapes are refused by validate_sp.
+//     elements each way. Needs Σ | NH and Σ | NKV: other shapes are refused by
+//     validate_sp_prefill, naming Σ, NH and NKV.
 //   ring and ulysses then all-reduce the B last rows [B, C] once (one rank holds each) so every
 //   rank computes the logits. The closed forms: plan/decode_cost.hpp's sp_prefill_stage_traffic,
 //   equal to last_traffic() after prefill on every rank (the float decoder's; the LSE travels
 //   in T). Where the prefill variants' sums differ (merge order, attention block split), the
 //   cache and logits differ by rounding only: tested under the same bounds as pass-Q.
-// Requirements: validate_sp_prefill(shape, prefill) (SP's own rules: a valid model, D >= 1, batch
-// >= 1,
-//   max_context > 0, interleave >= 1; none of TSP-W's D | NH, NKV, F, V; Ulysses prefill: D | NH
-//   and D | NKV), a world of D ranks,
-//   the master weights shaped as ModelWeights::zeros(model), the same calls on every rank,
-//   prefill before decode_step, inside one World::run.
+// Requirements: validate_sp_prefill(shape, prefill) (SP's own rules: a valid model, D >= 1,
+//   batch >= 1, max_context > 0, interleave >= 1; none of TSP-W's D | NH, NKV, F, V; Ulysses
+//   prefill: D | NH and D | NKV), a world of D ranks, the master weights shaped as
+//   ModelWeights::zeros(model), the same calls on every rank, prefill before decode_step, inside
+//   one World::run.
 // Guarantees: as mesh_decoder.hpp (bad input named before anything is computed; logits bitwise
-//   equal on every rank); last_traffic() has only the lse_gather and output_reduce stages, equal
-//   to plan/decode_cost.hpp's decode_stage_traffic(sp(Σ)) per decode step (the LSE travels in T:
-//   the planner's fp32 LSE is the float decoder's); kv_cache_bytes() =
+//   equal on every rank); after a decode step last_traffic() has only the lse_gather and
+//   output_reduce stages, equal to plan/decode_cost.hpp's decode_stage_traffic(sp(Σ)) (the LSE
+//   travels in T: the planner's fp32 LSE is the float decoder's); after a prefill, the stages of
+//   sp_prefill_stage_traffic (kv_ring or heads_exchange and last_rows for ring and Ulysses);
+//   kv_cache_bytes() =
 //   round_up(2·L·NKV·hs·sizeof(T)·Σ_b count(r, b, max_context), 64).
 // Cost per decode step (B tokens), per rank: all weights P read once per sequence, the K/V of
 //   its ~S/Σ positions; comm per layer: all_gather of B·NH LSE values ((Σ-1)·B·NH received) and
