@@ -12,6 +12,7 @@
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/helix_decoder.hpp"
 #include "tspemu/tsp/kv_ownership.hpp"
+#include "tspemu/tsp/megatron_sp_decoder.hpp"
 #include "tspemu/tsp/mesh_decoder.hpp"
 #include "tspemu/tsp/sp_decoder.hpp"
 #include "tspemu/tsp/tp_decoder.hpp"
@@ -322,7 +323,70 @@ DecodeStrategy helix_strategy() {
   };
 }
 
+DecodeStrategy megatron_sp_strategy() {
+  return DecodeStrategy{
+      .name = "megatron-sp",
+      .description =
+          "Megatron TP with sequence parallelism on T = --ranks: TP's weights and KV cache, the "
+          "residual stream sharded over each step's token rows (padded to a multiple of T), "
+          "all-gather before and reduce-scatter after each TP block "
+          "(tsp/megatron_sp_decoder.hpp)",
+      .why_invalid = [](const GenerateShape& s) { return refusal(tsp::validate_megatron_sp, s); },
+      .make = [](Rank& rank, const GenerateShape& s,
+                 const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::MegatronSpDecoder>>(rank, decode_shape(s), w);
+      },
+      .kv_cache_bytes = [](const GenerateShape& s, std::span<const std::int64_t>, int,
+                           int) { return tp_kv_bytes(s); },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·B·max_context, 64): TP's cache, the planner's "
+          "bytes per token (max(NKV/T, 1) KV heads) over every reserved position",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::megatron_sp(s.ranks),
+                                       new_tokens, rank);
+          },
+  };
+}
+
 // ---- SP / context parallel and the TP+SP mesh (tsp/sp_decoder.hpp, tsp/mesh_decoder.hpp) -----
+
+// SP with a ring pass-KV or Ulysses prefill (tsp/sp_decoder.hpp's SpPrefill), pass-Q decode.
+DecodeStrategy sp_prefill_strategy(tsp::SpPrefill prefill) {
+  const bool ring = prefill == tsp::SpPrefill::ring;
+  return DecodeStrategy{
+      .name = ring ? "sp-ring" : "sp-ulysses",
+      .description =
+          ring ? "SP as `sp`, the prompts prefilled by ring attention (pass-KV): each rank "
+                 "computes its own prompt tokens, K/V blocks go round the ring "
+                 "(tsp/sp_decoder.hpp)"
+               : "SP as `sp`, the prompts prefilled by Ulysses: each rank computes its own prompt "
+                 "tokens, all-to-all sequence<->heads around the attention; needs --ranks to "
+                 "divide the heads and KV heads (tsp/sp_decoder.hpp)",
+      .why_invalid =
+          [prefill](const GenerateShape& s) {
+            return refusal(
+                [prefill](const tsp::DecodeShape& d) { tsp::validate_sp_prefill(d, prefill); }, s);
+          },
+      .make = [prefill](Rank& rank, const GenerateShape& s,
+                        const ref::ModelWeights<float>& w) -> std::unique_ptr<DecodeSession> {
+        return std::make_unique<DecoderSession<tsp::SpDecoder>>(rank, decode_shape(s), w, prefill);
+      },
+      .kv_cache_bytes =
+          [](const GenerateShape& s, std::span<const std::int64_t> prompt_lengths, int, int rank) {
+            return sharded_kv_bytes(s, prompt_lengths, s.ranks, rank,
+                                    tsp::cost::DecodeStrategy::sp(s.ranks));
+          },
+      .kv_formula =
+          "round_up(L·kv_bytes_per_token_layer·Σ_b count(r, b, max_context), 64) over Σ = "
+          "--ranks: the planner's bytes per token (all NKV heads) over the rank's reserved "
+          "positions, the prefill leaving each rank its own prompt tokens' K/V",
+      .decode_traffic =
+          [](const GenerateShape& s, std::span<const std::int64_t>, int new_tokens, int rank) {
+            return mesh_decode_traffic(s, tsp::cost::DecodeStrategy::sp(s.ranks), new_tokens, rank);
+          },
+  };
+}
 
 DecodeStrategy sp_strategy() {
   return DecodeStrategy{
@@ -413,8 +477,16 @@ DecodeStrategy tp_sp_strategy() {
 }
 
 std::vector<DecodeStrategy> make_table() {
-  return {reference_strategy(), tspw_strategy(), tspm_strategy(), tp_strategy(),
-          helix_strategy(),     sp_strategy(),   tp_sp_strategy()};
+  return {reference_strategy(),
+          tspw_strategy(),
+          tspm_strategy(),
+          tp_strategy(),
+          megatron_sp_strategy(),
+          helix_strategy(),
+          sp_strategy(),
+          sp_prefill_strategy(tsp::SpPrefill::ring),
+          sp_prefill_strategy(tsp::SpPrefill::ulysses),
+          tp_sp_strategy()};
 }
 
 }  // namespace

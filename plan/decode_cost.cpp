@@ -50,6 +50,7 @@ i64 ceil_div(i64 a, i64 b) {
 i64 vocab_rows(const ModelShape& m, const DecodeStrategy& st) {
   switch (st.scheme) {
     case DecodeScheme::tp:
+    case DecodeScheme::megatron_sp:
     case DecodeScheme::tp_sp:
       return ceil_div(m.vocab, st.T);
     case DecodeScheme::sp:
@@ -68,6 +69,7 @@ i64 layer_params_per_rank(const ModelShape& m, const DecodeStrategy& st) {
   const i64 wq = h * m.q_dim(), wo = m.q_dim() * h;
   switch (st.scheme) {
     case DecodeScheme::tp:
+    case DecodeScheme::megatron_sp:
     case DecodeScheme::tp_sp:
       return (wq + wo) / st.T + 2 * h * d * kv_heads_at(m, st.T) + m.mlp_params() / st.T + norms;
     case DecodeScheme::sp:
@@ -122,6 +124,24 @@ void vocab_parallel(Builder& b, int n, Group axis, u64 B, const ModelShape& m, i
   b.add("LM head logits all-gather", K::all_gather, n, axis, 1, U(n) * B * U(rows), beta, false);
 }
 
+// Megatron-SP over T ranks for a step of `tokens` new token rows of B sequences: the rows padded
+// to Np = ceil(tokens / T)·T; embedding reduce-scatter, per layer an all-gather before each of
+// the two column-parallel blocks and a reduce-scatter after each row-parallel one, and before the
+// LM head an all-gather of the rows then TP's logits all-gather of [B, V/T].
+void megatron_sp_collectives(Builder& b, int T, u64 tokens, u64 B, const ModelShape& m, i64 rows,
+                             u64 beta) {
+  if (T <= 1) return;
+  const u64 h = U(m.hidden), Np = U(ceil_div(static_cast<i64>(tokens), T)) * U(T);
+  b.add("QKV input all-gather", K::all_gather, T, Group::tp, 1, Np * h, beta);
+  b.add("W_O reduce-scatter", K::reduce_scatter, T, Group::tp, 1, Np * h, beta);
+  b.add("MLP input all-gather", K::all_gather, T, Group::tp, 1, Np * h, beta);
+  b.add("MLP down reduce-scatter", K::reduce_scatter, T, Group::tp, 1, Np * h, beta);
+  b.add("embedding reduce-scatter", K::reduce_scatter, T, Group::tp, 1, Np * h, beta, false);
+  b.add("LM head input all-gather", K::all_gather, T, Group::tp, 1, Np * h, beta, false);
+  b.add("LM head logits all-gather", K::all_gather, T, Group::tp, 1, U(T) * B * U(rows), beta,
+        false);
+}
+
 std::vector<DecodeCollective> decode_collectives(const ModelShape& m, const DecodeStrategy& st,
                                                  u64 B, u64 beta) {
   std::vector<DecodeCollective> v;
@@ -135,6 +155,9 @@ std::vector<DecodeCollective> decode_collectives(const ModelShape& m, const Deco
         b.add("MLP down all-reduce", K::all_reduce, st.T, Group::tp, 1, B * h, beta);
       }
       vocab_parallel(b, st.T, Group::tp, B, m, rows, beta);
+      break;
+    case DecodeScheme::megatron_sp:
+      megatron_sp_collectives(b, st.T, B, B, m, rows, beta);
       break;
     case DecodeScheme::sp:
     case DecodeScheme::tp_sp: {
@@ -206,6 +229,8 @@ const char* decode_scheme_name(DecodeScheme s) {
   switch (s) {
     case DecodeScheme::tp:
       return "TP";
+    case DecodeScheme::megatron_sp:
+      return "Megatron-SP";
     case DecodeScheme::sp:
       return "SP";
     case DecodeScheme::tp_sp:
@@ -223,6 +248,7 @@ const char* decode_scheme_name(DecodeScheme s) {
 int DecodeStrategy::token_shards() const {
   switch (scheme) {
     case DecodeScheme::tp:
+    case DecodeScheme::megatron_sp:
       return 1;
     case DecodeScheme::sp:
     case DecodeScheme::tp_sp:
@@ -236,8 +262,8 @@ int DecodeStrategy::token_shards() const {
 }
 
 int DecodeStrategy::head_shards() const {
-  return scheme == DecodeScheme::tp || scheme == DecodeScheme::tp_sp ||
-                 scheme == DecodeScheme::helix
+  return scheme == DecodeScheme::tp || scheme == DecodeScheme::megatron_sp ||
+                 scheme == DecodeScheme::tp_sp || scheme == DecodeScheme::helix
              ? T
              : 1;
 }
@@ -246,6 +272,7 @@ std::string DecodeStrategy::name() const {
   std::string s = decode_scheme_name(scheme);
   switch (scheme) {
     case DecodeScheme::tp:
+    case DecodeScheme::megatron_sp:
       return s + " T=" + std::to_string(T);
     case DecodeScheme::sp:
       return s + " Σ=" + std::to_string(Sp);
@@ -278,6 +305,7 @@ void check_decode_shape(const ModelShape& m, const DecodeStrategy& st) {
     refuse(st, "the model's shape is invalid (hidden, heads, kv heads, ffn, layers)");
   switch (st.scheme) {
     case DecodeScheme::tp:
+    case DecodeScheme::megatron_sp:
     case DecodeScheme::tp_sp:
       check_head_degree(m, st, st.T, "T");
       break;
@@ -378,6 +406,8 @@ double prefill_elements(const ModelShape& m, const DecodeStrategy& st) {
   switch (st.scheme) {
     case DecodeScheme::tp:
       return paper_forward_elements(m, Strategy::tp(st.T));
+    case DecodeScheme::megatron_sp:
+      return paper_forward_elements(m, Strategy::megatron_sp(st.T));
     case DecodeScheme::sp:
       return paper_forward_elements(m, Strategy::sp(st.Sp));
     case DecodeScheme::tp_sp:
@@ -466,27 +496,23 @@ TrafficCounters decode_step_traffic(const ModelShape& m, const DecodeStrategy& s
 // ---- Per-stage counts of the mesh schedules
 // -------------------------------------------------------
 
-std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
-                                                     std::int64_t B, std::uint64_t beta, int rank) {
-  if (st.tsp())
-    refuse(st,
-           "use tspw_decode_step_traffic or tspm_decode_stage_traffic (TSP: the token owners "
-           "decide the counts)");
-  if (B < 1) refuse(st, "B=" + std::to_string(B) + " must be >= 1");
-  if (rank < 0 || rank >= st.ranks())
-    refuse(st,
-           "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(st.ranks()) + ")");
-  const DecodeCost c = decode_cost(m, st, std::vector<i64>(static_cast<std::size_t>(B), 1), beta);
+namespace {
+
+// The runtime's counts of `comm` (decode_cost's collectives) on `rank`, one stage per entry that
+// makes calls of its own (a packed entry adds its bytes to the stage before it).
+std::vector<DecodeStageTraffic> stages_of(const std::vector<DecodeCollective>& comm, u64 layers,
+                                          const DecodeStrategy& st, int rank) {
   const int col = rank % st.T, row = rank / st.T;
   std::vector<DecodeStageTraffic> stages;
-  for (const DecodeCollective& e : c.comm) {
+  for (const DecodeCollective& e : comm) {
     const int idx = e.axis == Group::tp ? col : e.axis == Group::sp ? row : rank;
-    const u64 n = U(e.group), times = e.per_layer ? c.layers : 1;
+    const u64 n = U(e.group), times = e.per_layer ? layers : 1;
     u64 sent = 0, received = 0;
     if (e.kind == K::all_reduce) {
       sent = received = all_reduce_bytes(e.payload / e.element_bytes, e.group, idx,
                                          static_cast<double>(e.element_bytes));
-    } else {  // all_gather (payload: the output), all_to_all (payload: one rank's input)
+    } else {  // all_gather (payload: the output), all_to_all (payload: one rank's input),
+              // reduce_scatter (payload: one rank's input)
       sent = received = (n - 1) * (e.payload / n);
     }
     if (e.packed && !stages.empty()) {  // rides in the previous call: its bytes, no call
@@ -499,6 +525,130 @@ std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const 
     s.traffic.add(e.kind, times * e.calls, sent, received);
     stages.push_back(std::move(s));
   }
+  return stages;
+}
+
+void check_rank(const DecodeStrategy& st, int rank) {
+  if (rank < 0 || rank >= st.ranks())
+    refuse(st,
+           "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(st.ranks()) + ")");
+}
+
+// `calls` calls of kind k moving `sent` and `received` bytes in all (calls of unequal sizes).
+void add_total(TrafficCounters& t, K k, u64 calls, u64 sent, u64 received) {
+  TrafficCounters::Entry& e = t[k];
+  e.calls += calls;
+  e.bytes_sent += sent;
+  e.bytes_received += received;
+}
+
+u64 prompt_tokens(const DecodeStrategy& st, const std::vector<i64>& lengths) {
+  if (lengths.empty()) refuse(st, "a batch of at least one prompt is needed");
+  u64 n = 0;
+  for (i64 p : lengths) {
+    if (p < 1) refuse(st, "a prompt length P_b=" + std::to_string(p) + " must be >= 1");
+    n += U(p);
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
+                                                     std::int64_t B, std::uint64_t beta, int rank) {
+  if (st.tsp())
+    refuse(st,
+           "use tspw_decode_step_traffic or tspm_decode_stage_traffic (TSP: the token owners "
+           "decide the counts)");
+  if (B < 1) refuse(st, "B=" + std::to_string(B) + " must be >= 1");
+  check_rank(st, rank);
+  const DecodeCost c = decode_cost(m, st, std::vector<i64>(static_cast<std::size_t>(B), 1), beta);
+  return stages_of(c.comm, c.layers, st, rank);
+}
+
+// ---- Prefill runtime counting ------------------------------------------------------------------
+
+std::vector<DecodeStageTraffic> megatron_sp_prefill_stage_traffic(
+    const ModelShape& m, int T, const std::vector<std::int64_t>& lengths, std::uint64_t beta,
+    int rank) {
+  const DecodeStrategy st = DecodeStrategy::megatron_sp(T);
+  check_decode_shape(m, st);
+  check_rank(st, rank);
+  const u64 tokens = prompt_tokens(st, lengths);
+  std::vector<DecodeCollective> comm;
+  Builder b{comm};
+  megatron_sp_collectives(b, T, tokens, U(static_cast<i64>(lengths.size())), m, vocab_rows(m, st),
+                          beta);
+  return stages_of(comm, U(m.layers), st, rank);
+}
+
+const char* sp_prefill_name(SpPrefill p) {
+  switch (p) {
+    case SpPrefill::pass_q:
+      return "pass-Q";
+    case SpPrefill::ring:
+      return "ring pass-KV";
+    case SpPrefill::ulysses:
+      return "Ulysses";
+  }
+  return "?";
+}
+
+std::vector<DecodeStageTraffic> sp_prefill_stage_traffic(
+    const ModelShape& m, int Sp, SpPrefill kind, const std::vector<std::int64_t>& lengths,
+    const std::vector<std::int64_t>& tokens_per_rank, std::uint64_t beta, int rank) {
+  const DecodeStrategy st = DecodeStrategy::sp(Sp);
+  check_decode_shape(m, st);
+  check_rank(st, rank);
+  const u64 N = prompt_tokens(st, lengths), B = U(static_cast<i64>(lengths.size()));
+  const u64 L = U(m.layers), h = U(m.hidden), hs = U(m.head_size()), n = U(Sp);
+  if (kind == SpPrefill::ulysses && (m.n_heads % Sp != 0 || m.n_kv_heads % Sp != 0))
+    refuse(st, "Ulysses prefill: Σ=" + std::to_string(Sp) + " must divide n_heads=" +
+                   std::to_string(m.n_heads) + " and n_kv_heads=" + std::to_string(m.n_kv_heads));
+  if (kind == SpPrefill::ring) {
+    if (tokens_per_rank.size() != n)
+      refuse(st, "ring prefill: " + std::to_string(tokens_per_rank.size()) +
+                     " token counts for Σ=" + std::to_string(Sp) + " ranks");
+    u64 sum = 0;
+    for (i64 t : tokens_per_rank) sum += t < 0 ? N + 1 : U(t);
+    if (sum != N) refuse(st, "ring prefill: the ranks' token counts do not sum to the prompts'");
+  }
+  std::vector<DecodeStageTraffic> stages;
+  if (Sp == 1) return stages;
+  auto stage = [&stages](const char* what, K kind_) -> TrafficCounters& {
+    stages.push_back({what, kind_, {}});
+    return stages.back().traffic;
+  };
+  switch (kind) {
+    case SpPrefill::pass_q: {
+      const u64 lse = (n - 1) * N * U(m.n_heads) * kLseBytes;
+      stage("LSE all-gather", K::all_gather).add(K::all_gather, L, lse, lse);
+      const u64 ar = all_reduce_bytes(N * h, Sp, rank, static_cast<double>(beta));
+      stage("attention output all-reduce", K::all_reduce).add(K::all_reduce, L, ar, ar);
+      return stages;
+    }
+    case SpPrefill::ring: {
+      const u64 block = 2 * U(m.kv_dim()) * beta;  // one token's K and V, all KV heads
+      const auto at = [&](int p) { return U(tokens_per_rank[static_cast<std::size_t>(p)]); };
+      // Step j forwards the block of rank − j (every block but rank+1's, which arrives last) and
+      // receives that of rank − 1 − j (every block but its own); blocks differ in size.
+      TrafficCounters& t = stage("K/V ring", K::send);
+      add_total(t, K::send, L * (n - 1), L * block * (N - at((rank + 1) % Sp)), 0);
+      add_total(t, K::recv, L * (n - 1), 0, L * block * (N - at(rank)));
+      break;
+    }
+    case SpPrefill::ulysses: {
+      u64 M = 0;  // slots per rank: Σ_b ceil(P_b / Σ)
+      for (i64 p : lengths) M += U(ceil_div(p, Sp));
+      const u64 q = (n - 1) * M * (U(m.n_heads) / n) * hs * beta;
+      const u64 kv = (n - 1) * M * (U(m.n_kv_heads) / n) * hs * beta;
+      TrafficCounters& t = stage("sequence-heads all-to-all", K::all_to_all);
+      add_total(t, K::all_to_all, 4 * L, L * (2 * q + 2 * kv), L * (2 * q + 2 * kv));
+      break;
+    }
+  }
+  const u64 ar = all_reduce_bytes(B * h, Sp, rank, static_cast<double>(beta));
+  stage("last rows all-reduce", K::all_reduce).add(K::all_reduce, 1, ar, ar);
   return stages;
 }
 

@@ -89,7 +89,8 @@ fi
 
 echo "== runtime tests, the TSP, baseline and sequence-attention block tests, the whole models and the decoders under ThreadSanitizer"
 # Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/.
-# Every decoder (TSP-W, TSP-M, TP, Helix, SP, the TP+SP mesh) runs under it too, except the 256-step
+# Every decoder (TSP-W, TSP-M, TP, Megatron-SP, Helix, SP with its pass-Q, ring and Ulysses
+# prefills, the TP+SP mesh) runs under it too, except the 256-step
 # greedy runs (*Greedy): each of their steps is the same code, on the same ranks, sub-groups and
 # collectives, as the teacher-forced steps (*Float) and the prefill + decode steps of the decoder
 # and traffic tests, which do run here; under ThreadSanitizer TSP-W's long runs alone cost ~440 s
@@ -102,22 +103,22 @@ cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 ctest --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
 ctest --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
-  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|Tspm|Tp(Float|Decode|Traffic)|Helix|Sp(Float|Decode|Traffic)|Mesh(Float|Decode|Traffic)|KvOwnership|RankKvCache' \
-  -E '(Tspw|Tspm|Tp|Helix|Sp|Mesh)Greedy'
+  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|Tspm|Tp(Float|Decode|Traffic)|Helix|Sp(Float|Decode|Traffic)|Mesh(Float|Decode|Traffic)|KvOwnership|RankKvCache|MegatronSpDecode|SpPrefill' \
+  -E '(Tspw|Tspm|Tp|Helix|Sp|Mesh|MegatronSpDecode|SpPrefill)Greedy'
 unset TSAN_OPTIONS
 echo "ThreadSanitizer step: $((SECONDS - started)) s"
 
 echo "== whole suite under AddressSanitizer + UndefinedBehaviorSanitizer"
 started=$SECONDS
 build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF "${sanitizer_flags[@]}"
-# Every test, except that the decoders' 256-step greedy runs (30 of them) run at
+# Every test, except that the decoders' 256-step greedy runs (46 of them) run at
 # one shape per decoder: the most ranks, with KV heads duplicated where the schedule duplicates
-# them. The other shapes' runs are the same code over other layouts, which the teacher-forced tests
+# them (Megatron-SP shares TP's T8_NH8_NKV2; the SP ring and Ulysses prefills at Σ = 8 each). The other shapes' runs are the same code over other layouts, which the teacher-forced tests
 # run here at every shape; a greedy run adds the long context, which one shape per decoder reaches.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir build-asan --output-on-failure --timeout 900 -E 'Greedy\.DoubleRunOf256Steps'
 ctest --test-dir build-asan --output-on-failure --timeout 900 \
-  -R 'Greedy\.DoubleRunOf256Steps.*/(8|T8_NH8_NKV2|KVP2_TPA4_NKV2|T2xS4)( |$)'
+  -R 'Greedy\.DoubleRunOf256Steps.*/(8|T8_NH8_NKV2|KVP2_TPA4_NKV2|T2xS4|Ring_S8_NH8_NKV4|Ulysses_S8_NH16_NKV8)( |$)'
 unset ASAN_OPTIONS UBSAN_OPTIONS
 echo "AddressSanitizer step: $((SECONDS - started)) s"
 

@@ -130,15 +130,19 @@ VocabShard<T>::VocabShard(Arena& a, const ref::ModelWeights<T>& master, int n_, 
 }
 
 template <class T>
-void embed(Rank& rank, Comm& comm, const VocabShard<T>& v, const DecodeStep& st, int C,
-           Buffer<T>& x, TrafficCounters& traffic) {
+void embed_rows(const VocabShard<T>& v, const DecodeStep& st, int C, T* x) {
   const auto Cz = static_cast<std::size_t>(C);
   for (std::size_t i = 0; i < st.tokens.size(); ++i) {
     const int t = st.tokens[i];
     if (t / v.Vl == v.r)
-      std::copy_n(v.embed.data() + static_cast<std::size_t>(t - v.r * v.Vl) * Cz, Cz,
-                  x.data() + i * Cz);
+      std::copy_n(v.embed.data() + static_cast<std::size_t>(t - v.r * v.Vl) * Cz, Cz, x + i * Cz);
   }
+}
+
+template <class T>
+void embed(Rank& rank, Comm& comm, const VocabShard<T>& v, const DecodeStep& st, int C,
+           Buffer<T>& x, TrafficCounters& traffic) {
+  embed_rows(v, st, C, x.data());
   if (comm.size() > 1) measured(rank, traffic, [&] { all_reduce<T>(comm, x.span()); });
 }
 
@@ -185,30 +189,37 @@ MlpShard<T>::MlpShard(Arena& a, const ref::LayerWeights<T>& master, const ref::M
 }
 
 template <class T>
+void mlp_partial(Arena& a, const MlpShard<T>& w, const DecodeStep& st, const ref::ModelConfig& m,
+                 const T* xn, T* partial) {
+  const auto rows = static_cast<std::size_t>(st.rows()), C = static_cast<std::size_t>(m.hidden);
+  const std::size_t NF = rows * static_cast<std::size_t>(w.Fl);
+  auto gate = a.allocate<T>(NF, Category::workspace);
+  auto up = a.allocate<T>(NF, Category::workspace);
+  auto h = a.allocate<T>(NF, Category::workspace);
+  for (std::size_t b = 0; b < st.count.size(); ++b) {
+    const std::size_t o = st.offset[b];
+    const int n = st.count[b];
+    const std::size_t f = o * static_cast<std::size_t>(w.Fl);
+    ref::matmul_nt(gate.data() + f, xn + o * C, w.gate.data(), n, w.Fl, m.hidden);
+    ref::matmul_nt(up.data() + f, xn + o * C, w.up.data(), n, w.Fl, m.hidden);
+    ref::silu_mul_forward(h.data() + f, gate.data() + f, up.data() + f,
+                          static_cast<std::size_t>(n) * static_cast<std::size_t>(w.Fl));
+    ref::matmul_nt(partial + o * C, h.data() + f, w.down.data(), n, m.hidden, w.Fl);
+  }
+}
+
+template <class T>
 void mlp_block(Rank& rank, Comm& comm, const MlpShard<T>& w, const DecodeStep& st,
                const ref::ModelConfig& m, const Buffer<T>& mid, Buffer<T>& x,
                TrafficCounters& traffic) {
   Arena& a = rank.arena();
   const auto rows = static_cast<std::size_t>(st.rows()), C = static_cast<std::size_t>(m.hidden);
-  const std::size_t NF = rows * static_cast<std::size_t>(w.Fl);
   auto xn = a.allocate<T>(rows * C, Category::workspace);
   auto rstd = a.allocate<T>(rows, Category::workspace);
-  auto gate = a.allocate<T>(NF, Category::workspace);
-  auto up = a.allocate<T>(NF, Category::workspace);
-  auto h = a.allocate<T>(NF, Category::workspace);
   auto partial = a.allocate<T>(rows * C, Category::workspace);
   ref::rmsnorm_forward(xn.data(), rstd.data(), mid.data(), w.post_norm.data(), st.rows(), m.hidden,
                        m.norm_eps);
-  for (std::size_t b = 0; b < st.count.size(); ++b) {
-    const std::size_t o = st.offset[b];
-    const int n = st.count[b];
-    const std::size_t f = o * static_cast<std::size_t>(w.Fl);
-    ref::matmul_nt(gate.data() + f, xn.data() + o * C, w.gate.data(), n, w.Fl, m.hidden);
-    ref::matmul_nt(up.data() + f, xn.data() + o * C, w.up.data(), n, w.Fl, m.hidden);
-    ref::silu_mul_forward(h.data() + f, gate.data() + f, up.data() + f,
-                          static_cast<std::size_t>(n) * static_cast<std::size_t>(w.Fl));
-    ref::matmul_nt(partial.data() + o * C, h.data() + f, w.down.data(), n, m.hidden, w.Fl);
-  }
+  mlp_partial(a, w, st, m, xn.data(), partial.data());
   if (comm.size() > 1) measured(rank, traffic, [&] { all_reduce<T>(comm, partial.span()); });
   for (std::size_t i = 0; i < rows * C; ++i) x[i] = mid[i] + partial[i];
 }
@@ -246,11 +257,17 @@ template <class T>
 void project_qkv(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
                  const Buffer<T>& x, Buffer<T>& xn, Buffer<T>& rstd, Buffer<T>& q, Buffer<T>& k,
                  Buffer<T>& v) {
+  ref::rmsnorm_forward(xn.data(), rstd.data(), x.data(), w.input_norm.data(), st.rows(), m.hidden,
+                       m.norm_eps);
+  qkv_from_normed(w, m, st, xn, q, k, v);
+}
+
+template <class T>
+void qkv_from_normed(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
+                     const Buffer<T>& xn, Buffer<T>& q, Buffer<T>& k, Buffer<T>& v) {
   const auto C = static_cast<std::size_t>(m.hidden), hs = static_cast<std::size_t>(m.head_size());
   const std::size_t qd = static_cast<std::size_t>(w.NHl) * hs;
   const std::size_t kd = static_cast<std::size_t>(w.kv.count) * hs;
-  ref::rmsnorm_forward(xn.data(), rstd.data(), x.data(), w.input_norm.data(), st.rows(), m.hidden,
-                       m.norm_eps);
   for (std::size_t b = 0; b < st.count.size(); ++b) {
     const std::size_t o = st.offset[b];
     const int n = st.count[b];
@@ -313,6 +330,22 @@ void check_master(const std::string& who, const ref::ModelConfig& m,
   if (master.embed.size() != VC || master.head().size() != VC || master.final_norm.size() != C ||
       master.layers.size() != static_cast<std::size_t>(m.n_layers))
     throw std::invalid_argument(who + ": master weights do not match the model " + m.to_string());
+}
+
+template <class T>
+TpShards<T>::TpShards(const std::string& who, Arena& a, const ref::ModelWeights<T>& master,
+                      const ref::ModelConfig& m, int n, int r) {
+  check_master(who, m, master);
+  const auto C = static_cast<std::size_t>(m.hidden);
+  const std::size_t qdl =
+      static_cast<std::size_t>(m.n_heads / n) * static_cast<std::size_t>(m.head_size());
+  for (const auto& layer : master.layers) {
+    qkv.emplace_back(a, layer, m, n, r);
+    wo.push_back(cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
+                         static_cast<std::size_t>(r) * qdl, qdl));
+    mlp.emplace_back(a, layer, m, n, r);
+  }
+  vocab = std::make_unique<VocabShard<T>>(a, master, n, r);
 }
 
 template <class T>
@@ -416,6 +449,11 @@ void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig&
   template Buffer<T> cols_of(Arena&, const std::vector<T>&, std::size_t, std::size_t, std::size_t, \
                              std::size_t);                                                         \
   template struct VocabShard<T>;                                                                   \
+  template void embed_rows(const VocabShard<T>&, const DecodeStep&, int, T*);                      \
+  template void mlp_partial(Arena&, const MlpShard<T>&, const DecodeStep&,                         \
+                            const ref::ModelConfig&, const T*, T*);                                \
+  template void qkv_from_normed(const QkvShard<T>&, const ref::ModelConfig&, const DecodeStep&,    \
+                                const Buffer<T>&, Buffer<T>&, Buffer<T>&, Buffer<T>&);             \
   template void embed(Rank&, Comm&, const VocabShard<T>&, const DecodeStep&, int, Buffer<T>&,      \
                       TrafficCounters&);                                                           \
   template std::vector<T> lm_head(Rank&, Comm&, const VocabShard<T>&, const DecodeStep&,           \
@@ -433,6 +471,7 @@ void o_proj_all_reduce(Rank& rank, const DecodeStep& st, const ref::ModelConfig&
   template void check_master(const std::string&, const ref::ModelConfig&,                          \
                              const ref::ModelWeights<T>&);                                         \
   template struct TspShards<T>;                                                                    \
+  template struct TpShards<T>;                                                                     \
   template TspShards<T> load_tsp_shards(const std::string&, Arena&, const ref::ModelConfig&, int,  \
                                         int, const ref::ModelWeights<T>&);                         \
   template const RankKvCache<T>& cache_or_throw(const std::string&, const RankKvCache<T>*);        \

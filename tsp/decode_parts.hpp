@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ struct VocabShard {
 template <class T>
 void embed(Rank& rank, Comm& comm, const VocabShard<T>& v, const DecodeStep& st, int C,
            Buffer<T>& x, TrafficCounters& traffic);
+// embed's local part: the rows of x [N, C] whose token is in v's shard, the others untouched.
+template <class T>
+void embed_rows(const VocabShard<T>& v, const DecodeStep& st, int C, T* x);
 
 // LM head: final norm of each sequence's last row of x [N, C], this rank's Vl logits,
 // all-gathered over `comm` -> [B, V].
@@ -107,6 +111,11 @@ template <class T>
 void mlp_block(Rank& rank, Comm& comm, const MlpShard<T>& w, const DecodeStep& st,
                const ref::ModelConfig& m, const Buffer<T>& mid, Buffer<T>& x,
                TrafficCounters& traffic);
+// mlp_block's GEMMs on normalized rows: partial [N, C] = down^(r)(silu(xn·gate^(r)ᵀ) ⊙
+// xn·up^(r)ᵀ) per sequence (rows of no sequence untouched); scratch from `a`.
+template <class T>
+void mlp_partial(Arena& a, const MlpShard<T>& w, const DecodeStep& st, const ref::ModelConfig& m,
+                 const T* xn, T* partial);
 
 // The KV heads head shard a of n holds: NKV/n of them from a·NKV/n when n | NKV; when NKV | n
 // (n > NKV), KV head a / (n/NKV) alone — each KV head duplicated n/NKV times over the shards, the
@@ -136,6 +145,10 @@ template <class T>
 void project_qkv(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
                  const Buffer<T>& x, Buffer<T>& xn, Buffer<T>& rstd, Buffer<T>& q, Buffer<T>& k,
                  Buffer<T>& v);
+// project_qkv after its norm: q, k, v from the normalized rows xn [N, C].
+template <class T>
+void qkv_from_normed(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeStep& st,
+                     const Buffer<T>& xn, Buffer<T>& q, Buffer<T>& k, Buffer<T>& v);
 
 // Flash-decoding across the G members of `comm`: out [N, H, hs] and lse (sequence b's at
 // H·offset[b], [H, count[b]]) are this rank's partial attention over its keys for H = G·Hn
@@ -146,6 +159,19 @@ void project_qkv(const QkvShard<T>& w, const ref::ModelConfig& m, const DecodeSt
 template <class T>
 void exchange_partials(Rank& rank, Comm& comm, const DecodeStep& st, const T* out, const T* lse,
                        int H, int hs, Buffer<T>& att, TrafficCounters& traffic);
+
+// Megatron TP's weight shards on rank r of n (tp_decoder.hpp, megatron_sp_decoder.hpp): per layer
+// the QkvShard (KV heads duplicated past n = NKV), columns r·NH/n·hs.. of W_O (row-parallel) and
+// the MlpShard; vocabulary shard r. Checks the master as check_master (`who` prefixes the error).
+template <class T>
+struct TpShards {
+  std::vector<QkvShard<T>> qkv;  // [L]
+  std::vector<Buffer<T>> wo;     // [L], [C, NH/n·hs]
+  std::vector<MlpShard<T>> mlp;  // [L]
+  std::unique_ptr<VocabShard<T>> vocab;
+  TpShards(const std::string& who, Arena& a, const ref::ModelWeights<T>& master,
+           const ref::ModelConfig& m, int n, int r);
+};
 
 // The master weights' sizes against the model (std::invalid_argument "<who>: master weights do
 // not match the model ..."), and no dry run (std::logic_error: the decoders compute).

@@ -10,6 +10,7 @@
 
 #include "decode_parts.hpp"
 #include "decoder_base_impl.hpp"
+#include "sequence_prefill.hpp"
 
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
@@ -49,6 +50,16 @@ void MeshDecodeShape::validate() const {
                   "not implemented");
   require_divides(model.ffn, "F", "each rank of a row owns F/T MLP columns");
   require_divides(model.vocab, "V", "each rank of a row owns V/T vocabulary rows");
+  if (prefill == SpPrefill::pass_q) return;
+  const std::string variant = cost::sp_prefill_name(prefill);
+  if (T != 1)
+    reject(variant + " prefill runs on SP only (T = 1), got T=" + str(T) +
+           " (a TP+SP mesh prefills pass-Q)");
+  if (prefill == SpPrefill::ulysses && (model.n_heads % Sp != 0 || model.n_kv_heads % Sp != 0))
+    reject(
+        "Ulysses prefill needs Σ to divide the query and the KV heads (its all-to-all gives "
+        "each rank NH/Σ query heads and their NKV/Σ KV heads): Σ=" +
+        str(Sp) + ", NH=" + str(model.n_heads) + ", NKV=" + str(model.n_kv_heads));
 }
 
 template <class T>
@@ -61,10 +72,13 @@ struct BasicMeshDecoder<T>::Weights {
       : vocab(a, master, tp, col) {}
 };
 
-// The new tokens of one step (decode_parts.hpp).
+// The new tokens of one step (decode_parts.hpp). own: a ring or Ulysses prefill's step, the rows
+// this rank's own prompt tokens.
 template <class T>
 struct BasicMeshDecoder<T>::Step : detail::DecodeStep {
-  explicit Step(detail::DecodeStep s) : detail::DecodeStep(std::move(s)) {}
+  explicit Step(detail::DecodeStep s, bool own_tokens = false)
+      : detail::DecodeStep(std::move(s)), own(own_tokens) {}
+  bool own = false;
 };
 
 template <class T>
@@ -146,7 +160,10 @@ struct BasicMeshDecoder<T>::Scratch {
 
 template <class T>
 std::vector<T> BasicMeshDecoder<T>::forward(detail::DecodeStep&& step) {
-  const Step st(std::move(step));
+  // A ring or Ulysses prefill: this rank's own prompt tokens only (Σ = 1: every token is).
+  const bool own = step.prefill && s_.prefill != SpPrefill::pass_q && s_.Sp > 1;
+  const Step st = own ? Step(detail::own_prefill_step(step, cache_->ownership(), row_), true)
+                      : Step(std::move(step));
   Scratch sc(rank_.arena(), s_, st);
   // x = embed_tokens(tokens), vocabulary-parallel over the row (a row of one rank: no call)
   detail::embed(rank_, tp_, w_->vocab, st, sc.C, sc.x, traffic_.embedding);
@@ -156,6 +173,7 @@ std::vector<T> BasicMeshDecoder<T>::forward(detail::DecodeStep&& step) {
     detail::mlp_block(rank_, tp_, w_->mlp[static_cast<std::size_t>(l)], st, s_.model, sc.mid, sc.x,
                       traffic_.mlp);
   }
+  if (st.own) return last_rows_logits(st, sc);
   // logits of each sequence's last row, this rank's V/T ids all-gathered over the row: [B, V]
   return detail::lm_head(rank_, tp_, w_->vocab, st, s_.model, sc.x, traffic_.lm_head);
 }
@@ -189,7 +207,33 @@ void BasicMeshDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
         cache_->append(l, b, st.positions[r], sc.k.data() + r * kvl, sc.v.data() + r * kvl);
     }
   }
-  // attend: each sequence's queries over this rank's keys of it, masked by global position
+  if (st.own) {  // ring or Ulysses prefill: attention over every rank's keys, merged here
+    const detail::PrefillHeads heads{sc.NHl, sc.NKVl, sc.hs};
+    if (s_.prefill == SpPrefill::ring)
+      detail::ring_prefill_attention(rank_, sp_, own, st, sc.q.data(), sc.k.data(), sc.v.data(),
+                                     sc.out.data(), sc.lse.data(), heads, traffic_.kv_ring);
+    else
+      detail::ulysses_prefill_attention(rank_, sp_, own, st, sc.q.data(), sc.k.data(), sc.v.data(),
+                                        sc.out.data(), heads, traffic_.heads_exchange);
+  } else {
+    attend_local(l, st, sc);
+  }
+  // o_proj, row-parallel: mid = x + Σ_t att^(t) · W_O^(t)ᵀ
+  for (int b = 0; b < sc.B; ++b) {
+    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
+    ref::matmul_nt(sc.partial.data() + o * Cz, sc.out.data() + o * qdl, aw.wo,
+                   st.count[static_cast<std::size_t>(b)], sc.C, static_cast<int>(qdl));
+  }
+  if (s_.T > 1)
+    detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(tp_, sc.partial.span()); });
+  for (std::size_t i = 0; i < sc.rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
+}
+
+// Pass-Q attention: each sequence's queries over this rank's keys of it, masked by global
+// position, merged over the column (Σ > 1).
+template <class T>
+void BasicMeshDecoder<T>::attend_local(int l, const Step& st, Scratch& sc) {
+  const std::size_t qdl = sc.qdl;
   for (int b = 0; b < sc.B; ++b) {
     const std::size_t o = st.offset[static_cast<std::size_t>(b)];
     const auto keys = cache_->positions(l, b);
@@ -201,15 +245,29 @@ void BasicMeshDecoder<T>::attention(int l, const Step& st, Scratch& sc) {
                            sc.NHl, sc.NKVl, sc.hs});
   }
   if (s_.Sp > 1) merge_partials(st, sc);
-  // o_proj, row-parallel: mid = x + Σ_t att^(t) · W_O^(t)ᵀ
-  for (int b = 0; b < sc.B; ++b) {
-    const std::size_t o = st.offset[static_cast<std::size_t>(b)];
-    ref::matmul_nt(sc.partial.data() + o * Cz, sc.out.data() + o * qdl, aw.wo,
-                   st.count[static_cast<std::size_t>(b)], sc.C, static_cast<int>(qdl));
+}
+
+// Ring or Ulysses prefill: each sequence's last row [C] is on one rank of the column (its owner
+// computed it); an all-reduce of [B, C] (the holder's row, zeros elsewhere: exact) gives every
+// rank the B rows, then the LM head as a decode step's.
+template <class T>
+std::vector<T> BasicMeshDecoder<T>::last_rows_logits(const Step& st, const Scratch& sc) {
+  const std::size_t B = st.count.size(), C = sc.Cz;
+  Arena& arena = rank_.arena();
+  auto last = arena.allocate<T>(B * C, Category::comm, /*zero=*/true);
+  detail::DecodeStep rows;  // row b = sequence b's last position
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::int64_t pos = lengths_[b] - 1;
+    rows.tokens.push_back(0);
+    rows.count.push_back(1);
+    rows.offset.push_back(b);
+    rows.positions.push_back(pos);
+    const auto n = static_cast<std::size_t>(st.count[b]);
+    if (n > 0 && st.positions[st.offset[b] + n - 1] == pos)
+      std::copy_n(sc.x.data() + (st.offset[b] + n - 1) * C, C, last.data() + b * C);
   }
-  if (s_.T > 1)
-    detail::measured(rank_, traffic_.o_proj, [&] { all_reduce<T>(tp_, sc.partial.span()); });
-  for (std::size_t i = 0; i < sc.rows * Cz; ++i) sc.mid[i] = sc.x[i] + sc.partial[i];
+  detail::measured(rank_, traffic_.last_rows, [&] { all_reduce<T>(sp_, last.span()); });
+  return detail::lm_head(rank_, tp_, w_->vocab, rows, s_.model, last, traffic_.lm_head);
 }
 
 // Pass-Q merge over the column: all_gather of every rank's lse, the global LSE per (query,

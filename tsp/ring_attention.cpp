@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 
+#include "ring_hop.hpp"
 #include "sequence_core.hpp"
 #include "tspemu/core/dry_run.hpp"
 #include "tspemu/reference/attention.hpp"
@@ -15,20 +16,7 @@ namespace tspemu::tsp {
 namespace {
 
 // One hop of the ring, posted before the step's compute and completed after it.
-class Hop {
- public:
-  Hop(Comm& comm, std::span<const float> out, std::span<float> in)
-      : send_(isend<float>(comm, out, (comm.rank() + 1) % comm.size())),
-        recv_(irecv<float>(comm, in, (comm.rank() + comm.size() - 1) % comm.size())) {}
-  void wait() {
-    recv_.wait();
-    send_.wait();
-  }
-
- private:
-  SendHandle send_;
-  RecvHandle recv_;
-};
+using Hop = detail::RingHop<float>;
 
 // Step j's block and step j+1's arriving one: two buffers of `count` floats (kv), used in turn.
 struct DoubleBuffer {

@@ -7,13 +7,18 @@ void validate_sp(const DecodeShape& shape) {
   (void)sp_mesh_shape(shape);
 }
 
-MeshDecodeShape sp_mesh_shape(const DecodeShape& shape) {
+void validate_sp_prefill(const DecodeShape& shape, SpPrefill prefill) {
+  (void)sp_mesh_shape(shape, prefill);
+}
+
+MeshDecodeShape sp_mesh_shape(const DecodeShape& shape, SpPrefill prefill) {
   MeshDecodeShape m{.model = shape.model,
                     .T = 1,
                     .Sp = shape.D,
                     .batch = shape.batch,
                     .max_context = shape.max_context,
-                    .interleave = shape.interleave};
+                    .interleave = shape.interleave,
+                    .prefill = prefill};
   m.validate();
   return m;
 }

@@ -47,34 +47,17 @@ int tp_kv_heads_per_rank(const ref::ModelConfig& m, int T) {
 }
 
 template <class T>
-struct BasicTpDecoder<T>::Weights {
-  std::vector<detail::QkvShard<T>> qkv;  // [L]
-  std::vector<Buffer<T>> wo;             // [L]
-  std::vector<detail::MlpShard<T>> mlp;  // [L]
-  std::unique_ptr<detail::VocabShard<T>> vocab;
+struct BasicTpDecoder<T>::Weights : detail::TpShards<T> {
+  using detail::TpShards<T>::TpShards;
 };
 
 template <class T>
 BasicTpDecoder<T>::BasicTpDecoder(Rank& rank, const DecodeShape& shape,
                                   const ref::ModelWeights<T>& master)
-    : Base(rank, shape, kWho, "tp"), w_(std::make_unique<Weights>()) {
+    : Base(rank, shape, kWho, "tp") {
   validate_tp(s_);
   if (rank.size() != s_.D) reject("world has " + str(rank.size()) + " ranks but T=" + str(s_.D));
-  const ref::ModelConfig& m = s_.model;
-  detail::check_master(kWho, m, master);
-  const auto C = static_cast<std::size_t>(m.hidden);
-  const int Tn = s_.D, r = rank.id();
-  const std::size_t qdl =
-      static_cast<std::size_t>(m.n_heads / Tn) * static_cast<std::size_t>(m.head_size());
-  Weights& w = *w_;
-  Arena& a = rank.arena();
-  for (const auto& layer : master.layers) {
-    w.qkv.emplace_back(a, layer, m, Tn, r);
-    w.wo.push_back(detail::cols_of(a, layer.wo, C, static_cast<std::size_t>(m.q_dim()),
-                                   static_cast<std::size_t>(r) * qdl, qdl));
-    w.mlp.emplace_back(a, layer, m, Tn, r);
-  }
-  w.vocab = std::make_unique<detail::VocabShard<T>>(a, master, Tn, r);
+  w_ = std::make_unique<Weights>(kWho, rank.arena(), master, s_.model, s_.D, rank.id());
 }
 
 template <class T>

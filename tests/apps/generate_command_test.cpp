@@ -164,6 +164,41 @@ TEST(Generate, TpSpPicksTheSmallestTAndRefusesADegreeWithoutAMesh) {
   EXPECT_FALSE(fs::exists(json));
 }
 
+// SP with a ring pass-KV or Ulysses prefill (tsp/sp_decoder.hpp) and Megatron-SP
+// (tsp/megatron_sp_decoder.hpp): each passes with the KV cache and the decode traffic of its
+// closed forms. On 3 ranks, Ulysses (3 divides neither NH=8 nor NKV=4) and Megatron-SP (TP's
+// T | NH) exit 2 naming the flags and the rule, nothing written; the ring runs.
+TEST(Generate, SpPrefillVariantsAndMegatronSpPassOrRefuseNamingTheRule) {
+  const std::string json = temp_path("sp_variants.json");
+  for (const char* strategy : {"sp-ring", "sp-ulysses", "megatron-sp"}) {
+    fs::remove(json);
+    const Outcome o =
+        tspemu({"generate", "-q", "--strategy", strategy, "--ranks", "4", "--json", json});
+    ASSERT_EQ(o.code, 0) << strategy << o.out << o.err;
+    const nlohmann::json j = read_json(json);
+    EXPECT_EQ(j.at("kv_cache").at("measured_bytes_per_rank").size(), 4u) << strategy;
+    EXPECT_EQ(j.at("kv_cache").at("match"), true) << strategy;
+    EXPECT_EQ(j.at("decode_traffic_match"), true) << strategy;
+    EXPECT_EQ(j.at("verdict"), "pass") << strategy;
+  }
+  fs::remove(json);
+  const Outcome ring =
+      tspemu({"generate", "-q", "--strategy", "sp-ring", "--ranks", "3", "--json", json});
+  EXPECT_EQ(ring.code, 0) << ring.out << ring.err;
+  for (const auto& [strategy, why] :
+       {std::pair<std::string, std::string>{"sp-ulysses", "Ulysses prefill needs"},
+        {"megatron-sp", "Megatron-SP decode (TP's rules)"}}) {
+    fs::remove(json);
+    const Outcome bad =
+        tspemu({"generate", "-q", "--strategy", strategy, "--ranks", "3", "--json", json});
+    EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find("--strategy " + strategy + " --ranks 3: "), std::string::npos)
+        << bad.err;
+    EXPECT_NE(bad.err.find(why), std::string::npos) << bad.err;
+    EXPECT_FALSE(fs::exists(json)) << strategy;
+  }
+}
+
 TEST(Generate, BadInputExitsTwoNamingTheFlagAndWritesNothing) {
   expect_refused_writing_nothing(
       {

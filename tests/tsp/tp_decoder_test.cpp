@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "decode_test_support.hpp"
+#include "tp_decode_cases.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/init.hpp"
@@ -47,25 +48,10 @@ using ::testing::ThrowsMessage;
 constexpr double kCacheRtol = 1e-13;  // tspw_decoder_test.cpp's, same argument
 constexpr int kForcedSteps = 24;
 
-struct TpCase {
-  int T, NH, NKV, hidden;
-};
-
-std::string case_name(const ::testing::TestParamInfo<TpCase>& i) {
-  return "T" + std::to_string(i.param.T) + "_NH" + std::to_string(i.param.NH) + "_NKV" +
-         std::to_string(i.param.NKV);
-}
-
-const TpCase kCases[] = {{2, 8, 4, 64}, {3, 6, 3, 48}, {4, 8, 4, 64}, {8, 16, 8, 64},
-                         {4, 8, 2, 64}, {8, 8, 2, 64}, {3, 6, 1, 48}};
-
-DecodeShape shape_for(const TpCase& c, int B, std::int64_t max_context) {
-  return DecodeShape{.model = testing::small_gqa_model(c.NH, c.NKV, c.hidden),
-                     .D = c.T,
-                     .batch = B,
-                     .max_context = max_context,
-                     .interleave = 1};
-}
+using testing::TpCase;
+constexpr auto& kCases = testing::kTpCases;
+constexpr auto case_name = testing::tp_case_name;
+constexpr auto shape_for = testing::tp_shape_for;
 
 template <class T>
 auto tp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
@@ -75,9 +61,7 @@ auto tp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
 // The planner's KV cache bytes of a TP rank: every position below max_context of the B sequences.
 std::uint64_t planner_kv_bytes(const TpCase& c, const Prompts& prompts, std::int64_t max_context,
                                std::uint64_t beta) {
-  return testing::planned_kv_bytes(testing::small_gqa_model(c.NH, c.NKV, c.hidden),
-                                   cost::DecodeStrategy::tp(c.T), prompts, max_context, 1, 1, 0,
-                                   beta);
+  return testing::tp_planner_kv_bytes(c, cost::DecodeStrategy::tp(c.T), prompts, max_context, beta);
 }
 
 // The stages of a TP decode step under the planner's names.

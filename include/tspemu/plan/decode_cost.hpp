@@ -4,9 +4,10 @@
 // training closed forms (cost_model.hpp, whose ModelShape and ring conventions it uses).
 //
 // What
-//   Schedules (DecodeScheme): TP (T), SP / context parallel (Σ, pass-Q decode, weights
-//   replicated), the TP+SP mesh (T × Σ), Helix (KVP × TP_A on the same N ranks), TSP-M and TSP-W
-//   (D). Notation as ../shared/INFERENCE-NOTES.md §1.4: h hidden, L layers, n_h / n_kv heads,
+//   Schedules (DecodeScheme): TP (T), Megatron-SP (T: TP with the residual stream sharded over the
+//   step's token rows), SP / context parallel (Σ, pass-Q decode, weights replicated; its prefill
+//   pass-Q, ring pass-KV or Ulysses: sp_prefill_stage_traffic), the TP+SP mesh (T × Σ), Helix
+//   (KVP × TP_A on the same N ranks), TSP-M and TSP-W (D). Notation as ../shared/INFERENCE-NOTES.md §1.4: h hidden, L layers, n_h / n_kv heads,
 //   d = h / n_h, g = n_h / n_kv, F = ffn / h, β bytes per element, B new tokens (one per
 //   sequence), S_b the cached tokens of sequence b that the step attends to (its new token
 //   included).
@@ -16,6 +17,12 @@
 //                 over T. Each rank holds max(n_kv/T, 1) KV heads: past T = n_kv the KV heads
 //                 (W_K/W_V columns and cache) are duplicated T/n_kv times. Vocabulary-parallel
 //                 embedding (AR of [B, h]) and LM head (all-gather of [B, V/T]) once per step.
+//   Megatron-SP (T)  TP with sequence parallelism: the step's token rows padded to Np =
+//                 ceil(N/T)·T and cut into T contiguous pieces; norms and residual on a rank's
+//                 Np/T rows; all-gather [Np, h] before the column-parallel W_Q/K/V and gate/up,
+//                 reduce-scatter of the row-parallel W_O and down outputs; embedding reduce-
+//                 scattered, LM head input all-gathered, then TP's logits all-gather of [B, V/T].
+//                 Weights and cache as TP's. 4 collectives per layer, (T−1)/T·Np·h·β each.
 //   SP (Σ)        weights replicated, every rank computes Q/K/V of the B new tokens redundantly
 //                 (the new token's K/V is kept by its owner: no traffic); partial attention over
 //                 the local S/Σ keys; merge: all-gather of the partials' LSE (B·n_h fp32 per
@@ -46,6 +53,7 @@
 // Formulas as pinned (ring convention, bytes per device per layer, β per element; LSE fp32, 4 B;
 // the notes' table states the same unless marked *):
 //   TP      4(T−1)/T·B·h·β
+//   Megatron-SP  4(T−1)/T·ceil(B/T)·T·h·β   (TP's volume when T | B)
 //   SP      2(Σ−1)/Σ·B·h·β            + LSE (Σ−1)·B·n_h·4 *
 //   TP+SP   4(T−1)/T·B·h·β + 2(Σ−1)/Σ·B·(h/T)·β  + LSE (Σ−1)·B·(n_h/T)·4 *
 //   Helix   (KVP−1)/KVP·B·(h/TP_A)·β + 4(N−1)/N·B·h·β  + LSE (KVP−1)/KVP·B·(n_h/TP_A)·4
@@ -106,8 +114,8 @@
 
 namespace tspemu::tsp::cost {
 
-enum class DecodeScheme { tp, sp, tp_sp, helix, tsp_m, tsp_w };
-// "TP", "SP", "TP+SP", "Helix", "TSP-M", "TSP-W"
+enum class DecodeScheme { tp, sp, tp_sp, helix, tsp_m, tsp_w, megatron_sp };
+// "TP", "SP", "TP+SP", "Helix", "TSP-M", "TSP-W", "Megatron-SP"
 const char* decode_scheme_name(DecodeScheme s);
 
 struct DecodeStrategy {
@@ -117,6 +125,7 @@ struct DecodeStrategy {
   int D = 1;   // TSP degree (tsp_m, tsp_w)
 
   static DecodeStrategy tp(int T) { return {DecodeScheme::tp, T, 1, 1}; }
+  static DecodeStrategy megatron_sp(int T) { return {DecodeScheme::megatron_sp, T, 1, 1}; }
   static DecodeStrategy sp(int Sp) { return {DecodeScheme::sp, 1, Sp, 1}; }
   static DecodeStrategy tp_sp(int T, int Sp) { return {DecodeScheme::tp_sp, T, Sp, 1}; }
   static DecodeStrategy helix(int kvp, int tpa) { return {DecodeScheme::helix, tpa, kvp, 1}; }
@@ -124,13 +133,15 @@ struct DecodeStrategy {
   static DecodeStrategy tsp_w(int D) { return {DecodeScheme::tsp_w, 1, 1, D}; }
   bool tsp() const { return scheme == DecodeScheme::tsp_m || scheme == DecodeScheme::tsp_w; }
   int ranks() const { return tsp() ? D : T * Sp; }
-  int token_shards() const;  // TP 1; SP, TP+SP Σ; Helix KVP; TSP D
-  int head_shards() const;   // the degree splitting the KV heads: TP, TP+SP T; Helix TP_A; else 1
+  int token_shards() const;  // TP, Megatron-SP 1; SP, TP+SP Σ; Helix KVP; TSP D
+  int head_shards() const;   // the degree splitting the KV heads: TP, Megatron-SP, TP+SP T; Helix
+                             // TP_A; else 1
   std::string name() const;  // e.g. "TP T=8", "TP+SP T=2×Σ=4", "Helix KVP=4×TP_A=2", "TSP-W D=8"
 };
 
 // Every schedule on n ranks, in table order: TP n, SP n, each TP+SP T×Σ = n (1 < T, Σ), each
-// Helix KVP×TP_A = n (KVP > 1), TSP-M n, TSP-W n.
+// Helix KVP×TP_A = n (KVP > 1), TSP-M n, TSP-W n. (Megatron-SP is not listed: its decode moves
+// TP's bytes, ceil(B/T)·T rows where TP has B, and its weights and cache are TP's.)
 std::vector<DecodeStrategy> decode_strategies_at(int n);
 
 // Throws std::invalid_argument when the model's shape does not suit the schedule (see above).
@@ -261,6 +272,44 @@ struct DecodeStageTraffic {
 };
 std::vector<DecodeStageTraffic> decode_stage_traffic(const ModelShape& m, const DecodeStrategy& st,
                                                      std::int64_t B, std::uint64_t beta, int rank);
+
+// ---- Prefill, runtime counting (tsp/megatron_sp_decoder.hpp, tsp/sp_decoder.hpp) ----------------
+
+// The Megatron-SP prefill of prompts of `lengths` on T ranks, by stage, as decode_stage_traffic
+// counts megatron_sp(T)'s decode step but over N = Σ_b P_b token rows (padded to ceil(N/T)·T)
+// where a decode step has B; the logits all-gather is still [B, V/T]. Requirements as
+// decode_stage_traffic, every P_b >= 1.
+std::vector<DecodeStageTraffic> megatron_sp_prefill_stage_traffic(
+    const ModelShape& m, int T, const std::vector<std::int64_t>& lengths, std::uint64_t beta,
+    int rank);
+
+// How an SP decoder (tsp/sp_decoder.hpp) processes the prompts; decode is pass-Q whichever.
+//   pass_q   every rank computes every prompt token and attends it to its own keys; merge as a
+//            decode step (LSE all-gather, output all-reduce over N = Σ_b P_b rows)
+//   ring     pass-KV: each rank computes only its N_p own tokens; per layer its K/V block goes
+//            round the ring (Σ−1 hops, blocks of unequal size), partials merged by LSE locally
+//   ulysses  each rank computes its own tokens; per layer all-to-all sequence→heads of Q, K, V
+//            and heads→sequence of the output, each rank's tokens padded to M = Σ_b ceil(P_b/Σ)
+//            slots; needs Σ | n_h and Σ | n_kv
+// ring and ulysses end with an all-reduce of the B last rows [B, h] (each last token lives on one
+// rank; the others add zeros) so every rank computes the logits.
+enum class SpPrefill { pass_q, ring, ulysses };
+const char* sp_prefill_name(SpPrefill p);  // "pass-Q", "ring pass-KV", "Ulysses"
+
+// The SP prefill on Σ ranks as `rank` counts it, by stage, all layers summed:
+//   pass_q   "LSE all-gather" L calls of (Σ−1)·N·n_h·4 each way (the fp32 LSE, as decode);
+//            "attention output all-reduce" L calls of all_reduce_bytes(N·h)
+//   ring     "K/V ring" L·(Σ−1) sends of L·2·kv_dim·β·(N − N_{rank+1}) bytes in all and L·(Σ−1)
+//            receives of L·2·kv_dim·β·(N − N_rank), N_p = tokens_per_rank[p]
+//   ulysses  "sequence-heads all-to-all" 4L calls of (Σ−1)·M·(n_h or n_kv)/Σ·d·β each way (Q,
+//            K, V, output)
+//   ring, ulysses: "last rows all-reduce" one call of all_reduce_bytes(B·h)
+// Σ = 1: no stage. Requirements: check_decode_shape(sp(Σ)); every P_b >= 1; ring:
+// tokens_per_rank has Σ entries summing to N (the KV ownership map's prompt counts); ulysses:
+// Σ | n_h, Σ | n_kv (std::invalid_argument naming the values otherwise).
+std::vector<DecodeStageTraffic> sp_prefill_stage_traffic(
+    const ModelShape& m, int Sp, SpPrefill kind, const std::vector<std::int64_t>& lengths,
+    const std::vector<std::int64_t>& tokens_per_rank, std::uint64_t beta, int rank);
 
 // ---- TSP-M runtime counting (tsp/tspm_decoder.hpp) ---------------------------------------------
 

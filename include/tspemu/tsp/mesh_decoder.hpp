@@ -36,10 +36,18 @@
 //       row (T > 1); x = mid + it
 //   lm_head: rmsnorm of each sequence's last new row; logits of t's Vl ids; T > 1 all_gather
 //     over the row -> [B, V]
-// Prefill is this same step with every prompt token as a query: pass-Q prefill, each rank
-//   computing every prompt token's projections and MLP (Σ-fold redundant) and attending them to
-//   its own keys. Ring pass-KV prefill (each row computing only its own tokens and passing K/V
-//   round the column, ring_attention.hpp) is the alternative; it is not implemented here.
+// Prefill (shape.prefill):
+//   pass_q   this same step with every prompt token as a query: each rank computes every prompt
+//            token's projections and MLP (Σ-fold redundant) and attends them to its own keys.
+//   ring, ulysses (T = 1 only): the step's rows are this rank's own prompt tokens (KvOwnership's
+//            positions: zigzag or blocks, so the cache is born where decode expects it, every
+//            computed K/V kept, no routing); the attend + merge stage is replaced by
+//            sequence_prefill.hpp's ring pass-KV (K/V blocks round the Σ ranks, partials merged
+//            locally) or Ulysses (all-to-all sequence↔heads over padded slots); the embedding,
+//            norms, projections, o_proj and MLP run on the own rows only (no redundancy). The
+//            logits need each sequence's last row, which one rank holds: an all-reduce over the
+//            column of [B, C] (the holder's row, zeros elsewhere: exact) precedes the LM head.
+//            Traffic: plan/decode_cost.hpp's sp_prefill_stage_traffic. Σ = 1 runs pass_q.
 // Sequences are independent: every GEMM, norm and attention call is per sequence and the
 //   collectives are element-wise in a fixed rank order, so a sequence's logits do not depend on
 //   its batch-mates, bitwise.
@@ -73,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/counters.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -81,6 +90,10 @@
 
 namespace tspemu::tsp {
 
+// How the prompts are processed (plan/decode_cost.hpp states each and its traffic): pass_q (every
+// rank computes every prompt token), ring (pass-KV) or ulysses (each rank computes its own).
+using SpPrefill = cost::SpPrefill;
+
 struct MeshDecodeShape {
   ref::ModelConfig model;
   int T = 1;   // tensor-parallel degree (ranks in a row)
@@ -88,6 +101,7 @@ struct MeshDecodeShape {
   int batch = 1;
   std::int64_t max_context = 0;  // positions per sequence (prompt + generated), > 0
   int interleave = 1;            // I
+  SpPrefill prefill = SpPrefill::pass_q;
   int ranks() const { return T * Sp; }
   // "SP" when T = 1, else "TP+SP": the label of error messages.
   const char* label() const { return T == 1 ? "SP" : "TP+SP"; }
@@ -98,11 +112,15 @@ struct MeshDecodeShape {
 };
 
 // What this rank's collectives moved in the last prefill or decode_step, by stage (summed over
-// layers); the row stages are empty when T = 1, the column stages when Σ = 1.
+// layers); the row stages are empty when T = 1, the column stages when Σ = 1. kv_ring ("K/V
+// ring"), heads_exchange ("sequence-heads all-to-all") and last_rows ("last rows all-reduce") are
+// a ring or Ulysses prefill's (sp_prefill_stage_traffic's names), empty otherwise.
 struct MeshTraffic {
   TrafficCounters embedding, lse_gather, output_reduce, o_proj, mlp, lm_head;
+  TrafficCounters kv_ring, heads_exchange, last_rows;
   TrafficCounters total() const {
-    return embedding + lse_gather + output_reduce + o_proj + mlp + lm_head;
+    return embedding + lse_gather + output_reduce + o_proj + mlp + lm_head + kv_ring +
+           heads_exchange + last_rows;
   }
 };
 
@@ -120,14 +138,16 @@ class BasicMeshDecoder final : public DecoderBase<T, MeshDecodeShape, MeshTraffi
 
  private:
   using Base = DecoderBase<T, MeshDecodeShape, MeshTraffic>;
-  using Base::rank_, Base::s_, Base::cache_, Base::traffic_;
+  using Base::rank_, Base::s_, Base::cache_, Base::lengths_, Base::traffic_;
   struct Weights;
   struct Step;
   struct Scratch;
   CacheLayout cache_layout() const override;
   std::vector<T> forward(detail::DecodeStep&& step) override;
   void attention(int layer, const Step& st, Scratch& sc);
+  void attend_local(int layer, const Step& st, Scratch& sc);
   void merge_partials(const Step& st, Scratch& sc);
+  std::vector<T> last_rows_logits(const Step& st, const Scratch& sc);
   [[noreturn]] void reject(const std::string& why) const;
 
   int row_ = 0, col_ = 0;
