@@ -1,5 +1,7 @@
 #include "checkpoint_options.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <filesystem>
 #include <ostream>
 #include <stdexcept>

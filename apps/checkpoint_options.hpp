@@ -16,7 +16,7 @@
 // old checkpoint as it was and no temporary file.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <cstdint>
 #include <iosfwd>

@@ -18,6 +18,7 @@
 #include "scale_command.hpp"
 #include "selfcheck.hpp"
 #include "train_command.hpp"
+#include "tspemu_main.hpp"
 
 namespace tspemu::app {
 
@@ -41,8 +42,5 @@ class TspemuApp : public CLI::App {
   // Options no row of the table covers, as "command --flag" (none in a correct build).
   std::vector<std::string> outside_the_table;
 };
-
-// args: the command line without the program name.
-int tspemu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace tspemu::app

@@ -1,5 +1,7 @@
 #include "compare_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <optional>
 #include <ostream>

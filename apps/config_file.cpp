@@ -1,5 +1,7 @@
 #include "config_file.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 // every option keeps its last value, so flags given on the command line override the file.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <string>
 #include <string_view>

@@ -1,5 +1,7 @@
 #include "generate_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <charconv>

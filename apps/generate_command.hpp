@@ -14,7 +14,7 @@
 //   sampling parameters. --json and --trace are written whole, and only by a run that completes.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <iosfwd>

@@ -1,5 +1,7 @@
 #include "memory_assumptions.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 
 #include "plan_command.hpp"

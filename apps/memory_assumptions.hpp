@@ -16,7 +16,7 @@
 // Requirements: bytes >= 0, chunk >= 0 (ConfigError naming the flag otherwise).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <optional>
 #include <string>

@@ -1,5 +1,7 @@
 #include "option_table.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>

@@ -15,7 +15,7 @@
 // Cost: one table scan per option at start-up.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <string>
 #include <string_view>

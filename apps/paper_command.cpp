@@ -1,5 +1,7 @@
 #include "paper_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include "memory_assumptions.hpp"
 

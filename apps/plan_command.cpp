@@ -1,5 +1,7 @@
 #include "plan_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
+#include "cli_fwd.hpp"
 #include "memory_assumptions.hpp"
 #include "quantity.hpp"
 #include "tspemu/plan/cost_model.hpp"

@@ -1,5 +1,7 @@
 #include "problem_options.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include "tspemu/plan/strategy_table.hpp"
 #include "tspemu/runtime/world.hpp"
 

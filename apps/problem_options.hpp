@@ -3,7 +3,7 @@
 // and the checks that name the offending flag (ConfigError, exit code 2) before any thread starts.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <optional>
 #include <stdexcept>

@@ -1,5 +1,7 @@
 #include "run_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <ostream>
 

@@ -1,5 +1,7 @@
 #include "scale_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <ostream>

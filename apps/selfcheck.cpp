@@ -1,5 +1,7 @@
 #include "selfcheck.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

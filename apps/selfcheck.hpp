@@ -3,7 +3,7 @@
 // moved. Returns the number of failed checks.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "cli_fwd.hpp"
 
 #include <cstddef>
 #include <cstdint>

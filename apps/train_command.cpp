@@ -1,5 +1,7 @@
 #include "train_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <ostream>
 
 #include "corpus.hpp"

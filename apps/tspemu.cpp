@@ -1,11 +1,11 @@
-// The tspemu command; everything but argv handling is in the tspemu_cli library (cli.hpp), which
-// the tests call directly.
+// The tspemu command; everything but argv handling is in the tspemu_cli library
+// (tspemu_main.hpp), which the tests call directly.
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
 #include "tspemu/reference/blas_kernel.hpp"
+#include "tspemu_main.hpp"
 
 int main(int argc, char** argv) {
   // Before anything else: may re-execute this process so OpenBLAS loads its best kernels.

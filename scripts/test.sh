@@ -26,6 +26,11 @@
 # sanitizer runtimes are LLVM's compiler-rt imported, so the reports are the same; clang's
 # -fsanitize=undefined checks more (float-to-integer overflow, calls through a mistyped function
 # pointer), nothing less.
+# Every build compiles the opted-in test programs as unity builds (TSPEMU_UNITY_TESTS, in batches
+# of 8 files; tests/CMakeLists.txt says why): the same tests, compiled in fewer translation units.
+# ctest runs two tests at a time (one per core): a test's ranks block in collectives, its process
+# starts, and MPI tests wait for their peers, which leaves a core idle when tests run one by one;
+# each test has its own temporary files and its own timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -39,14 +44,15 @@ bash scripts/install-deps.sh
 build() {  # build DIR [cmake args...]
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
+    -DTSPEMU_UNITY_TESTS=ON "$@" >/dev/null
   cmake --build "$dir" -j"$jobs"
 }
 
 echo "== build and test (RelWithDebInfo)"
 started=$SECONDS
 build build
-ctest --test-dir build --output-on-failure --timeout 600
+ctest -j"$jobs" --test-dir build --output-on-failure --timeout 600
 echo "build and test step: $((SECONDS - started)) s"
 
 echo "== install, then build tests/package against it (find_package, then pkg-config)"
@@ -57,7 +63,7 @@ cmake --install build --prefix "$prefix" >/dev/null
 cmake -S tests/package -B build/package -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/package -j"$jobs"
-ctest --test-dir build/package --output-on-failure --timeout 120
+ctest -j"$jobs" --test-dir build/package --output-on-failure --timeout 120
 command -v pkg-config >/dev/null ||
   { echo "test.sh: pkg-config not found; scripts/install-deps.sh must install pkg-config" >&2; exit 1; }
 pc_flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs tspemu)
@@ -97,12 +103,13 @@ echo "== runtime tests, the TSP, baseline and sequence-attention block tests, th
 # and exercise no interleaving the short ones do not.
 started=$SECONDS
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WERROR=ON \
-  -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF "${sanitizer_flags[@]}" \
+  -DTSPEMU_UNITY_TESTS=ON -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF \
+  "${sanitizer_flags[@]}" \
   >/dev/null
 cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-ctest --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
-ctest --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
+ctest -j"$jobs" --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
+ctest -j"$jobs" --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
   -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|Tspm|Tp(Float|Decode|Traffic)|Helix|Sp(Float|Decode|Traffic)|Mesh(Float|Decode|Traffic)|KvOwnership|RankKvCache|MegatronSpDecode|SpPrefill' \
   -E '(Tspw|Tspm|Tp|Helix|Sp|Mesh|MegatronSpDecode|SpPrefill)Greedy'
 unset TSAN_OPTIONS
@@ -113,11 +120,12 @@ started=$SECONDS
 build build-asan -DTSPEMU_SANITIZE=address -DTSPEMU_BUILD_BENCH=OFF "${sanitizer_flags[@]}"
 # Every test, except that the decoders' 256-step greedy runs (46 of them) run at
 # one shape per decoder: the most ranks, with KV heads duplicated where the schedule duplicates
-# them (Megatron-SP shares TP's T8_NH8_NKV2; the SP ring and Ulysses prefills at Σ = 8 each). The other shapes' runs are the same code over other layouts, which the teacher-forced tests
-# run here at every shape; a greedy run adds the long context, which one shape per decoder reaches.
+# them (Megatron-SP shares TP's T8_NH8_NKV2; the SP ring and Ulysses prefills at Σ = 8 each). The
+# other shapes' runs are the same code over other layouts, which the teacher-forced tests run here
+# at every shape; a greedy run adds the long context, which one shape per decoder reaches.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-ctest --test-dir build-asan --output-on-failure --timeout 900 -E 'Greedy\.DoubleRunOf256Steps'
-ctest --test-dir build-asan --output-on-failure --timeout 900 \
+ctest -j"$jobs" --test-dir build-asan --output-on-failure --timeout 900 -E 'Greedy\.DoubleRunOf256Steps'
+ctest -j"$jobs" --test-dir build-asan --output-on-failure --timeout 900 \
   -R 'Greedy\.DoubleRunOf256Steps.*/(8|T8_NH8_NKV2|KVP2_TPA4_NKV2|T2xS4|Ring_S8_NH8_NKV4|Ulysses_S8_NH16_NKV8)( |$)'
 unset ASAN_OPTIONS UBSAN_OPTIONS
 echo "AddressSanitizer step: $((SECONDS - started)) s"

@@ -1,5 +1,5 @@
-// The tspemu command run through its library entry point (cli.hpp) with an argv, for the app
-// tests: exit code and both streams; and a per-test temporary file name.
+// The tspemu command run through its library entry point (tspemu_main.hpp) with an argv, for
+// the app tests: exit code and both streams; and a per-test temporary file name.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "tspemu_main.hpp"
 
 namespace tspemu::app::testing {
 

@@ -13,22 +13,15 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "cli_outcome.hpp"
 #include "config_file.hpp"
 #include "problem_options.hpp"
 
 namespace tspemu::app {
 namespace {
 
-struct Outcome {
-  int code;
-  std::string err;
-};
-
-Outcome tspemu(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = tspemu_main(args, out, err);
-  return {code, err.str()};
-}
+using testing::Outcome;
+using testing::tspemu;
 
 // A fresh directory for this test, removed with everything in it at the end of the test.
 class ConfigFile : public ::testing::Test {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli_outcome.hpp"
+#include "cli_test_support.hpp"
 #include "generate_run.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/hf_checkpoint.hpp"
@@ -29,9 +30,7 @@ using testing::Outcome;
 using testing::temp_path;
 using testing::tspemu;
 
-nlohmann::json read_json(const std::string& path) {
-  return nlohmann::json::parse(std::ifstream(path));
-}
+using testing::read_json;
 
 // The tokens of a run with `args` (and -q, --json).
 std::vector<std::vector<std::int32_t>> tokens_of(std::vector<std::string> args,

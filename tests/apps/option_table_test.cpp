@@ -4,6 +4,7 @@
 // --config; and the hostile-user cases of issue 41 exit 2 naming the flag and the value, with
 // nothing written.
 #include <gtest/gtest.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>

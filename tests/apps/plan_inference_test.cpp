@@ -12,21 +12,17 @@
 #include <vector>
 
 #include "cli_outcome.hpp"
+#include "cli_test_support.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 
 namespace tspemu::app {
 namespace {
 
 using testing::Outcome;
+using testing::read_json;
 using testing::temp_path;
 using testing::tspemu;
 namespace cost = tsp::cost;
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return nlohmann::json::parse(f);
-}
 
 const nlohmann::json& schedule(const nlohmann::json& doc, const std::string& name) {
   for (const nlohmann::json& s : doc.at("schedules"))

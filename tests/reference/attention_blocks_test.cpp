@@ -24,10 +24,7 @@ namespace {
 
 using testing::random_vector;
 
-// Blocking only reorders the softmax sums (rescaled partials instead of one pass), so its error
-// against the oracle is of the one-shot reference's order; 3 is the factor the parallel blocks
-// use, and a real bug (a wrong statistic, a lost block) is orders of magnitude larger.
-constexpr double kOracleFactor = 3.0;
+using testing::kOracleFactor;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Queries and keys are the same T tokens stored in `positions` order; the keys are split into
@@ -70,10 +67,7 @@ std::vector<Problem> problems() {
   };
 }
 
-template <class T>
-std::vector<T> as(const std::vector<double>& x) {
-  return std::vector<T>(x.begin(), x.end());
-}
+using testing::as;
 
 template <class T>
 struct Attention {

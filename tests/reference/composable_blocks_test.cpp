@@ -26,9 +26,7 @@ namespace {
 
 using testing::random_vector;
 
-// A core only reorders sums (blocks merged by lse, shards accumulated one after another), so its
-// error against the oracle is of the reference's order; 3 is the parallel blocks' factor.
-constexpr double kOracleFactor = 3.0;
+using testing::kOracleFactor;
 
 // B = 2, T = 144 (crosses the attention kernels' 128-query block) at zigzag positions (D = 2).
 struct BlockProblem {
@@ -46,10 +44,7 @@ struct BlockRun {
   LayerWeights<T> grads;
 };
 
-template <class T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
+using testing::as;
 
 template <class T>
 LayerWeights<T> weights_as(const LayerWeights<double>& w) {

@@ -6,7 +6,7 @@
 //     condition numbers); this also establishes the C++ double instantiation as the oracle.
 //   - float32: the acceptance rule of numerics.hpp with the C++ fp32 reference as candidate,
 //     PyTorch fp32 as the independent reference, the C++ fp64 oracle as truth:
-//       err(C++ fp32) <= kFp32K * err(PyTorch fp32) + tiny.
+//       err(C++ fp32) <= testing::kTorchFp32K * err(PyTorch fp32) + tiny.
 // A missing interpreter or torch FAILS the test (the script's exit status is checked).
 #include <gtest/gtest.h>
 
@@ -29,12 +29,6 @@ namespace tspemu::ref {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Our fp32 error may be this many times PyTorch's fp32 error. Both use OpenBLAS-class GEMMs in
-// fp32; the factor absorbs rounding luck on small tensors (observed ratios:
-// docs/design/numerics.md).
-constexpr double kFp32K = 4.0;
-constexpr double kFp64Rtol = 1e-12;  // far above what is observed (docs/design/numerics.md)
 
 struct Case {
   const char* name;
@@ -64,10 +58,7 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-template <class T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
+using testing::as;
 
 void run_case(const Case& tc) {
   const ModelConfig& cfg = tc.cfg;
@@ -118,11 +109,11 @@ void run_case(const Case& tc) {
                      const std::vector<float>& ours32) {
     const std::vector<double> torch64 = t64.read<double>(name);
     const std::vector<float> torch32 = t32.read<float>(name);
-    const Verdict v64 =
-        check_close64(std::string(tc.name) + " f64 " + name, ours64, torch64, kFp64Rtol);
+    const Verdict v64 = check_close64(std::string(tc.name) + " f64 " + name, ours64, torch64,
+                                      testing::kTorchFp64Rtol);
     EXPECT_TRUE(v64) << v64.report;
-    const Verdict v32 =
-        check_close(std::string(tc.name) + " f32 " + name, ours32, torch32, ours64, kFp32K);
+    const Verdict v32 = check_close(std::string(tc.name) + " f32 " + name, ours32, torch32, ours64,
+                                    testing::kTorchFp32K);
     EXPECT_TRUE(v32) << v32.report;
     if (std::getenv("TSPEMU_VERBOSE"))
       std::printf("%s\n%s\n", v64.report.c_str(), v32.report.c_str());

@@ -10,7 +10,7 @@
 //     within the same rtol.
 //   - float32, teacher-forced on the fp64 tokens: each step's logits pass the project's rule
 //     (numerics.hpp) with PyTorch fp32 as the reference and tspemu's fp64 decode as the oracle:
-//       err(tspemu fp32) <= kFp32K * err(PyTorch fp32) + tiny.
+//       err(tspemu fp32) <= testing::kTorchFp32K * err(PyTorch fp32) + tiny.
 // A missing interpreter or torch FAILS the test (the script's exit status is checked).
 #include <gtest/gtest.h>
 
@@ -35,9 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kNew = 32;
-constexpr double kFp64Rtol = 1e-12;  // see above
-constexpr double kFp32K = 4.0;       // as conformance_test.cpp
+constexpr int kTorchSteps = 32;  // greedy steps checked against PyTorch
 
 // The largest logit minus the runner-up of row [V] (how far a token is from a tie).
 double top2_margin(const double* row, int V) {
@@ -71,13 +69,13 @@ TEST(TorchDecodeConformance, GreedyKvCachedDecodeOf32StepsMatchesPytorch) {
   const int B = int(prompts.size());
 
   Sampler greedy = Sampler::greedy();
-  const Generation<double> g = generate(w64, prompts, kNew, greedy);
+  const Generation<double> g = generate(w64, prompts, kTorchSteps, greedy);
   // fp32, teacher-forced on the fp64 tokens.
   Prefill<float> p32 = prefill(w32, prompts);
   std::vector<std::vector<float>> steps32{p32.logits};
   std::vector<std::int64_t> forced;
   for (int b = 0; b < B; ++b) forced.insert(forced.end(), g.tokens[b].begin(), g.tokens[b].end());
-  for (int i = 1; i < kNew; ++i) {
+  for (int i = 1; i < kTorchSteps; ++i) {
     std::vector<std::int32_t> fed(B);
     for (int b = 0; b < B; ++b) fed[b] = g.tokens[b][i - 1];
     steps32.push_back(decode_step(w32, p32.cache, std::span<const std::int32_t>(fed)));
@@ -85,11 +83,11 @@ TEST(TorchDecodeConformance, GreedyKvCachedDecodeOf32StepsMatchesPytorch) {
 
   save_model((dir / "model.safetensors").string(), w64);
   SafetensorsWriter inputs;
-  const std::vector<std::int64_t> n_new{kNew};
+  const std::vector<std::int64_t> n_new{kTorchSteps};
   inputs.add("prompt_tokens", std::span<const std::int64_t>(flat), {std::int64_t(flat.size())});
   inputs.add("prompt_lengths", std::span<const std::int64_t>(lengths), {B});
   inputs.add("n_new", std::span<const std::int64_t>(n_new), {1});
-  inputs.add("forced", std::span<const std::int64_t>(forced), {B, kNew});
+  inputs.add("forced", std::span<const std::int64_t>(forced), {B, kTorchSteps});
   inputs.save((dir / "inputs.safetensors").string());
   const std::string cmd =
       std::string(TSPEMU_TORCH_PYTHON) + " " + TSPEMU_TORCH_DECODE_SCRIPT + " " +
@@ -106,25 +104,26 @@ TEST(TorchDecodeConformance, GreedyKvCachedDecodeOf32StepsMatchesPytorch) {
   const std::vector<std::int64_t> torch_tokens = torch.read_int64("tokens");
   const std::vector<double> torch64 = torch.read<double>("logits_f64");  // [n_new, B, V]
   const std::vector<float> torch32 = torch.read<float>("logits_f32");
-  ASSERT_EQ(torch_tokens.size(), std::size_t(B) * kNew);
-  ASSERT_EQ(torch64.size(), std::size_t(kNew) * B * V);
-  ASSERT_EQ(torch32.size(), std::size_t(kNew) * B * V);
+  ASSERT_EQ(torch_tokens.size(), std::size_t(B) * kTorchSteps);
+  ASSERT_EQ(torch64.size(), std::size_t(kTorchSteps) * B * V);
+  ASSERT_EQ(torch32.size(), std::size_t(kTorchSteps) * B * V);
   double worst64 = 0, min_margin = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < kNew; ++i) {
+  for (int i = 0; i < kTorchSteps; ++i) {
     const std::string step = "step " + std::to_string(i);
     const std::size_t off = std::size_t(i) * B * V;
     const std::vector<double> t64(torch64.begin() + off, torch64.begin() + off + B * V);
     const std::vector<float> t32(torch32.begin() + off, torch32.begin() + off + B * V);
-    const Verdict v64 = check_close64("f64 " + step + " logits", g.logits[i], t64, kFp64Rtol);
+    const Verdict v64 =
+        check_close64("f64 " + step + " logits", g.logits[i], t64, testing::kTorchFp64Rtol);
     EXPECT_TRUE(v64) << v64.report;
     worst64 = std::max(worst64, v64.candidate.max_abs / v64.candidate.oracle_max);
     const Verdict v32 =
-        check_close("f32 " + step + " logits", steps32[i], t32, g.logits[i], kFp32K);
+        check_close("f32 " + step + " logits", steps32[i], t32, g.logits[i], testing::kTorchFp32K);
     EXPECT_TRUE(v32) << v32.report;
     for (int b = 0; b < B; ++b) {
       const double margin = top2_margin(g.logits[i].data() + std::size_t(b) * V, V);
       min_margin = std::min(min_margin, margin);
-      EXPECT_EQ(g.tokens[b][i], torch_tokens[std::size_t(b) * kNew + i])
+      EXPECT_EQ(g.tokens[b][i], torch_tokens[std::size_t(b) * kTorchSteps + i])
           << "sequence " << b << " " << step << ": top-1/top-2 margin " << margin;
     }
   }
@@ -133,9 +132,9 @@ TEST(TorchDecodeConformance, GreedyKvCachedDecodeOf32StepsMatchesPytorch) {
       const std::string at = std::to_string(l) + "." + std::to_string(b);
       const std::size_t n = std::size_t(g.cache.length(l, b)) * g.cache.row();
       const Verdict vk = check_close64("k." + at, {g.cache.keys(l, b), g.cache.keys(l, b) + n},
-                                       torch.read<double>("k." + at), kFp64Rtol);
+                                       torch.read<double>("k." + at), testing::kTorchFp64Rtol);
       const Verdict vv = check_close64("v." + at, {g.cache.values(l, b), g.cache.values(l, b) + n},
-                                       torch.read<double>("v." + at), kFp64Rtol);
+                                       torch.read<double>("v." + at), testing::kTorchFp64Rtol);
       EXPECT_TRUE(vk) << vk.report;
       EXPECT_TRUE(vv) << vv.report;
     }

@@ -105,4 +105,23 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// A reference block only reorders sums (blocks merged by lse, shards accumulated one after
+// another), so its error against the oracle is of the one-shot reference's order; 3 is the factor
+// the parallel blocks use, and a real bug (a wrong statistic, a lost block) is orders of magnitude
+// larger.
+constexpr double kOracleFactor = 3.0;
+
+// Against PyTorch: our fp32 error may be this many times PyTorch's fp32 error. Both use
+// OpenBLAS-class GEMMs in fp32; the factor absorbs rounding luck on small tensors (observed
+// ratios: docs/design/numerics.md).
+constexpr double kTorchFp32K = 4.0;
+// Against PyTorch in double: far above what is observed (docs/design/numerics.md).
+constexpr double kTorchFp64Rtol = 1e-12;
+
+// The doubles of x as T.
+template <class T>
+std::vector<T> as(const std::vector<double>& x) {
+  return std::vector<T>(x.begin(), x.end());
+}
+
 }  // namespace tspemu::ref::testing

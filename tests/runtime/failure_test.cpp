@@ -23,25 +23,6 @@ struct Boom : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-::testing::AssertionResult contains(const std::string& s, const std::string& part) {
-  if (s.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << s << "\" does not contain \"" << part << "\"";
-}
-
-// Runs fn on the world, expects RankFailure; returns it (and the time it took).
-template <class F>
-RankFailure expect_failure(World& w, F&& fn, Clock::duration* took = nullptr) {
-  const auto t0 = Clock::now();
-  try {
-    w.run(fn);
-  } catch (const RankFailure& f) {
-    if (took != nullptr) *took = Clock::now() - t0;
-    return f;
-  }
-  ADD_FAILURE() << "World::run did not throw";
-  return RankFailure(-1, "", nullptr);
-}
-
 // A world stays usable: a correct all_reduce after a failed run.
 void expect_usable(World& w) {
   w.run([](Rank& r) { check_all_reduce<float>(r, r.comm(), 1000, "float"); });

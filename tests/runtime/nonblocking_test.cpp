@@ -22,22 +22,6 @@
 namespace tspemu::test {
 namespace {
 
-::testing::AssertionResult contains(const std::string& s, const std::string& part) {
-  if (s.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << s << "\" does not contain \"" << part << "\"";
-}
-
-template <class F>
-RankFailure expect_failure(World& w, F&& fn) {
-  try {
-    w.run(fn);
-  } catch (const RankFailure& f) {
-    return f;
-  }
-  ADD_FAILURE() << "World::run did not throw";
-  return RankFailure(-1, "", nullptr);
-}
-
 // Every non-blocking form against its blocking form on the same inputs, bit for bit; counts below
 // and above the one-step (256-byte) paths and not divisible by the group size.
 template <class T>

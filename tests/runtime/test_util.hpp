@@ -171,4 +171,25 @@ inline int thread_count() {
   return n;
 }
 
+// Passes when `part` occurs in `s`; the failure message quotes both.
+inline ::testing::AssertionResult contains(const std::string& s, const std::string& part) {
+  if (s.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << s << "\" does not contain \"" << part << "\"";
+}
+
+// Runs fn on the world, expects RankFailure; returns it (and, if `took` is given, the time the
+// run took to fail).
+template <class F>
+RankFailure expect_failure(World& w, F&& fn, std::chrono::steady_clock::duration* took = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    w.run(fn);
+  } catch (const RankFailure& f) {
+    if (took != nullptr) *took = std::chrono::steady_clock::now() - t0;
+    return f;
+  }
+  ADD_FAILURE() << "World::run did not throw";
+  return RankFailure(-1, "", nullptr);
+}
+
 }  // namespace tspemu::test
