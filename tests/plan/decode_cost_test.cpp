@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "plan_test_shapes.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 
 namespace tspemu::tsp::cost {
@@ -221,16 +222,7 @@ TEST(DecodeCost, PrefillCrossoverIsBSEquals8h) {
             prefill_elements(m, DecodeStrategy::tp(8)));
 }
 
-ModelShape small_gqa() {
-  ModelShape m;
-  m.hidden = 64;
-  m.n_heads = 8;
-  m.n_kv_heads = 4;
-  m.ffn = 96;
-  m.layers = 3;
-  m.vocab = 48;
-  return m;
-}
+using plan_testing::small_gqa;
 
 TEST(DecodeCost, TspwRuntimeCountsSumToTheRingConvention) {
   const ModelShape m = small_gqa();

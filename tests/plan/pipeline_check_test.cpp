@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "plan_test_shapes.hpp"
 #include "tspemu/plan/pipeline_check.hpp"
 #include "tspemu/plan/pipeline_schedule.hpp"
 
 namespace tspemu::pipeline {
 namespace {
 
-const ActivationShape kShape{2, 8, 16};
+using plan_testing::kShape;
 
 Schedule make(Kind k, int p, int m, int v = 1) {
   return make_schedule({k, p, m, v, kShape});

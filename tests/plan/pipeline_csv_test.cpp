@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "plan_test_shapes.hpp"
 #include "tspemu/core/regular_file.hpp"
 #include "tspemu/plan/pipeline_check.hpp"
 #include "tspemu/plan/pipeline_csv.hpp"
@@ -19,7 +20,7 @@
 namespace tspemu::pipeline {
 namespace {
 
-const ActivationShape kShape{2, 8, 16};
+using plan_testing::kShape;
 
 Schedule renamed(Schedule s, const std::string& name) {
   s.name = name;

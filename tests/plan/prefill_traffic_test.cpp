@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "plan_test_shapes.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 
 namespace tspemu::tsp::cost {
@@ -17,17 +18,7 @@ namespace {
 using u64 = std::uint64_t;
 constexpr u64 kFloat = 4;
 
-// h = 64, 8 query and 4 KV heads (d = 8, kv_dim = 32), ffn 96, 3 layers, V = 48.
-ModelShape small_gqa() {
-  ModelShape m;
-  m.hidden = 64;
-  m.n_heads = 8;
-  m.n_kv_heads = 4;
-  m.ffn = 96;
-  m.layers = 3;
-  m.vocab = 48;
-  return m;
-}
+using plan_testing::small_gqa;
 
 TrafficCounters sum(const std::vector<DecodeStageTraffic>& stages) {
   TrafficCounters t;
