@@ -84,7 +84,7 @@ PrecisionPolicy precision_policy(const ProblemOptions& o, const std::string& com
     throw ConfigError(command +
                       " --precision bf16: bf16 mixed precision is not implemented yet "
                       "(the reference, the strategies and the collectives compute and store fp32 "
-                      "only; issue 37); run with --precision fp32, the default");
+                      "only); run with --precision fp32, the default");
   return p;
 }
 
