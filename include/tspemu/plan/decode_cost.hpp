@@ -7,10 +7,10 @@
 //   Schedules (DecodeScheme): TP (T), Megatron-SP (T: TP with the residual stream sharded over the
 //   step's token rows), SP / context parallel (Σ, pass-Q decode, weights replicated; its prefill
 //   pass-Q, ring pass-KV or Ulysses: sp_prefill_stage_traffic), the TP+SP mesh (T × Σ), Helix
-//   (KVP × TP_A on the same N ranks), TSP-M and TSP-W (D). Notation as ../shared/INFERENCE-NOTES.md §1.4: h hidden, L layers, n_h / n_kv heads,
-//   d = h / n_h, g = n_h / n_kv, F = ffn / h, β bytes per element, B new tokens (one per
-//   sequence), S_b the cached tokens of sequence b that the step attends to (its new token
-//   included).
+//   (KVP × TP_A on the same N ranks), TSP-M and TSP-W (D). Notation as ../shared/INFERENCE-NOTES.md
+//   §1.4: h hidden, L layers, n_h / n_kv heads, d = h / n_h, g = n_h / n_kv, F = ffn / h, β bytes
+//   per element, B new tokens (one per sequence), S_b the cached tokens of sequence b that the step
+//   attends to (its new token included).
 //
 // The schedules as modelled (one decode step; per layer unless said; "AR" all-reduce):
 //   TP (T)        hidden state replicated; column W_Q/K/V, gate/up, row W_O, down; 2 AR of [B, h]
