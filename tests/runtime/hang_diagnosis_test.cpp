@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <string>
@@ -305,28 +306,43 @@ TEST(HangDiagnosis, FlightRecorderKeepsTheLastOperationsOfEachRankOnly) {
   EXPECT_NE(fr.find(", failed"), std::string::npos) << fr;  // rank 0's barrier, aborted
 }
 
-// The duration a flight record prints for `what` in `rank`'s part of a flight record.
-double recorded_ms(const std::string& record, int rank, const std::string& what) {
+// The number a flight record prints after `key` ("at " or "took ") for `what` in `rank`'s part.
+double recorded_ms(const std::string& record, int rank, const std::string& what,
+                   const std::string& key) {
   const std::size_t part = record.find("rank " + std::to_string(rank) + ", ");
   const std::size_t op = record.find(what, part);
-  const std::size_t took = record.find("took ", op);
-  if (part == std::string::npos || op == std::string::npos || took == std::string::npos) return -1;
-  return std::stod(record.substr(took + 5));
+  const std::size_t at = record.find(key, op);
+  if (part == std::string::npos || op == std::string::npos || at == std::string::npos) return -1;
+  return std::stod(record.substr(at + key.size()));
 }
 
 TEST(HangDiagnosis, FlightRecordTimesAWaitingOperationAndNotesAPromptSmallOneAsTakingNoTime) {
   World world({.ranks = 2, .flight_recorder_depth = 8});
-  RankFailure f = run_failing(world, [](Rank& r) {
+  // Root 1 enters 30 ms after rank 0 is about to enter: rank 0 waits for it; the eager root
+  // itself never waits. The flag, not a bare sleep, keeps a slow thread start (ThreadSanitizer
+  // beside another test program) from shortening the wait.
+  std::atomic<bool> rank0_entering{false};
+  RankFailure f = run_failing(world, [&](Rank& r) {
     std::vector<float> x(2, 1.0f);
-    // Root 1 arrives 30 ms late: rank 0 waits for it; the eager root itself never waits.
-    if (r.id() == 1) std::this_thread::sleep_for(30ms);
+    if (r.id() == 0) {
+      // release/acquire: only orders this flag; the broadcast synchronises the data itself.
+      rank0_entering.store(true, std::memory_order_release);
+    } else {
+      while (!rank0_entering.load(std::memory_order_acquire)) std::this_thread::yield();
+      std::this_thread::sleep_for(30ms);
+    }
     broadcast<float>(r.comm(), std::span<float>(x), 1);
     if (r.id() == 1) throw std::runtime_error("stop here");
     barrier(r.comm());
   });
   const std::string fr = f.flight_record();
-  EXPECT_GE(recorded_ms(fr, 0, "broadcast #1 root 1"), 25.0) << fr;
-  EXPECT_EQ(recorded_ms(fr, 1, "broadcast #1 root 1"), 0.0) << fr;
+  const std::string op = "broadcast #1 root 1";
+  // Rank 0 cannot finish before the root enters: its time covers the root's lateness, which
+  // the records' own start times give whatever the scheduler did (0.002 ms: print rounding).
+  const double lateness = recorded_ms(fr, 1, op, " at ") - recorded_ms(fr, 0, op, " at ");
+  EXPECT_GT(lateness, 5.0) << fr;
+  EXPECT_GE(recorded_ms(fr, 0, op, "took "), lateness - 0.002) << fr;
+  EXPECT_EQ(recorded_ms(fr, 1, op, "took "), 0.0) << fr;
 }
 
 // An unobserved 8 B broadcast takes the eager short path (Call::eager_broadcast): its receivers
