@@ -67,12 +67,14 @@ tspemu_layer(plan DIRS plan include/tspemu/plan MAY core
                      include/tspemu/runtime/sim_clock.hpp)
 
 tspemu_layer(tsp DIRS tsp include/tspemu/tsp MAY core runtime/api reference plan)
+# Pipeline parallelism on ranks: runs the planner's schedules; a stage may later run a tsp strategy.
+tspemu_layer(pipeline DIRS pipeline include/tspemu/pipeline MAY core runtime/api reference plan tsp)
 tspemu_layer(check DIRS check include/tspemu/check MAY core runtime/api reference tsp)
-tspemu_layer(apps DIRS apps MAY core runtime/api reference plan tsp check)
-tspemu_layer(examples DIRS examples MAY core runtime/api reference plan tsp check)
-tspemu_layer(bench DIRS bench MAY core runtime/api reference plan tsp check)
-tspemu_layer(fuzz DIRS fuzz MAY core runtime/api reference plan tsp check apps)
-tspemu_layer(tests DIRS tests MAY core runtime/api reference plan tsp check apps)
+tspemu_layer(apps DIRS apps MAY core runtime/api reference plan tsp pipeline check)
+tspemu_layer(examples DIRS examples MAY core runtime/api reference plan tsp pipeline check)
+tspemu_layer(bench DIRS bench MAY core runtime/api reference plan tsp pipeline check)
+tspemu_layer(fuzz DIRS fuzz MAY core runtime/api reference plan tsp pipeline check apps)
+tspemu_layer(tests DIRS tests MAY core runtime/api reference plan tsp pipeline check apps)
 
 # Where an include not found beside its file is looked for (the targets' include directories).
 set(TSPEMU_LAYER_SEARCH_DIRS include apps)
