@@ -9,7 +9,7 @@
 namespace tspemu::pipeline::testing {
 namespace {
 
-void expect_bitwise(const Setup& s) {
+void expect_bitwise(const PipeSetup& s) {
   SCOPED_TRACE(s.label());
   const ref::ModelConfig cfg = small_config(s);
   const auto w = ref::init_weights<float>(cfg, 11);

@@ -12,7 +12,7 @@ namespace {
 
 constexpr double kPipelineOracleFactor = 3.0;
 
-void expect_within_rule(const Setup& s) {
+void expect_within_rule(const PipeSetup& s) {
   SCOPED_TRACE(s.label());
   const ref::ModelConfig cfg = small_config(s);
   const auto w = ref::init_weights<float>(cfg, 5);

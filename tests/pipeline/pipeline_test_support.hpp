@@ -22,7 +22,7 @@
 
 namespace tspemu::pipeline::testing {
 
-struct Setup {
+struct PipeSetup {
   Kind kind = Kind::one_f_one_b;
   int p = 2;
   int m = 2;
@@ -38,7 +38,7 @@ struct Setup {
   }
 };
 
-inline ref::ModelConfig small_config(const Setup& s) {
+inline ref::ModelConfig small_config(const PipeSetup& s) {
   ref::ModelConfig c;
   c.vocab = 32;
   c.hidden = 16;
@@ -66,7 +66,7 @@ struct Data {
   }
 };
 
-inline Data make_data(const Setup& s, int vocab, std::uint64_t seed = 7) {
+inline Data make_data(const PipeSetup& s, int vocab, std::uint64_t seed = 7) {
   Data d;
   d.B = s.dp * s.m * s.micro_batch;
   d.T = s.seq;
@@ -78,7 +78,7 @@ inline Data make_data(const Setup& s, int vocab, std::uint64_t seed = 7) {
   return d;
 }
 
-inline Schedule make(const Setup& s) {
+inline Schedule make(const PipeSetup& s) {
   return make_schedule({s.kind, s.p, s.m, s.v, {s.micro_batch, s.seq, 16}});
 }
 
@@ -95,16 +95,16 @@ struct StepResult {
 
 // A stage factory: (weights, span, arena, setup) -> the stage; the default is DenseStage.
 using StageFactory = std::function<std::unique_ptr<DenseStage<float>>(
-    const ref::ModelWeights<float>&, StageSpan, Arena&, const Setup&)>;
+    const ref::ModelWeights<float>&, StageSpan, Arena&, const PipeSetup&)>;
 
 inline std::unique_ptr<DenseStage<float>> dense(const ref::ModelWeights<float>& w, StageSpan span,
-                                                Arena& arena, const Setup& s) {
+                                                Arena& arena, const PipeSetup& s) {
   return std::make_unique<DenseStage<float>>(w, span, s.micro_batch, s.seq, arena);
 }
 
 // Runs one step of `schedule` on dp × p ranks (world rank = d·p + pp rank). Failures are caught
 // per rank and returned, so a test can assert on the message.
-inline StepResult run_step(const Setup& s, const Schedule& schedule,
+inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
                            const ref::ModelWeights<float>& w, const Data& data,
                            const WorldOptions& base = {}, std::optional<Costs> costs = {},
                            const StageFactory& factory = dense) {
@@ -169,7 +169,7 @@ inline std::vector<int> accumulation_order(const Schedule& s, int k) {
   return order;
 }
 
-inline ref::ModelWeights<float> replica_reference(const Setup& s, const Schedule& schedule,
+inline ref::ModelWeights<float> replica_reference(const PipeSetup& s, const Schedule& schedule,
                                                   const ref::ModelWeights<float>& w,
                                                   const ref::Batch& replica,
                                                   std::vector<double>& losses) {
@@ -210,7 +210,7 @@ inline ref::ModelWeights<float> replica_reference(const Setup& s, const Schedule
   return g;
 }
 
-inline ReferenceResult microbatch_reference(const Setup& s, const Schedule& schedule,
+inline ReferenceResult microbatch_reference(const PipeSetup& s, const Schedule& schedule,
                                             const ref::ModelWeights<float>& w, const Data& data) {
   ReferenceResult out;
   out.losses.assign(std::size_t(s.dp), {});
