@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -27,8 +28,9 @@ template <class T>
 class Executor {
  public:
   Executor(Rank& rank, Comm& pp, const Schedule& s, std::span<const ref::Batch> mbs,
-           std::span<Stage<T>* const> stages, const PipelineOptions& opt)
-      : rank_(rank), pp_(pp), s_(s), mbs_(mbs), opt_(opt) {
+           std::span<Stage<T>* const> stages, const PipelineOptions& opt,
+           const ActionObserver<T>& observe)
+      : rank_(rank), pp_(pp), s_(s), mbs_(mbs), opt_(opt), observe_(observe) {
     for (Stage<T>* st : stages) stages_[st->span().stage] = st;
     for (int k = 0; k < s.stages; ++k) {
       if (s.stage_rank[std::size_t(k)] == pp.rank() && !stages_.count(k))
@@ -103,14 +105,14 @@ class Executor {
         post_send(out_b_, a);
         return;
       case Op::forward:
-        forward(a.stage, a.microbatch);
+        forward(a);
         return;
       case Op::backward:
       case Op::backward_input:
-        backward_input(a.stage, a.microbatch, a.op == Op::backward);
+        backward_input(a);
         return;
       case Op::backward_weight:
-        backward_weight(a.stage, a.microbatch);
+        backward_weight(a);
         return;
       case Op::unshard:
       case Op::reshard:
@@ -174,7 +176,8 @@ class Executor {
     return std::optional<TraceSpan>(std::in_place, pp_, name, double(units) * opt_.flops_per_unit);
   }
 
-  void forward(int k, int mb) {
+  void forward(const Action& a) {
+    const int k = a.stage, mb = a.microbatch;
     Stage<T>& st = stage(k);
     Buffer<T> x;
     if (k > 0) x = take(recv_f_, out_f_, k - 1, k, mb, "input activation");
@@ -185,6 +188,7 @@ class Executor {
       auto span = charge("pipeline F", opt_.uniform_costs ? opt_.uniform_costs->forward : 0);
       loss = st.forward(mb, mbs_[std::size_t(mb)], x.span(), y.span());
     }
+    if (observe_) observe_(a, st, y.span());
     if (k + 1 < s_.stages) {
       out_f_.emplace(Key{k, mb}, std::move(y));
     } else {
@@ -193,7 +197,9 @@ class Executor {
     }
   }
 
-  void backward_input(int k, int mb, bool full) {
+  void backward_input(const Action& a) {
+    const int k = a.stage, mb = a.microbatch;
+    const bool full = a.op == Op::backward;
     Stage<T>& st = stage(k);
     Buffer<T> dy;
     if (k + 1 < s_.stages) dy = take(recv_b_, out_b_, k + 1, k, mb, "output gradient");
@@ -206,12 +212,18 @@ class Executor {
       st.backward_input(mb, mbs_[std::size_t(mb)], dy.span(), dx.span(), scale);
       if (full) st.backward_weight(mb);
     }
+    if (observe_) observe_(a, st, dx.span());
     if (k > 0) out_b_.emplace(Key{k, mb}, std::move(dx));
   }
 
-  void backward_weight(int k, int mb) {
-    auto span = charge("pipeline W", opt_.uniform_costs ? opt_.uniform_costs->backward_weight : 0);
-    stage(k).backward_weight(mb);
+  void backward_weight(const Action& a) {
+    Stage<T>& st = stage(a.stage);
+    {
+      auto span =
+          charge("pipeline W", opt_.uniform_costs ? opt_.uniform_costs->backward_weight : 0);
+      st.backward_weight(a.microbatch);
+    }
+    if (observe_) observe_(a, st, {});
   }
 
   Rank& rank_;
@@ -219,12 +231,54 @@ class Executor {
   const Schedule& s_;
   std::span<const ref::Batch> mbs_;
   const PipelineOptions& opt_;
+  const ActionObserver<T>& observe_;
   std::map<int, Stage<T>*> stages_;
   std::map<Key, Pending> recv_f_, recv_b_;     // (receiving stage, mb)
   std::map<Key, Buffer<T>> out_f_, out_b_;     // (producing stage, mb)
   std::map<int, std::deque<InFlight>> sends_;  // destination rank -> sends not yet waited
   std::vector<double> losses_;
 };
+
+// What the tensor an action computes or moves is, for messages: an F or SEND_F/RECV_F carries
+// the stage's output activation, a B or I or SEND_B/RECV_B the activation gradient, a W the
+// stage's weight gradients.
+std::string tensor_of(const Action& a, const Schedule& s) {
+  const std::string shape = " " + to_string(a.shape);
+  switch (a.op) {
+    case Op::forward:
+      return "the output activation of stage " + std::to_string(a.stage) + shape;
+    case Op::send_f:
+    case Op::recv_f:
+      return "the activation from stage " +
+             std::to_string(a.op == Op::send_f ? a.stage : a.peer_stage) + shape;
+    case Op::backward:
+    case Op::backward_input:
+      return "the input gradient of stage " + std::to_string(a.stage) + shape;
+    case Op::send_b:
+    case Op::recv_b:
+      return "the activation gradient from stage " +
+             std::to_string(a.op == Op::send_b ? a.stage : a.peer_stage) + shape;
+    case Op::backward_weight:
+      return "the weight gradients of stage " + std::to_string(a.stage);
+    default:
+      return "the gradients of stage " + std::to_string(a.stage) + " (" + std::to_string(s.stages) +
+             " stages)";
+  }
+}
+
+// The checker's verdict with the tensor the failing action carries named.
+void require_runnable(const Schedule& s) {
+  const std::optional<ScheduleIssue> issue = check_schedule(s, CheckOptions{int(kSendsInFlight)});
+  if (!issue) return;
+  std::string where = "run_pipeline: schedule refused before any message moved: ";
+  if (issue->rank >= 0 && issue->index >= 0) {
+    const Action& a = s.actions[std::size_t(issue->rank)][std::size_t(issue->index)];
+    where += "pp rank " + std::to_string(issue->rank) + " action #" + std::to_string(issue->index) +
+             " " + to_string(a) + " (stage " + std::to_string(a.stage) + ", microbatch " +
+             std::to_string(a.microbatch) + ", tensor: " + tensor_of(a, s) + "): ";
+  }
+  throw std::invalid_argument(where + issue->message);
+}
 
 // The tied embedding: the first stage's and the last stage's parts both become first + last.
 template <class T>
@@ -263,7 +317,8 @@ void reduce_tied(Comm& pp, const Schedule& s, const std::map<int, Stage<T>*>& mi
 template <class T>
 PipelineStepResult run_pipeline(Rank& rank, Comm& pp, Comm* dp, const Schedule& schedule,
                                 std::span<const ref::Batch> microbatches,
-                                std::span<Stage<T>* const> stages, const PipelineOptions& opt) {
+                                std::span<Stage<T>* const> stages, const PipelineOptions& opt,
+                                const ActionObserver<T>& observe) {
   if (pp.size() != schedule.ranks)
     throw std::invalid_argument("run_pipeline: the pp group has " + std::to_string(pp.size()) +
                                 " ranks, the schedule " + std::to_string(schedule.ranks));
@@ -271,8 +326,8 @@ PipelineStepResult run_pipeline(Rank& rank, Comm& pp, Comm* dp, const Schedule& 
     throw std::invalid_argument("run_pipeline: dp = " + std::to_string(opt.dp) +
                                 " but the dp group has " + std::to_string(dp ? dp->size() : 1) +
                                 " ranks");
-  require_valid(schedule, CheckOptions{int(kSendsInFlight)});
-  Executor<T> ex(rank, pp, schedule, microbatches, stages, opt);
+  require_runnable(schedule);
+  Executor<T> ex(rank, pp, schedule, microbatches, stages, opt, observe);
   PipelineStepResult r = ex.run();
   std::map<int, Stage<T>*> mine;
   for (Stage<T>* st : stages) mine[st->span().stage] = st;
@@ -288,10 +343,12 @@ PipelineStepResult run_pipeline(Rank& rank, Comm& pp, Comm* dp, const Schedule& 
 template PipelineStepResult run_pipeline<float>(Rank&, Comm&, Comm*, const Schedule&,
                                                 std::span<const ref::Batch>,
                                                 std::span<Stage<float>* const>,
-                                                const PipelineOptions&);
+                                                const PipelineOptions&,
+                                                const ActionObserver<float>&);
 template PipelineStepResult run_pipeline<double>(Rank&, Comm&, Comm*, const Schedule&,
                                                  std::span<const ref::Batch>,
                                                  std::span<Stage<double>* const>,
-                                                 const PipelineOptions&);
+                                                 const PipelineOptions&,
+                                                 const ActionObserver<double>&);
 
 }  // namespace tspemu::pipeline

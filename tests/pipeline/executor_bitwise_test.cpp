@@ -26,6 +26,8 @@ void expect_bitwise(const PipeSetup& s) {
           << "replica " << d << " microbatch " << j;
     }
   }
+  EXPECT_EQ(first_record_difference(got.records, want.records, schedule.stages), "")
+      << "every stage output, input gradient and accumulated gradient, per microbatch";
   EXPECT_EQ(first_bit_difference(got.grads, want.grads), "");
 }
 

@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tspemu/pipeline/dense_stage.hpp"
@@ -82,6 +85,45 @@ inline Schedule make(const PipeSetup& s) {
   return make_schedule({s.kind, s.p, s.m, s.v, {s.micro_batch, s.seq, 16}});
 }
 
+// Per-microbatch records, keyed in dataflow order: (microbatch, phase, position, tensor) with
+// phase 0 = a stage's output activation (position = stage), 1 = its input gradient (position =
+// stages - 1 - stage), 2 = its accumulated gradient tensors after adding this microbatch.
+using RecordKey = std::tuple<int, int, int, std::string>;
+using Records = std::map<RecordKey, std::vector<float>>;
+
+inline void record_output(Records& r, int stages, int stage, int mb, bool backward,
+                          std::span<const float> t) {
+  if (t.empty()) return;
+  r[{mb, backward ? 1 : 0, backward ? stages - 1 - stage : stage,
+     backward ? "input gradient" : "output activation"}] = {t.begin(), t.end()};
+}
+
+inline void record_gradients(Records& r, int stages, int stage, int mb, Stage<float>& st) {
+  for (const GradTensor<float>& g : st.gradients())
+    r[{mb, 2, stages - 1 - stage, "accumulated " + g.name}] = *g.data;
+}
+
+// The first record where the pipelined run and the reference differ, named by stage,
+// microbatch and tensor with both values, or "".
+inline std::string first_record_difference(const Records& got, const Records& want, int stages) {
+  for (const auto& [key, w] : want) {
+    const int mb = std::get<0>(key), phase = std::get<1>(key), pos = std::get<2>(key);
+    const int stage = phase == 0 ? pos : stages - 1 - pos;
+    const std::string where = "stage " + std::to_string(stage) + ", microbatch " +
+                              std::to_string(mb) + ", tensor " + std::get<3>(key);
+    auto it = got.find(key);
+    if (it == got.end()) return where + ": not computed by the pipelined run";
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (std::memcmp(&w[i], &it->second[i], sizeof(float)) == 0) continue;
+      std::ostringstream o;
+      o << where << "[" << i << "]: pipelined " << it->second[i] << ", reference " << w[i]
+        << " (ratio " << it->second[i] / w[i] << ")";
+      return o.str();
+    }
+  }
+  return "";
+}
+
 // What a step gives back: every dp replica's microbatch losses (unscaled), replica 0's gradients
 // assembled from its stages, and each rank's arena.
 struct StepResult {
@@ -91,15 +133,28 @@ struct StepResult {
   std::vector<double> sim_seconds;    // world rank -> simulated clock at the end
   std::vector<double> sim_compute;    // world rank -> simulated compute seconds
   std::vector<std::string> failures;  // world rank -> what it threw ("" if nothing)
+  Records records;                    // replica 0's, per microbatch
 };
-
-// A stage factory: (weights, span, arena, setup) -> the stage; the default is DenseStage.
-using StageFactory = std::function<std::unique_ptr<DenseStage<float>>(
-    const ref::ModelWeights<float>&, StageSpan, Arena&, const PipeSetup&)>;
 
 inline std::unique_ptr<DenseStage<float>> dense(const ref::ModelWeights<float>& w, StageSpan span,
                                                 Arena& arena, const PipeSetup& s) {
   return std::make_unique<DenseStage<float>>(w, span, s.micro_batch, s.seq, arena);
+}
+
+// A stage the executor runs and the dense stage that holds its gradients (the same object unless
+// a test wraps the dense stage to plant a bug).
+struct HeldStage {
+  std::unique_ptr<Stage<float>> stage;
+  DenseStage<float>* dense = nullptr;
+};
+using StageFactory =
+    std::function<HeldStage(const ref::ModelWeights<float>&, StageSpan, Arena&, const PipeSetup&)>;
+
+inline HeldStage dense_held(const ref::ModelWeights<float>& w, StageSpan span, Arena& arena,
+                            const PipeSetup& s) {
+  auto d = dense(w, span, arena, s);
+  DenseStage<float>* raw = d.get();
+  return {std::move(d), raw};
 }
 
 // Runs one step of `schedule` on dp × p ranks (world rank = d·p + pp rank). Failures are caught
@@ -107,14 +162,15 @@ inline std::unique_ptr<DenseStage<float>> dense(const ref::ModelWeights<float>& 
 inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
                            const ref::ModelWeights<float>& w, const Data& data,
                            const WorldOptions& base = {}, std::optional<Costs> costs = {},
-                           const StageFactory& factory = dense) {
+                           const StageFactory& factory = dense_held) {
   WorldOptions wo = base;
   wo.ranks = s.dp * s.p;
   World world(wo);
   StepResult out;
   out.losses.assign(std::size_t(s.dp), {});
   out.failures.assign(std::size_t(wo.ranks), "");
-  std::vector<std::vector<std::unique_ptr<DenseStage<float>>>> held(std::size_t(wo.ranks));
+  std::vector<std::vector<HeldStage>> held(std::size_t(wo.ranks));
+  std::vector<Records> records(std::size_t(s.p));
   world.run([&](Rank& r) {
     const int d = r.id() / s.p, q = r.id() % s.p;
     Comm pp = r.comm().split(d, r.id(), "pp");
@@ -126,8 +182,16 @@ inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
     for (int k = 0; k < schedule.stages; ++k) {
       if (schedule.stage_rank[std::size_t(k)] != q) continue;
       mine.push_back(factory(w, stage_span(w.config.n_layers, schedule.stages, k), r.arena(), s));
-      ptrs.push_back(mine.back().get());
+      ptrs.push_back(mine.back().stage.get());
     }
+    Records& rec = records[std::size_t(q)];
+    const ActionObserver<float> observe = [&rec, &schedule, d](const Action& a, Stage<float>& st,
+                                                               std::span<const float> t) {
+      if (d != 0) return;
+      record_output(rec, schedule.stages, a.stage, a.microbatch, a.op != Op::forward, t);
+      if (a.op == Op::backward || a.op == Op::backward_weight)
+        record_gradients(rec, schedule.stages, a.stage, a.microbatch, st);
+    };
     PipelineOptions opt;
     opt.tied_embeddings = s.tied;
     opt.dp = s.dp;
@@ -135,7 +199,7 @@ inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
     opt.flops_per_unit = 1e8;
     try {
       PipelineStepResult res =
-          run_pipeline<float>(r, pp, s.dp > 1 ? &dpc : nullptr, schedule, mbs, ptrs, opt);
+          run_pipeline<float>(r, pp, s.dp > 1 ? &dpc : nullptr, schedule, mbs, ptrs, opt, observe);
       if (!res.losses.empty()) out.losses[std::size_t(d)] = res.losses;
     } catch (const std::exception& e) {
       out.failures[std::size_t(r.id())] = e.what();
@@ -143,7 +207,8 @@ inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
   });
   out.grads = ref::ModelWeights<float>::zeros(w.config);
   for (int q = 0; q < s.p; ++q) {
-    for (auto& st : held[std::size_t(q)]) st->export_gradients(out.grads);
+    for (auto& st : held[std::size_t(q)]) st.dense->export_gradients(out.grads);
+    out.records.merge(records[std::size_t(q)]);
   }
   for (int r = 0; r < wo.ranks; ++r) {
     out.arena.push_back(world.arena(r).stats());
@@ -157,6 +222,7 @@ inline StepResult run_step(const PipeSetup& s, const Schedule& schedule,
 struct ReferenceResult {
   std::vector<std::vector<double>> losses;
   ref::ModelWeights<float> grads;
+  Records records;  // replica 0's
 };
 
 // The microbatches whose weight gradients stage k accumulates, in the schedule's order.
@@ -172,7 +238,8 @@ inline std::vector<int> accumulation_order(const Schedule& s, int k) {
 inline ref::ModelWeights<float> replica_reference(const PipeSetup& s, const Schedule& schedule,
                                                   const ref::ModelWeights<float>& w,
                                                   const ref::Batch& replica,
-                                                  std::vector<double>& losses) {
+                                                  std::vector<double>& losses,
+                                                  Records* records = nullptr) {
   Arena arena(0, std::size_t{1} << 30);
   const int S = schedule.stages;
   std::vector<std::unique_ptr<DenseStage<float>>> st;
@@ -188,17 +255,22 @@ inline ref::ModelWeights<float> replica_reference(const PipeSetup& s, const Sche
       const double loss =
           st[std::size_t(k)]->forward(j, mbs[std::size_t(j)], x, last ? std::span<float>() : y);
       if (last) losses[std::size_t(j)] = loss;
+      if (records && !last) record_output(*records, S, k, j, false, y);
       x = y;
     }
     for (int k = S; k-- > 0;) {
       st[std::size_t(k)]->backward_input(j, mbs[std::size_t(j)], dy,
                                          k == 0 ? std::span<float>() : dx, scale);
+      if (records && k > 0) record_output(*records, S, k, j, true, dx);
       dy = dx;
     }
   }
   ref::ModelWeights<float> g = ref::ModelWeights<float>::zeros(w.config);
   for (int k = 0; k < S; ++k) {
-    for (int j : accumulation_order(schedule, k)) st[std::size_t(k)]->backward_weight(j);
+    for (int j : accumulation_order(schedule, k)) {
+      st[std::size_t(k)]->backward_weight(j);
+      if (records) record_gradients(*records, S, k, j, *st[std::size_t(k)]);
+    }
   }
   if (s.tied) {
     std::vector<float>& e = *st.front()->tied_part(false);
@@ -216,7 +288,8 @@ inline ReferenceResult microbatch_reference(const PipeSetup& s, const Schedule& 
   out.losses.assign(std::size_t(s.dp), {});
   for (int d = 0; d < s.dp; ++d) {
     ref::ModelWeights<float> g =
-        replica_reference(s, schedule, w, data.replica(d, s.dp), out.losses[std::size_t(d)]);
+        replica_reference(s, schedule, w, data.replica(d, s.dp), out.losses[std::size_t(d)],
+                          d == 0 ? &out.records : nullptr);
     if (d == 0) {
       out.grads = std::move(g);
       continue;

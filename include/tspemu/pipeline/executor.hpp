@@ -30,7 +30,8 @@
 //   and dp calls run_pipeline with the same schedule and options; the dp groups pair ranks
 //   holding the same stages.
 // Guarantees: an invalid schedule throws std::invalid_argument with the checker's message
-//   (rank, action index, stage, microbatch) before any message moves; a stage compute error
+//   (rank, action index, stage, microbatch) and the tensor the action carries, before any
+//   message moves; a stage compute error
 //   propagates (the world fails the other ranks, never a hang); a buffer left unconsumed at the
 //   end (an output never sent) throws std::logic_error naming its stage and microbatch. Given
 //   deterministic stages, the result does not depend on thread timing: bitwise that of running
@@ -40,6 +41,7 @@
 //   stage's gradients.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -67,10 +69,18 @@ struct PipelineStepResult {
   std::vector<double> losses;
 };
 
+// Called after each compute action of this rank with the action, its stage and what it produced
+// (F: the output activation, empty on the last stage; B, I: the input gradient, empty on stage 0;
+// W: empty); the stage's gradients() then hold the accumulation so far. For checks that locate a
+// difference by stage, microbatch and tensor; it must not keep the span.
+template <class T>
+using ActionObserver = std::function<void(const Action&, Stage<T>&, std::span<const T>)>;
+
 // `dp`: the data-parallel group of this rank (ranks holding the same stages), or null for dp = 1.
 template <class T>
 PipelineStepResult run_pipeline(Rank& rank, Comm& pp, Comm* dp, const Schedule& schedule,
                                 std::span<const ref::Batch> microbatches,
-                                std::span<Stage<T>* const> stages, const PipelineOptions& opt);
+                                std::span<Stage<T>* const> stages, const PipelineOptions& opt,
+                                const ActionObserver<T>& observe = {});
 
 }  // namespace tspemu::pipeline
