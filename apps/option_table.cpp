@@ -99,6 +99,12 @@ const std::vector<OptionRule> kRules = {
     {"train", "--eps", K::real, 0, 1, true, false, "", "AdamW eps"},
     {"train", "--weight-decay", K::real, 0, 100, false, false, "", "decoupled weight decay"},
     {"train", "--data", K::text, 0, 0, false, false, "", "corpus file"},
+    {"train", "--pp", K::integer, 0, kRanks, false, false, "", "pipeline ranks (0: off)"},
+    {"train", "--microbatches", K::integer, 1, 1048576, false, false, "",
+     "--pp: microbatches per step"},
+    {"train", "--schedule", K::text, 0, 0, false, false, "", "--pp: pipeline schedule"},
+    {"train", "--virtual-stages", K::integer, 0, 64, false, false, "",
+     "--pp: stages per rank (0: by schedule)"},
     // plan: int64 overrides of the preset, sizes with units.
     {"plan", "--preset", K::text, 0, 0, false, false, "", "model preset"},
     {"plan", "--layers", K::integer, 1, kPlanCount, false, false, "", "layers"},

@@ -55,6 +55,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train->add_option("--json", a.json_path, "also write the run as JSON to this file");
   train->add_option("--svg", a.svg_path,
                     "write an SVG chart of the loss curves and the per-step error ratio");
+  add_pipeline_train_options(*train, a.pipeline);
   return train;
 }
 
@@ -129,6 +130,11 @@ void write_chart(const std::string& path, const TrainConfig& c, const TrainResul
 }  // namespace
 
 int train_command(const TrainArgs& a, std::ostream& out) {
+  if (a.pipeline.pp > 0) {
+    if (!a.json_path.empty() || !a.svg_path.empty())
+      throw ConfigError("--pp: --json and --svg are not supported yet");
+    return train_pipeline_command(a, out);
+  }
   check_output_files({{"--json", a.json_path}, {"--svg", a.svg_path}});
   ProblemOptions problem = a.problem;
   const auto weights = load_checkpoint_option(a.checkpoint, problem);  // sets problem.model

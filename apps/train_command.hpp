@@ -9,6 +9,7 @@
 
 #include "checkpoint_options.hpp"
 #include "problem_options.hpp"
+#include "train_pipeline.hpp"
 #include "tspemu/reference/optimizer.hpp"
 
 namespace tspemu::app {
@@ -23,6 +24,7 @@ struct TrainArgs {
   std::string data;  // "" = the built-in corpus
   bool quiet = false;
   std::string json_path, svg_path;
+  PipelineTrainArgs pipeline;  // --pp > 0: the pipelined run (train_pipeline.hpp)
   TrainArgs();
 };
 
