@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "pipeline_test_support.hpp"
@@ -136,6 +137,70 @@ TEST(PipelinePlantedBugs, ADenseStageRefusesAWeightPassBeforeItsInputGradientPas
     EXPECT_NE(msg.find("stage 1 microbatch 1"), std::string::npos) << msg;
     EXPECT_NE(msg.find("tensor layers.4.input_norm"), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+}  // namespace tspemu::pipeline::testing
+
+namespace tspemu::pipeline::testing {
+namespace {
+
+// A stage whose forward of one microbatch throws (a compute error in the middle of a schedule).
+class ThrowingStage final : public Stage<float> {
+ public:
+  ThrowingStage(std::unique_ptr<DenseStage<float>> inner, int bad_mb)
+      : inner_(std::move(inner)), bad_mb_(bad_mb) {}
+  const StageSpan& span() const override { return inner_->span(); }
+  std::size_t activation_elements() const override { return inner_->activation_elements(); }
+  double forward(int j, const ref::Batch& mb, std::span<const float> x,
+                 std::span<float> y) override {
+    if (j == bad_mb_)
+      throw std::runtime_error("stage " + std::to_string(span().stage) + " microbatch " +
+                               std::to_string(j) + ": planted compute error");
+    return inner_->forward(j, mb, x, y);
+  }
+  void backward_input(int j, const ref::Batch& mb, std::span<const float> dy, std::span<float> dx,
+                      double loss_scale) override {
+    inner_->backward_input(j, mb, dy, dx, loss_scale);
+  }
+  void backward_weight(int j) override { inner_->backward_weight(j); }
+  std::vector<GradTensor<float>> gradients() override { return inner_->gradients(); }
+  std::vector<float>* tied_part(bool head) override { return inner_->tied_part(head); }
+
+ private:
+  std::unique_ptr<DenseStage<float>> inner_;
+  int bad_mb_;
+};
+
+// The failing rank's error ends the run on every rank (the others wake with PeerFailure from
+// their receives), well before the hang watchdog would name a hang.
+TEST(PipelinePlantedBugs, AStageThatThrowsMidScheduleFailsTheRunNotAHang) {
+  const PipeSetup s{.kind = Kind::one_f_one_b, .p = 4, .m = 4};
+  const ref::ModelConfig cfg = small_config(s);
+  const auto w = ref::init_weights<float>(cfg, 1);
+  const Data data = make_data(s, cfg.vocab);
+  const Schedule schedule = make(s);
+  World world({.ranks = s.p, .watchdog_timeout = std::chrono::milliseconds(20'000)});
+  std::vector<std::unique_ptr<Stage<float>>> held(std::size_t(s.p));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    world.run([&](Rank& r) {
+      const std::vector<ref::Batch> mbs = cut_microbatches(data.batch(), s.m);
+      auto inner = dense(w, stage_span(cfg.n_layers, s.p, r.id()), r.arena(), s);
+      held[std::size_t(r.id())] =
+          std::make_unique<ThrowingStage>(std::move(inner), r.id() == 2 ? 1 : -1);
+      Stage<float>* st = held[std::size_t(r.id())].get();
+      run_pipeline<float>(r, r.comm(), nullptr, schedule, mbs,
+                          std::span<Stage<float>* const>(&st, 1), PipelineOptions{});
+    });
+    FAIL() << "the run finished";
+  } catch (const RankFailure& e) {
+    EXPECT_EQ(e.rank(), 2);
+    EXPECT_NE(e.diagnosis().find("stage 2 microbatch 1: planted compute error"), std::string::npos)
+        << e.diagnosis();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "ended by the failure, not by the watchdog";
 }
 
 }  // namespace
