@@ -85,6 +85,29 @@ inline Schedule make(const PipeSetup& s) {
   return make_schedule({s.kind, s.p, s.m, s.v, {s.micro_batch, s.seq, 16}});
 }
 
+// A stage that delegates every call to a dense stage; a test overrides one call to plant a bug.
+class WrappedStage : public Stage<float> {
+ public:
+  explicit WrappedStage(std::unique_ptr<DenseStage<float>> inner) : inner_(std::move(inner)) {}
+  DenseStage<float>* dense() { return inner_.get(); }
+  const StageSpan& span() const override { return inner_->span(); }
+  std::size_t activation_elements() const override { return inner_->activation_elements(); }
+  double forward(int j, const ref::Batch& mb, std::span<const float> x,
+                 std::span<float> y) override {
+    return inner_->forward(j, mb, x, y);
+  }
+  void backward_input(int j, const ref::Batch& mb, std::span<const float> dy, std::span<float> dx,
+                      double loss_scale) override {
+    inner_->backward_input(j, mb, dy, dx, loss_scale);
+  }
+  void backward_weight(int j) override { inner_->backward_weight(j); }
+  std::vector<GradTensor<float>> gradients() override { return inner_->gradients(); }
+  std::vector<float>* tied_part(bool head) override { return inner_->tied_part(head); }
+
+ private:
+  std::unique_ptr<DenseStage<float>> inner_;
+};
+
 // Per-microbatch records, keyed in dataflow order: (microbatch, phase, position, tensor) with
 // phase 0 = a stage's output activation (position = stage), 1 = its input gradient (position =
 // stages - 1 - stage), 2 = its accumulated gradient tensors after adding this microbatch.

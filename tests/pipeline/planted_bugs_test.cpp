@@ -62,27 +62,16 @@ TEST(PipelinePlantedBugs, AWeightPassBeforeItsInputGradientPassIsRefusedNamingSt
 }
 
 // A stage that divides its loss gradient by m again (the loss already scaled by the executor).
-class ScaledTwiceStage final : public Stage<float> {
+class ScaledTwiceStage final : public WrappedStage {
  public:
   ScaledTwiceStage(std::unique_ptr<DenseStage<float>> inner, int m)
-      : inner_(std::move(inner)), m_(m) {}
-  DenseStage<float>* dense() { return inner_.get(); }
-  const StageSpan& span() const override { return inner_->span(); }
-  std::size_t activation_elements() const override { return inner_->activation_elements(); }
-  double forward(int j, const ref::Batch& mb, std::span<const float> x,
-                 std::span<float> y) override {
-    return inner_->forward(j, mb, x, y);
-  }
+      : WrappedStage(std::move(inner)), m_(m) {}
   void backward_input(int j, const ref::Batch& mb, std::span<const float> dy, std::span<float> dx,
                       double loss_scale) override {
-    inner_->backward_input(j, mb, dy, dx, loss_scale / m_);
+    WrappedStage::backward_input(j, mb, dy, dx, loss_scale / m_);
   }
-  void backward_weight(int j) override { inner_->backward_weight(j); }
-  std::vector<GradTensor<float>> gradients() override { return inner_->gradients(); }
-  std::vector<float>* tied_part(bool head) override { return inner_->tied_part(head); }
 
  private:
-  std::unique_ptr<DenseStage<float>> inner_;
   int m_;
 };
 
@@ -146,29 +135,19 @@ namespace tspemu::pipeline::testing {
 namespace {
 
 // A stage whose forward of one microbatch throws (a compute error in the middle of a schedule).
-class ThrowingStage final : public Stage<float> {
+class ThrowingStage final : public WrappedStage {
  public:
   ThrowingStage(std::unique_ptr<DenseStage<float>> inner, int bad_mb)
-      : inner_(std::move(inner)), bad_mb_(bad_mb) {}
-  const StageSpan& span() const override { return inner_->span(); }
-  std::size_t activation_elements() const override { return inner_->activation_elements(); }
+      : WrappedStage(std::move(inner)), bad_mb_(bad_mb) {}
   double forward(int j, const ref::Batch& mb, std::span<const float> x,
                  std::span<float> y) override {
     if (j == bad_mb_)
       throw std::runtime_error("stage " + std::to_string(span().stage) + " microbatch " +
                                std::to_string(j) + ": planted compute error");
-    return inner_->forward(j, mb, x, y);
+    return WrappedStage::forward(j, mb, x, y);
   }
-  void backward_input(int j, const ref::Batch& mb, std::span<const float> dy, std::span<float> dx,
-                      double loss_scale) override {
-    inner_->backward_input(j, mb, dy, dx, loss_scale);
-  }
-  void backward_weight(int j) override { inner_->backward_weight(j); }
-  std::vector<GradTensor<float>> gradients() override { return inner_->gradients(); }
-  std::vector<float>* tied_part(bool head) override { return inner_->tied_part(head); }
 
  private:
-  std::unique_ptr<DenseStage<float>> inner_;
   int bad_mb_;
 };
 
