@@ -68,6 +68,7 @@ TEST(PipelineExecutorBitwise, TiedEmbeddingSumsTheFirstAndLastStagesParts) {
 TEST(PipelineExecutorBitwise, DataParallelReplicasSumTheirGradientsInRankOrder) {
   expect_bitwise({.kind = Kind::one_f_one_b, .p = 2, .m = 2, .dp = 2});
   expect_bitwise({.kind = Kind::zb_h1, .p = 2, .m = 4, .dp = 2, .tied = true});
+  expect_bitwise({.kind = Kind::interleaved_1f1b, .p = 2, .m = 2, .v = 2, .dp = 4});
 }
 
 }  // namespace
