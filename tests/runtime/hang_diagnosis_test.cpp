@@ -12,6 +12,7 @@
 #include <cctype>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -387,11 +388,14 @@ WorldOptions stuck_options(int ranks) {
 }
 
 // Rank `stuck` loops outside the runtime until `go` is set; every other rank enters a barrier.
-std::function<void(Rank&)> stuck_rank_schedule(int stuck, std::atomic<bool>& go) {
-  return [stuck, &go](Rank& r) {
+// The flag is shared, not on the test's stack: the stuck rank may read it after the test's World
+// is gone (the run function's copy holds it).
+std::function<void(Rank&)> stuck_rank_schedule(int stuck,
+                                               const std::shared_ptr<std::atomic<bool>>& go) {
+  return [stuck, go](Rank& r) {
     if (r.id() == stuck) {
       // acquire: pairs with the test's release store; only this flag is handed over.
-      while (!go.load(std::memory_order_acquire)) std::this_thread::sleep_for(1ms);
+      while (!go->load(std::memory_order_acquire)) std::this_thread::sleep_for(1ms);
       return;
     }
     barrier(r.comm());
@@ -402,9 +406,9 @@ TEST(HangDiagnosis, RankStuckOutsideTheRuntimeIsNamedAndTheRunEndsWithoutIt) {
   const int before = thread_count();
   {
     World world(stuck_options(2));
-    std::atomic<bool> go{false};
+    const auto go = std::make_shared<std::atomic<bool>>(false);
     RankFailure f = run_failing(world, stuck_rank_schedule(1, go));
-    go.store(true, std::memory_order_release);  // release: pairs with the rank's acquire load
+    go->store(true, std::memory_order_release);  // release: pairs with the rank's acquire load
     ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
     EXPECT_EQ(f.rank(), 1);
     EXPECT_EQ(without_times(f.diagnosis()),
@@ -423,9 +427,9 @@ TEST(HangDiagnosis, RankStuckOutsideTheRuntimeIsNamedAndTheRunEndsWithoutIt) {
 
 TEST(HangDiagnosis, EveryRankWaitingForTheStuckRankIsNamed) {
   World world(stuck_options(3));
-  std::atomic<bool> go{false};
+  const auto go = std::make_shared<std::atomic<bool>>(false);
   RankFailure f = run_failing(world, stuck_rank_schedule(0, go));
-  go.store(true, std::memory_order_release);  // release: as above
+  go->store(true, std::memory_order_release);  // release: as above
   ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
   EXPECT_EQ(f.rank(), 0);
   // The waiter that noticed is listed (its wait is published: it was parked); the other one is
@@ -439,6 +443,8 @@ TEST(HangDiagnosis, EveryRankWaitingForTheStuckRankIsNamed) {
               d.find("; rank 2" + waits) != std::string::npos)
       << d;
   EXPECT_TRUE(contains(d, "\n  rank 0: running (in no wait)"));
+  // Waits for rank 0 to return before `go` goes out of scope (it reads it until then).
+  world.run([](Rank& r) { barrier(r.comm()); });
 }
 
 TEST(HangDiagnosis, RankEnteringOperationsOfAnotherGroupIsNotStuck) {
@@ -460,13 +466,13 @@ TEST(HangDiagnosis, RankEnteringOperationsOfAnotherGroupIsNotStuck) {
 
 TEST(HangDiagnosis, WorldDestroyedWhileARankIsStuckLeavesItsStateToTheStuckThread) {
   const int before = thread_count();
-  std::atomic<bool> go{false};
+  const auto go = std::make_shared<std::atomic<bool>>(false);
   {
     World world(stuck_options(2));
     RankFailure f = run_failing(world, stuck_rank_schedule(1, go));
     EXPECT_EQ(f.rank(), 1);
   }  // returns although rank 1 is still in its run function
-  go.store(true, std::memory_order_release);  // release: as above
+  go->store(true, std::memory_order_release);  // release: as above
   // Rank 1's thread frees the world's state and ends once it returns: wait for it (bounded).
   const auto deadline = Clock::now() + 10s;
   while (thread_count() != before && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
