@@ -154,6 +154,7 @@ bool Call::eager_broadcast(Comm& comm, const Fingerprint& fp, std::byte* buf) {
   // The flight record and the wait's OpRef (st.op) are all a diagnosis reads: a hang or failure
   // inside names this call as the rank's pending operation, as Call's would.
   const std::uint64_t waits_at_begin = self.waits;
+  note_entry(self);
   const std::uint64_t record =
       self.flight.begin(st.op.what, st.seq, &comm.group().name, -1, fp.root, bytes);
   try {

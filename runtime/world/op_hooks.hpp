@@ -24,7 +24,14 @@ inline bool observed(const RankState& self, const OpInfo& op, ObserverHook hook)
 void run_begin_hooks(RankState& self, OpInfo& op);
 void run_end_hooks(RankState& self, OpInfo& op, bool ok);
 
+// Counts an operation this rank begins, for the stuck-rank watch of the ranks waiting for it
+// (RankState::ops_begun; relaxed, as said there; only this rank writes it, so no RMW).
+inline void note_entry(RankState& self) {
+  self.ops_begun.store(self.ops_begun.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);
+}
 inline void notify_begin(RankState& self, OpInfo& op) {
+  note_entry(self);
   if (observed(self, op, kHookBegin)) run_begin_hooks(self, op);
   op.waits_at_begin = self.waits;
   if (op.kind == OpInfo::Kind::collective || op.kind == OpInfo::Kind::send ||

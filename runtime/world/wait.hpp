@@ -65,6 +65,8 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
   auto before = start;
   // From here on the wait is visible to the observers (the watchdog's scans of pending waits).
   WaitScope pending(self, op, peer);
+  StuckWatch watch;
+  const bool watch_peer = peer >= 0 && w.opts.stuck_rank_timeout.count() > 0;
   for (int i = 0; i < w.yield_iterations; ++i) {
     std::this_thread::yield();
     if (ready()) return;
@@ -91,6 +93,11 @@ void wait_until(RankState& self, int peer, const OpRef& op, Ready&& ready) {
       throw_departed(self, peer, op);
     }
     auto waited = std::chrono::steady_clock::now() - start;
+    // Before hang_timeout: with equal bounds the stuck rank, not the waiter, is named.
+    if (watch_peer && stuck_rank_poll(self, peer, watch, waited)) {
+      self.parker.cancel();
+      check_abort(self, op);  // the run has failed: throws PeerFailure naming the stuck rank
+    }
     if (waited >= w.opts.hang_timeout) {
       self.parker.cancel();
       throw_hang(self, peer, op, waited);

@@ -1,6 +1,9 @@
 #include "watchdog.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 
 #include "tspemu/runtime/error.hpp"
@@ -202,6 +205,58 @@ std::string describe_wait_cycle(WorldShared& w) {
     return s;
   }
   return "";
+}
+
+bool stuck_rank_poll(RankState& self, int peer, StuckWatch& watch,
+                     std::chrono::nanoseconds waited) {
+  WorldShared& w = *self.world;
+  // Another process's rank: its progress is not visible here (see watchdog.hpp). Not in a world
+  // spanning processes at all: a run returning without a rank would end the run in this process
+  // only.
+  if (w.link != nullptr || peer == self.rank || !w.hosts(peer)) return false;
+  RankState& r = *w.ranks[static_cast<std::size_t>(peer)];
+  // relaxed: RankState::ops_begun says why.
+  const std::uint64_t ops = r.ops_begun.load(std::memory_order_relaxed);
+  if (watch.rank != peer) watch = {peer, ops, std::chrono::nanoseconds(0)};  // the first look
+  if (read_pending(r.pending).waiting || ops != watch.ops) {
+    watch.ops = ops;  // it is in the runtime, or was since the last look: watch anew
+    watch.since = waited;
+    return false;
+  }
+  const std::chrono::nanoseconds outside = waited - watch.since;
+  if (outside < w.opts.stuck_rank_timeout) return false;
+  const std::int64_t now = w.now_ns();
+  std::ostringstream m;
+  m << "rank " << peer << " has not entered a collective for " << seconds(outside.count())
+    << " (stuck_rank_timeout "
+    << seconds(std::chrono::nanoseconds(w.opts.stuck_rank_timeout).count()) << ")";
+  for (std::size_t i = 0; i < w.ranks.size(); ++i) {
+    RankState& q = *w.ranks[i];
+    // acquire: as in describe_pending.
+    if (!w.hosts(static_cast<int>(i)) || q.exited.load(std::memory_order_acquire)) continue;
+    const PendingOp p = read_pending(q.pending);
+    if (p.waiting && p.waits_for == peer) m << "; rank " << i << " waits in " << op_name(p);
+  }
+  m << "\n" << describe_pending(w, now);
+  // Counted before the CAS, so the stuck rank's decrement (after it loses its own CAS, which
+  // follows this one) never takes `stranded` below zero; relaxed: the CAS's release publishes it.
+  w.stranded.fetch_add(1, std::memory_order_relaxed);
+  int expected = RankState::kInRun;
+  // acq_rel: see RankState::departure.
+  if (!r.departure.compare_exchange_strong(expected, RankState::kGivenUp, std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+    // It has just returned, or another waiter gave it up first: nothing to report here.
+    // acq_rel: as the stuck rank's own decrement (run_rank).
+    if (w.stranded.fetch_sub(1, std::memory_order_acq_rel) == 1) w.stranded.notify_all();
+    return false;
+  }
+  const HangError error(m.str());
+  report_hang_now(error.what());
+  w.fail(peer, error.what(), std::make_exception_ptr(error));
+  // The stuck rank's share of World::run's count, which its worker will not give back (run_rank);
+  // acq_rel: as every worker's decrement (World::run's acquire load pairs with it).
+  if (w.running.fetch_sub(1, std::memory_order_acq_rel) == 1) w.running.notify_all();
+  return true;
 }
 
 void watchdog_poll(RankState& self) {

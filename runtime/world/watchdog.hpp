@@ -13,10 +13,21 @@
 // The two scans make a false alarm need a wait that has been satisfiable (its peer posted) for a
 // whole watchdog_timeout without its rank noticing; waiters park for at most 20 ms, so that would
 // take a rank starved of CPU for that long. A rank busy outside the runtime (computing, or looping
-// forever) is not blocked: the watchdog stays quiet and the per-wait hang_timeout reports it.
+// forever) is not blocked: the watchdog stays quiet.
+//
+// Stuck rank: a rank outside the runtime is reported by the ranks waiting for it instead. Each
+// waiter, at every wake-up of its parked phase, looks at the rank it waits for: when that rank has
+// been in no wait and has begun no operation (RankState::ops_begun unchanged) for
+// WorldOptions::stuck_rank_timeout, the waiter gives it up (RankState::departure), fails the run
+// with HangError in the stuck rank's name ("rank 1 has not entered a collective for 30.00 s ...;
+// rank 0 waits in all_reduce #3 on group world" and every rank's pending operation) and counts it
+// out of World::run's wait, so run() returns although the stuck rank cannot be interrupted. A
+// rank of another process (MPI) is not watched: its progress is not visible here, and the
+// per-wait hang_timeout reports the wait. A deadlock (every rank blocked) is the watchdog's.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +74,20 @@ struct PendingOp {
   std::int64_t since_ns = 0;
 };
 PendingOp read_pending(const PendingSlot& slot);
+
+// What a waiter knows of the rank it waits for (stuck_rank_poll): that rank, its ops_begun when
+// last seen changed or in a wait, and how far into the wait that was (0: it has been outside
+// since the wait began). Timed on the wait's own clock, as hang_timeout is, so with equal bounds
+// the stuck rank is named first.
+struct StuckWatch {
+  int rank = -1;
+  std::uint64_t ops = 0;
+  std::chrono::nanoseconds since{0};
+};
+// Called by a parked waiter on each wake-up (stuck_rank_timeout on), `waited` into its wait for
+// world rank `peer`: when `peer` is stuck outside the runtime (see above), gives it up, fails the
+// run with HangError in its name and returns true (the caller stops waiting); else false.
+bool stuck_rank_poll(RankState& self, int peer, StuckWatch& watch, std::chrono::nanoseconds waited);
 
 // Called by a parked waiter on each wake-up once its own wait is older than the watchdog timeout.
 // Raises HangError with the diagnosis when the world is stuck (see above); otherwise returns.

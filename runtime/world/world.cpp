@@ -327,9 +327,22 @@ std::pair<int, std::string> unreceived_message(WorldShared& w) {
   return {-1, ""};
 }
 
-void run_rank(WorldShared& w, int id) {
+// Claims this rank's departure from its run function (RankState::departure): false when a waiter
+// has given it up (stuck_rank_poll), so World::run no longer waits for it.
+bool claim_departure(RankState& st) {
+  int expected = RankState::kInRun;
+  // acq_rel: see RankState::departure.
+  return st.departure.compare_exchange_strong(expected, RankState::kReturned,
+                                              std::memory_order_acq_rel, std::memory_order_acquire);
+}
+
+// Runs the rank's function for one run. Returns false when the rank was given up on while in it
+// (stuck_rank_timeout): World::run has then counted it out, and the run's state is no longer its.
+bool run_rank(WorldShared& w, int id) {
   RankState& st = *w.ranks[static_cast<std::size_t>(id)];
   running_world = &w;
+  bool claimed = false;
+  bool given_up = false;
   try {
     Rank rank(id, w.opts.ranks, Comm(w.world_group, id, &st), &st.arena, &st.counters);
     // Kernels' ComputeSpans (core/compute_span.hpp) reach this rank's trace and simulated clock.
@@ -338,22 +351,40 @@ void run_rank(WorldShared& w, int id) {
     ScopedComputeCounter counter(&st.computes_begun);
     ScopedDryRun dry(w.opts.dry_run);
     (*w.fn)(rank);
-    // A handle destroyed unwaited whose rank made no collective since (nonblocking.hpp).
-    if (!st.unwaited.empty()) throw std::logic_error(st.unwaited);
-    // Meets the members of this rank's last eager broadcasts (transport.hpp: open_rooted).
-    w.transport->settle(st);
+    claimed = true;
+    given_up = !claim_departure(st);
+    if (!given_up) {
+      // A handle destroyed unwaited whose rank made no collective since (nonblocking.hpp).
+      if (!st.unwaited.empty()) throw std::logic_error(st.unwaited);
+      // Meets the members of this rank's last eager broadcasts (transport.hpp: open_rooted).
+      w.transport->settle(st);
+    }
   } catch (...) {
-    auto e = std::current_exception();
-    w.fail(id, what_of(e), e);
+    if (!claimed) given_up = !claim_departure(st);
+    if (!given_up) {
+      auto e = std::current_exception();
+      w.fail(id, what_of(e), e);
+    }
   }
   running_world = nullptr;
+  if (given_up) {
+    // acq_rel: the release half publishes this rank's last writes to World::run and ~World
+    // (their acquire loads of `stranded`).
+    if (w.stranded.fetch_sub(1, std::memory_order_acq_rel) == 1) w.stranded.notify_all();
+    return false;
+  }
   // release: pairs with the acquire load in wait_until; everything this rank published is visible
   // to a waiter that sees it gone.
   st.exited.store(true, std::memory_order_release);
   for (auto& r : w.ranks) r->parker.unpark();
+  return true;
 }
 
-void worker(WorldShared& w, int id) {
+// `shared` is the thread's own copy (std::thread keeps its arguments until the function returns),
+// so the thread holds the world's state: a world destroyed while one of its ranks is stuck leaves
+// the state to its threads, the last of which frees it (~World).
+void worker(const std::shared_ptr<WorldShared>& shared, int id) {
+  WorldShared& w = *shared;
   if (w.opts.pin_threads) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     cpu_set_t set;
@@ -369,7 +400,8 @@ void worker(WorldShared& w, int id) {
     if (g == seen) continue;
     seen = g;
     if (w.stopping) return;
-    run_rank(w, id);
+    // Given up on: stuck_rank_poll gave its share of `running` back for it.
+    if (!run_rank(w, id)) continue;
     // acq_rel: publishes this rank's results to the caller of run (acquire load there).
     if (w.running.fetch_sub(1, std::memory_order_acq_rel) == 1) w.running.notify_all();
   }
@@ -390,9 +422,11 @@ World::World(WorldOptions opts) {
     throw std::invalid_argument("World: hang_timeout must be positive");
   if (opts.watchdog_timeout.count() < 0)
     throw std::invalid_argument("World: watchdog_timeout must be positive, or 0 to disable it");
+  if (opts.stuck_rank_timeout.count() < 0)
+    throw std::invalid_argument("World: stuck_rank_timeout must be positive, or 0 to disable it");
   if (opts.sim_clock) opts.sim_clock->validate(opts.ranks);
   if (opts.inject) opts.inject->validate(opts.hang_timeout);
-  shared_ = std::make_unique<detail::WorldShared>(opts);
+  shared_ = std::make_shared<detail::WorldShared>(opts);
   auto& w = *shared_;
   std::vector<int> all(static_cast<std::size_t>(opts.ranks));
   for (int i = 0; i < opts.ranks; ++i) {
@@ -413,7 +447,7 @@ World::World(WorldOptions opts) {
     }
   }
   for (int i = w.first_local; i < w.first_local + w.local_ranks; ++i)
-    w.threads.emplace_back(detail::worker, std::ref(w), i);
+    w.threads.emplace_back(detail::worker, shared_, i);
 }
 
 World::~World() {
@@ -421,7 +455,15 @@ World::~World() {
   w.stopping = true;
   w.generation.fetch_add(1, std::memory_order_release);
   w.generation.notify_all();
-  for (auto& t : w.threads) t.join();
+  // acquire: pairs with a given-up rank's decrement when it returns (run_rank).
+  if (w.stranded.load(std::memory_order_acquire) == 0) {
+    for (auto& t : w.threads) t.join();
+    return;
+  }
+  // A rank given up on (stuck_rank_timeout) is still in its run function, which nothing can
+  // interrupt: waiting for it could take forever. Every worker holds the state (worker()), so the
+  // last one to stop (the stuck rank, once it returns) frees it.
+  for (auto& t : w.threads) t.detach();
 }
 
 bool World::hosts(int rank) const {
@@ -468,6 +510,11 @@ void World::run(const std::function<void(Rank&)>& fn) {
         "World::run called from inside a run function of the same world: it would wait for the "
         "calling rank itself; run the nested work in the run function directly, or in another "
         "World");
+  // A rank given up on in the last run may still be in its run function, using its state and the
+  // run's groups: wait for it before resetting them. acquire: pairs with its decrement.
+  for (int s = w.stranded.load(std::memory_order_acquire); s != 0;
+       s = w.stranded.load(std::memory_order_acquire))
+    w.stranded.wait(s, std::memory_order_acquire);
   // Workers are idle here: plain writes are published by the generation bump below.
   w.aborted.store(false, std::memory_order_relaxed);
   w.failed_rank = -1;
@@ -490,18 +537,25 @@ void World::run(const std::function<void(Rank&)>& fn) {
     r->unmet_calls = 0;
     r->unwaited.clear();
     r->exited.store(false, std::memory_order_relaxed);
+    r->departure.store(detail::RankState::kInRun, std::memory_order_relaxed);
     r->reading.store(false, std::memory_order_relaxed);
     r->arena.reset_peaks();
   }
   if (w.link != nullptr) w.link->start_run(w.generation.load(std::memory_order_relaxed) + 1);
-  w.fn = &fn;
+  if (w.opts.stuck_rank_timeout.count() > 0) {
+    w.fn_copy = fn;  // see WorldShared::fn_copy
+    w.fn = &w.fn_copy;
+  } else {
+    w.fn = &fn;
+  }
   w.running.store(w.local_ranks, std::memory_order_relaxed);
   w.generation.fetch_add(1, std::memory_order_release);
   w.generation.notify_all();
   for (int left = w.running.load(std::memory_order_acquire); left != 0;
        left = w.running.load(std::memory_order_acquire))
     w.running.wait(left, std::memory_order_acquire);
-  w.fn = nullptr;
+  // w.fn stays: a rank given up on read it without any ordering with this thread; the next run
+  // replaces it after waiting for that rank.
   bool failed = false;
   {
     // Under the lock: another process's failure may be recorded by the MPI progress thread.
@@ -527,6 +581,14 @@ void World::run(const std::function<void(Rank&)>& fn) {
     std::string all = "flight recorder (last operations of each rank, oldest first):";
     for (std::size_t i = 0; i < w.ranks.size(); ++i) {
       if (!w.hosts(static_cast<int>(i))) continue;  // recorded by its own process
+      // acquire: pairs with the CAS that gave it up (also ordered by `running` above).
+      if (w.ranks[i]->departure.load(std::memory_order_acquire) == detail::RankState::kGivenUp) {
+        // Still in its run function: its recorder is its own (and it was in no operation).
+        const std::string stuck = "\nrank " + std::to_string(i) + ": stuck in its run function";
+        recent += stuck;
+        all += stuck;
+        continue;
+      }
       const auto& f = w.ranks[i]->flight;
       const std::string head = "\nrank " + std::to_string(i) + ", " + std::to_string(f.total()) +
                                " operations in this run:";

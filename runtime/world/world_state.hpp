@@ -126,6 +126,19 @@ struct RankState {
   // begin on its thread); members acquire-load it before copying into this rank's exposed buffers
   // (transport/early_exposure.hpp). Never reset: exposures compare it with its value at issue.
   alignas(64) std::atomic<std::uint64_t> computes_begun{0};
+  // Operations this rank has begun (note_entry, op_hooks.hpp), never reset: a rank waiting for this
+  // one reads it (relaxed) at each wake-up to see whether it entered the runtime since its last
+  // look (stuck_rank_poll, watchdog.hpp). It publishes nothing, so relaxed suffices on both sides:
+  // a stale read only delays a report by one wake-up, and only this rank writes it.
+  alignas(64) std::atomic<std::uint64_t> ops_begun{0};
+  // Whether this rank's run function is still running (kInRun), has returned (kReturned, this
+  // rank's CAS when it leaves it) or was given up on while stuck outside the runtime (kGivenUp, a
+  // waiter's CAS in stuck_rank_poll): exactly one of the two CASes wins. acq_rel on both: the
+  // loser's acquire sees what the winner did before (the waiter's count in `stranded`, or the
+  // rank's last operations). Reset to kInRun by World::run between runs (the generation bump
+  // publishes it).
+  std::atomic<int> departure{kInRun};
+  static constexpr int kInRun = 0, kReturned = 1, kGivenUp = 2;
   Arena arena;
   TrafficCounters counters;
   // The wait this rank is blocked in, for the other ranks' watchdog scans (watchdog.hpp).
@@ -233,8 +246,17 @@ struct WorldShared {
   // (each worker's acq_rel decrement publishes its rank's results to the caller).
   std::vector<std::thread> threads;
   const std::function<void(Rank&)>* fn = nullptr;
+  // The run function's copy `fn` points to while stuck_rank_timeout is on: a rank given up on
+  // runs on in it after World::run has returned and the caller's function is gone. Replaced only
+  // by the next run, which first waits for that rank (`stranded`).
+  std::function<void(Rank&)> fn_copy;
   std::atomic<std::uint32_t> generation{0};
   std::atomic<int> running{0};
+  // Ranks given up on (RankState::departure == kGivenUp) whose run function has not returned yet:
+  // raised by the waiter that gives one up (before its CAS, so never negative), lowered (acq_rel)
+  // by the rank when it returns; World::run and ~World load it with acquire, so a rank's last
+  // writes happen before the next run resets its state.
+  std::atomic<int> stranded{0};
   bool stopping = false;  // written before the final generation bump, read after it
 
   // Fills on_begin .. on_wait from `observers` and `opts`.

@@ -11,6 +11,9 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -374,6 +377,115 @@ TEST(HangDiagnosis, ReceiversOfAnEagerBroadcastWhoseRootNeverEntersArePendingInI
     broadcast<double>(r.comm(), std::span<double>(x), 2);
     EXPECT_EQ(x[0], 4.0) << "rank " << r.id();
   });
+}
+
+// Rank 1 computes (here: waits for a flag, in no runtime operation) while rank 0 waits for it in
+// a barrier: after stuck_rank_timeout the run fails naming rank 1, without waiting for it. The
+// flag, not a sleep, decides when rank 1 returns: the test lets it go once run() has failed.
+WorldOptions stuck_options(int ranks) {
+  return {
+      .ranks = ranks, .hang_timeout = 20s, .watchdog_timeout = 100ms, .stuck_rank_timeout = 200ms};
+}
+
+// Rank `stuck` loops outside the runtime until `go` is set; every other rank enters a barrier.
+// The flag is shared, not on the test's stack: the stuck rank may read it after the test's World
+// is gone (the run function's copy holds it).
+std::function<void(Rank&)> stuck_rank_schedule(int stuck,
+                                               const std::shared_ptr<std::atomic<bool>>& go) {
+  return [stuck, go](Rank& r) {
+    if (r.id() == stuck) {
+      // acquire: pairs with the test's release store; only this flag is handed over.
+      while (!go->load(std::memory_order_acquire)) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    barrier(r.comm());
+  };
+}
+
+TEST(HangDiagnosis, RankStuckOutsideTheRuntimeIsNamedAndTheRunEndsWithoutIt) {
+  const int before = thread_count();
+  {
+    World world(stuck_options(2));
+    const auto go = std::make_shared<std::atomic<bool>>(false);
+    RankFailure f = run_failing(world, stuck_rank_schedule(1, go));
+    go->store(true, std::memory_order_release);  // release: pairs with the rank's acquire load
+    ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
+    EXPECT_EQ(f.rank(), 1);
+    EXPECT_EQ(without_times(f.diagnosis()),
+              "rank 1 failed: rank 1 has not entered a collective for T s (stuck_rank_timeout "
+              "T s); rank 0 waits in barrier #1 on group world\n"
+              "pending operations:\n"
+              "  rank 0: barrier #1 on group world, waiting T s for rank 1 to enter\n"
+              "  rank 1: running (in no wait)");
+    EXPECT_TRUE(contains(f.flight_record(), "\nrank 1: stuck in its run function"));
+    EXPECT_TRUE(contains(f.flight_record(), "rank 0, 1 operations in this run:\n  barrier #1"));
+    // The next run waits for rank 1 to return, then runs as usual.
+    world.run([](Rank& r) { barrier(r.comm()); });
+  }
+  EXPECT_EQ(thread_count(), before);
+}
+
+TEST(HangDiagnosis, EveryRankWaitingForTheStuckRankIsNamed) {
+  World world(stuck_options(3));
+  const auto go = std::make_shared<std::atomic<bool>>(false);
+  RankFailure f = run_failing(world, stuck_rank_schedule(0, go));
+  go->store(true, std::memory_order_release);  // release: as above
+  ASSERT_TRUE(cause_is<HangError>(f)) << f.what();
+  EXPECT_EQ(f.rank(), 0);
+  // The waiter that noticed is listed (its wait is published: it was parked); the other one is
+  // too once its wait is published, which the test does not wait for.
+  const std::string d = without_times(f.diagnosis());
+  const std::string head =
+      "rank 0 failed: rank 0 has not entered a collective for T s (stuck_rank_timeout T s)";
+  EXPECT_EQ(d.substr(0, head.size()), head) << d;
+  const std::string waits = " waits in barrier #1 on group world";
+  EXPECT_TRUE(d.find("; rank 1" + waits) != std::string::npos ||
+              d.find("; rank 2" + waits) != std::string::npos)
+      << d;
+  EXPECT_TRUE(contains(d, "\n  rank 0: running (in no wait)"));
+  // Waits for rank 0 to return before `go` goes out of scope (it reads it until then).
+  world.run([](Rank& r) { barrier(r.comm()); });
+}
+
+TEST(HangDiagnosis, RankEnteringOperationsOfAnotherGroupIsNotStuck) {
+  // Rank 0 waits in the world barrier for ranks 1 and 2, which compute and reduce on their own
+  // group for longer than the stuck bound in all, but enter an operation far more often.
+  World world({.ranks = 3, .hang_timeout = 20s, .stuck_rank_timeout = 300ms});
+  world.run([](Rank& r) {
+    Comm pair = r.comm().split(r.id() == 0 ? 0 : 1, r.id(), r.id() == 0 ? "zero" : "pair");
+    if (r.id() != 0) {
+      std::vector<float> x(4, 1.0f);
+      for (int i = 0; i < 8; ++i) {
+        std::this_thread::sleep_for(60ms);  // compute, 5 times shorter than the bound
+        all_reduce<float>(pair, std::span<float>(x));
+      }
+    }
+    barrier(r.comm());
+  });
+}
+
+TEST(HangDiagnosis, WorldDestroyedWhileARankIsStuckLeavesItsStateToTheStuckThread) {
+  const int before = thread_count();
+  const auto go = std::make_shared<std::atomic<bool>>(false);
+  {
+    World world(stuck_options(2));
+    RankFailure f = run_failing(world, stuck_rank_schedule(1, go));
+    EXPECT_EQ(f.rank(), 1);
+  }  // returns although rank 1 is still in its run function
+  go->store(true, std::memory_order_release);  // release: as above
+  // Rank 1's thread frees the world's state and ends once it returns: wait for it (bounded).
+  const auto deadline = Clock::now() + 10s;
+  while (thread_count() != before && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(thread_count(), before);
+}
+
+TEST(HangDiagnosis, StuckRankTimeoutMustNotBeNegative) {
+  try {
+    World world({.ranks = 2, .stuck_rank_timeout = -1ms});
+    ADD_FAILURE() << "a negative stuck_rank_timeout was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "World: stuck_rank_timeout must be positive, or 0 to disable it");
+  }
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ BaselineCase make_case(Block b, int T, int Sp, bool msp, bool gqa, int B, int ch
   return c;
 }
 
-std::vector<BaselineCase> matrix(const std::vector<std::pair<int, int>>& meshes, bool msp) {
+std::vector<BaselineCase> baseline_matrix(const std::vector<std::pair<int, int>>& meshes,
+                                          bool msp) {
   std::vector<BaselineCase> cases;
   for (Block b : {Block::attention, Block::mlp})
     for (auto [T, Sp] : meshes)
@@ -38,7 +39,7 @@ std::vector<BaselineCase> matrix(const std::vector<std::pair<int, int>>& meshes,
   return cases;
 }
 
-std::string test_name(const ::testing::TestParamInfo<BaselineCase>& info) {
+std::string baseline_case_name(const ::testing::TestParamInfo<BaselineCase>& info) {
   std::string n = info.param.name();
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -54,22 +55,26 @@ TEST_P(BaselineVsReference, OutputAndGradientsPassTheOracleRuleAndReplicasAgree)
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, BaselineVsReference,
-                         ::testing::ValuesIn(matrix({{1, 1}, {2, 1}, {3, 1}, {4, 1}}, false)),
-                         test_name);
+                         ::testing::ValuesIn(baseline_matrix({{1, 1}, {2, 1}, {3, 1}, {4, 1}},
+                                                             false)),
+                         baseline_case_name);
 INSTANTIATE_TEST_SUITE_P(Sp, BaselineVsReference,
-                         ::testing::ValuesIn(matrix({{1, 2}, {1, 3}, {1, 4}}, false)), test_name);
+                         ::testing::ValuesIn(baseline_matrix({{1, 2}, {1, 3}, {1, 4}}, false)),
+                         baseline_case_name);
 // Every factorization of 4 and 6 ranks (T × Sp), and 8 = 2 × 4.
-INSTANTIATE_TEST_SUITE_P(
-    TpSp, BaselineVsReference,
-    ::testing::ValuesIn(matrix({{1, 4}, {2, 2}, {4, 1}, {1, 6}, {2, 3}, {3, 2}, {6, 1}, {2, 4}},
-                               false)),
-    test_name);
+INSTANTIATE_TEST_SUITE_P(TpSp, BaselineVsReference,
+                         ::testing::ValuesIn(baseline_matrix(
+                             {{1, 4}, {2, 2}, {4, 1}, {1, 6}, {2, 3}, {3, 2}, {6, 1}, {2, 4}},
+                             false)),
+                         baseline_case_name);
 INSTANTIATE_TEST_SUITE_P(MegatronSp, BaselineVsReference,
-                         ::testing::ValuesIn(matrix({{1, 1}, {2, 1}, {3, 1}, {4, 1}}, true)),
-                         test_name);
+                         ::testing::ValuesIn(baseline_matrix({{1, 1}, {2, 1}, {3, 1}, {4, 1}},
+                                                             true)),
+                         baseline_case_name);
 // Megatron-SP inside the rows of a TP+SP mesh composes too.
 INSTANTIATE_TEST_SUITE_P(MegatronSpOnMesh, BaselineVsReference,
-                         ::testing::ValuesIn(matrix({{2, 2}, {3, 2}}, true)), test_name);
+                         ::testing::ValuesIn(baseline_matrix({{2, 2}, {3, 2}}, true)),
+                         baseline_case_name);
 
 // Wider heads, g = 4 and longer sequences, one case per strategy and block.
 std::vector<BaselineCase> larger_cases() {
@@ -89,7 +94,7 @@ std::vector<BaselineCase> larger_cases() {
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Larger, BaselineVsReference, ::testing::ValuesIn(larger_cases()),
-                         test_name);
+                         baseline_case_name);
 
 }  // namespace
 }  // namespace tspemu::tsp::testing

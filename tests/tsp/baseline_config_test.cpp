@@ -17,7 +17,7 @@ ref::ModelConfig model() {
   return {.vocab = 32, .hidden = 64, .n_layers = 1, .n_heads = 8, .n_kv_heads = 4, .ffn = 96};
 }
 
-void expect_rejected(const BaselineShape& s, const std::string& message) {
+void expect_baseline_rejected(const BaselineShape& s, const std::string& message) {
   try {
     s.validate();
     FAIL() << "expected rejection containing: " << message;
@@ -43,44 +43,46 @@ TEST(BaselineConfig, NamesTheStrategy) {
 TEST(BaselineConfig, TpRejectsQueryHeadsNotDivisibleByT) {
   auto m = model();
   m.n_kv_heads = 8;
-  expect_rejected(BaselineShape::tp(m, 3, 1, 24), "TP config: T=3 does not divide n_heads=8");
+  expect_baseline_rejected(BaselineShape::tp(m, 3, 1, 24),
+                           "TP config: T=3 does not divide n_heads=8");
 }
 
 TEST(BaselineConfig, TpRejectsKvHeadsNotDivisibleByT) {
-  expect_rejected(BaselineShape::tp(model(), 8, 1, 32),
-                  "TP config: T=8 does not divide n_kv_heads=4");
+  expect_baseline_rejected(BaselineShape::tp(model(), 8, 1, 32),
+                           "TP config: T=8 does not divide n_kv_heads=4");
 }
 
 TEST(BaselineConfig, TpRejectsMlpWidthNotDivisibleByT) {
   auto m = model();
   m.ffn = 98;
-  expect_rejected(BaselineShape::tp(m, 4, 1, 32),
-                  "TP config: T=4 does not divide the MLP width ffn=98");
+  expect_baseline_rejected(BaselineShape::tp(m, 4, 1, 32),
+                           "TP config: T=4 does not divide the MLP width ffn=98");
 }
 
 TEST(BaselineConfig, MegatronSpRejectsSequenceNotDivisibleByT) {
-  expect_rejected(BaselineShape::megatron_sp(model(), 4, 1, 30),
-                  "TP+Megatron-SP config: sequence parallelism needs S/Sp=30 tokens per row "
-                  "divisible by T=4");
+  expect_baseline_rejected(
+      BaselineShape::megatron_sp(model(), 4, 1, 30),
+      "TP+Megatron-SP config: sequence parallelism needs S/Sp=30 tokens per row "
+      "divisible by T=4");
 }
 
 TEST(BaselineConfig, SpRejectsSequenceNotDivisibleByTwoSp) {
-  expect_rejected(BaselineShape::sp(model(), 3, 1, 27),
-                  "SP config: zigzag layout needs S=27 divisible by 2·Sp=6");
+  expect_baseline_rejected(BaselineShape::sp(model(), 3, 1, 27),
+                           "SP config: zigzag layout needs S=27 divisible by 2·Sp=6");
 }
 
 TEST(BaselineConfig, TpSpRejectsHeadsAndSequence) {
-  expect_rejected(BaselineShape::tp_sp(model(), 3, 2, 1, 24),
-                  "TP+SP config: T=3 does not divide n_heads=8");
-  expect_rejected(BaselineShape::tp_sp(model(), 2, 3, 1, 27),
-                  "TP+SP config: zigzag layout needs S=27 divisible by 2·Sp=6");
+  expect_baseline_rejected(BaselineShape::tp_sp(model(), 3, 2, 1, 24),
+                           "TP+SP config: T=3 does not divide n_heads=8");
+  expect_baseline_rejected(BaselineShape::tp_sp(model(), 2, 3, 1, 27),
+                           "TP+SP config: zigzag layout needs S=27 divisible by 2·Sp=6");
 }
 
 TEST(BaselineConfig, RejectsDegreesBatchAndSequenceBelowOne) {
-  expect_rejected(BaselineShape::tp_sp(model(), 0, 2, 1, 32), "T=0 must be >= 1");
-  expect_rejected(BaselineShape::tp_sp(model(), 2, 0, 1, 32), "Sp=0 must be >= 1");
-  expect_rejected(BaselineShape::tp(model(), 2, 0, 32), "B=0 must be >= 1");
-  expect_rejected(BaselineShape::tp(model(), 2, 1, 0), "S=0 must be >= 1");
+  expect_baseline_rejected(BaselineShape::tp_sp(model(), 0, 2, 1, 32), "T=0 must be >= 1");
+  expect_baseline_rejected(BaselineShape::tp_sp(model(), 2, 0, 1, 32), "Sp=0 must be >= 1");
+  expect_baseline_rejected(BaselineShape::tp(model(), 2, 0, 32), "B=0 must be >= 1");
+  expect_baseline_rejected(BaselineShape::tp(model(), 2, 1, 0), "S=0 must be >= 1");
 }
 
 TEST(BaselineConfig, RejectsAnInvalidModel) {

@@ -5,20 +5,11 @@
 // the K/V buffers are the gathered and position-ordered full-sequence K/V (and their gradients).
 #include <gtest/gtest.h>
 
+#include "arena_charges.hpp"
 #include "strategy_checks.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
-
-std::size_t charged(std::size_t elements, std::size_t size = sizeof(float)) {
-  return (elements * size + 63) / 64 * 64;
-}
-std::size_t current(const ArenaStats& a, Category c) {
-  return a.category_current[static_cast<std::size_t>(c)];
-}
-std::size_t peak(const ArenaStats& a, Category c) {
-  return a.category_peak[static_cast<std::size_t>(c)];
-}
 
 TEST(BaselineMemory, WeightsGradientsKeptActivationsAndKvMatchTheContract) {
   struct Mesh {

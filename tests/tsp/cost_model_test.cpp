@@ -26,7 +26,7 @@
 namespace tspemu::tsp::testing {
 namespace {
 
-ref::ModelConfig mesh_model(int n_kv_heads, int g) {
+ref::ModelConfig cost_mesh_model(int n_kv_heads, int g) {
   ref::ModelConfig model;
   model.vocab = 16;
   model.n_kv_heads = n_kv_heads;
@@ -47,7 +47,7 @@ struct LayerCase {
            " keep_kv=" + std::to_string(keep_kv) + " steps=" + std::to_string(steps);
   }
   // 2 KV heads per rank: head_buckets 1 or 2.
-  ref::ModelConfig model() const { return mesh_model(2 * D, g); }
+  ref::ModelConfig model() const { return cost_mesh_model(2 * D, g); }
   int S() const { return 4 * D; }
   LayerMeasureOptions options(bool dry) const {
     return {.dry = dry,
@@ -110,7 +110,7 @@ TEST(CostModel, BaselineLayerTrafficEqualsTheMeasurementAndTheDryRunItsMemoryExa
                                                  : cost::Strategy::tp_sp(mesh.T, mesh.Sp);
         SCOPED_TRACE(st.name() + " g=" + std::to_string(g) + " B=" + std::to_string(B) +
                      " steps=" + std::to_string(steps));
-        expect_layer(mesh_model(2 * mesh.T, g), B, 4 * mesh.T * mesh.Sp, st,
+        expect_layer(cost_mesh_model(2 * mesh.T, g), B, 4 * mesh.T * mesh.Sp, st,
                      {.dry = false, .steps = steps});
       }
 }
@@ -125,7 +125,8 @@ TEST(CostModel, UlyssesAndRingLayerTrafficEqualsTheMeasurementAndTheDryRunItsMem
         for (int B : {1, 2}) {
           const cost::Strategy st = ulysses ? cost::Strategy::ulysses(n) : cost::Strategy::ring(n);
           SCOPED_TRACE(st.name() + " g=" + std::to_string(g) + " B=" + std::to_string(B));
-          expect_layer(mesh_model(n == 3 ? 3 : 4, g), B, 4 * n, st, {.dry = false, .steps = B});
+          expect_layer(cost_mesh_model(n == 3 ? 3 : 4, g), B, 4 * n, st,
+                       {.dry = false, .steps = B});
         }
 }
 
@@ -326,7 +327,7 @@ TEST(CostModel, EmulatorParameterStatePerRankIsWhatTheBlocksAllocate) {
   EXPECT_EQ(fp32.per_param(), 16);
   EXPECT_EQ(fp32.master, 0);
   for (int g : {1, 2}) {
-    const ref::ModelConfig model = mesh_model(4, g);
+    const ref::ModelConfig model = cost_mesh_model(4, g);
     cost::ModelShape m = cost::ModelShape::from(model, 1, 32);
     m.vocab = 0;
     for (const cost::Strategy& st : strategies_at(4)) {

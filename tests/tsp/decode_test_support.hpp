@@ -44,6 +44,7 @@
 #include <variant>
 #include <vector>
 
+#include "oracle_factor.hpp"
 #include "tspemu/plan/decode_cost.hpp"
 #include "tspemu/reference/decode.hpp"
 #include "tspemu/reference/model.hpp"
@@ -60,7 +61,12 @@ namespace tspemu::tsp::testing {
 using Prompts = std::vector<std::vector<std::int32_t>>;
 using Feed = std::vector<std::vector<std::int32_t>>;  // [steps][B]
 
-inline constexpr double kOracleFactor = 3.0;  // as the other block checks
+// Teacher-forced decode steps per float test, and the relative bound of a double KV cache's later
+// layers against the reference cache (the file comments of tspw_decoder_test.cpp and
+// tspm_decoder_test.cpp derive it; the other decoders' caches carry the same sums split over
+// ranks).
+inline constexpr int kForcedSteps = 24;
+inline constexpr double kCacheRtol = 1e-13;
 inline constexpr int kGreedySteps = 256;
 
 // A small GQA test model (L = 2, F = V = 96, RoPE base 500) with NH query and NKV KV heads of

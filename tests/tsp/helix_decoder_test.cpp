@@ -42,13 +42,12 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kCacheRtol;
+using testing::kForcedSteps;
 using testing::kGreedySteps;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
-
-constexpr double kCacheRtol = 1e-13;  // tspw_decoder_test.cpp's, same argument
-constexpr int kForcedSteps = 24;
 
 struct HelixCase {
   int kvp, tpa, NH, NKV, hidden, I;
@@ -59,22 +58,25 @@ struct HelixCase {
   }
 };
 
-std::string case_name(const ::testing::TestParamInfo<HelixCase>& i) {
+std::string helix_case_name(const ::testing::TestParamInfo<HelixCase>& i) {
   return "KVP" + std::to_string(i.param.kvp) + "_TPA" + std::to_string(i.param.tpa) + "_NKV" +
          std::to_string(i.param.NKV);
 }
 
-const HelixCase kCases[] = {{2, 1, 8, 4, 64, 1},  {4, 1, 8, 4, 64, 1},  {2, 2, 8, 4, 64, 1},
-                            {3, 1, 6, 3, 48, 3},  {8, 1, 16, 8, 64, 1}, {4, 2, 16, 8, 64, 2},
-                            {2, 4, 16, 8, 64, 1}, {2, 4, 8, 2, 64, 1}};
+const HelixCase kHelixCases[] = {{2, 1, 8, 4, 64, 1},  {4, 1, 8, 4, 64, 1},  {2, 2, 8, 4, 64, 1},
+                                 {3, 1, 6, 3, 48, 3},  {8, 1, 16, 8, 64, 1}, {4, 2, 16, 8, 64, 2},
+                                 {2, 4, 16, 8, 64, 1}, {2, 4, 8, 2, 64, 1}};
 
-ref::ModelConfig model_of(const HelixCase& c) {
+ref::ModelConfig helix_model(const HelixCase& c) {
   return testing::small_gqa_model(c.NH, c.NKV, c.hidden);
 }
 
-DecodeShape shape_for(const HelixCase& c, int B, std::int64_t max_context) {
-  return DecodeShape{
-      .model = model_of(c), .D = c.N(), .batch = B, .max_context = max_context, .interleave = c.I};
+DecodeShape helix_shape(const HelixCase& c, int B, std::int64_t max_context) {
+  return DecodeShape{.model = helix_model(c),
+                     .D = c.N(),
+                     .batch = B,
+                     .max_context = max_context,
+                     .interleave = c.I};
 }
 
 template <class T>
@@ -86,14 +88,15 @@ auto helix_factory(const DecodeShape& s, int kvp, const ref::ModelWeights<T>& w,
 }
 
 // The planner's KV cache bytes of token shard k: the positions it reserves below max_context.
-std::uint64_t planner_kv_bytes(const HelixCase& c, const Prompts& prompts, std::int64_t max_context,
-                               int k, std::uint64_t beta) {
-  return testing::planned_kv_bytes(model_of(c), cost::DecodeStrategy::helix(c.kvp, c.tpa), prompts,
-                                   max_context, c.kvp, c.I, k, beta);
+std::uint64_t helix_planned_kv_bytes(const HelixCase& c, const Prompts& prompts,
+                                     std::int64_t max_context, int k, std::uint64_t beta) {
+  return testing::planned_kv_bytes(helix_model(c), cost::DecodeStrategy::helix(c.kvp, c.tpa),
+                                   prompts, max_context, c.kvp, c.I, k, beta);
 }
 
 // The stages of a Helix decode step under the planner's names.
-std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const HelixTraffic& t) {
+std::vector<std::pair<std::string, const TrafficCounters*>> helix_named_stages(
+    const HelixTraffic& t) {
   return {{"partials all-to-all", &t.partials},
           {"W_O all-reduce", &t.o_proj},
           {"MLP down all-reduce", &t.mlp},
@@ -105,7 +108,7 @@ std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const H
 
 TEST(HelixDecodeShape, RefusesTpaNeitherDividingNorAMultipleOfNkvNamingTpaAndNkv) {
   const HelixCase c{2, 4, 12, 6, 48, 1};  // N = 8 does not divide NH = 12 either
-  const DecodeShape s = shape_for(c, 1, 8);
+  const DecodeShape s = helix_shape(c, 1, 8);
   EXPECT_THAT([&] { validate_helix(s, c.kvp); },
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("TP_A=4"), HasSubstr("NKV=6"))));
   const auto w = ref::init_weights<float>(s.model, 1);
@@ -114,8 +117,8 @@ TEST(HelixDecodeShape, RefusesTpaNeitherDividingNorAMultipleOfNkvNamingTpaAndNkv
 }
 
 TEST(HelixDecodeShape, RefusesEveryOtherBadValueNamingIt) {
-  const HelixCase c = kCases[2];  // 2×2
-  const DecodeShape good = shape_for(c, 2, 8);
+  const HelixCase c = kHelixCases[2];  // 2×2
+  const DecodeShape good = helix_shape(c, 2, 8);
   for (const int kvp : {3, 0})
     EXPECT_THAT([&] { validate_helix(good, kvp); },
                 ThrowsMessage<std::invalid_argument>(HasSubstr("KVP=" + std::to_string(kvp))));
@@ -126,13 +129,13 @@ TEST(HelixDecodeShape, RefusesEveryOtherBadValueNamingIt) {
                          {[](DecodeShape& s) { s.D = 16; }, "N=16"}});
   testing::expect_bad_values_refused(
       "Helix decode", good, [&c](const DecodeShape& s) { validate_helix(s, c.kvp); }, bad);
-  for (const HelixCase& ok : kCases)
-    EXPECT_NO_THROW(validate_helix(shape_for(ok, 1, 8), ok.kvp)) << ok.label();
+  for (const HelixCase& ok : kHelixCases)
+    EXPECT_NO_THROW(validate_helix(helix_shape(ok, 1, 8), ok.kvp)) << ok.label();
 }
 
 TEST(HelixDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
-  const HelixCase c = kCases[2];
-  const DecodeShape s = shape_for(c, 2, 8);
+  const HelixCase c = kHelixCases[2];
+  const DecodeShape s = helix_shape(c, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
   testing::expect_decoder_refuses_bad_input(c.N(), helix_factory(s, c.kvp, w), "Helix decode");
 }
@@ -143,10 +146,10 @@ class HelixFloat : public ::testing::TestWithParam<HelixCase> {};
 
 TEST_P(HelixFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const HelixCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+      helix_shape(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const testing::ForcedResult r =
@@ -156,7 +159,7 @@ TEST_P(HelixFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
             << " steps " << r.worst_ratio << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, HelixFloat, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixFloat, ::testing::ValuesIn(kHelixCases), helix_case_name);
 
 // ---------------------------------------------------------------- double, free-running greedy
 
@@ -168,18 +171,18 @@ class HelixGreedy : public ::testing::TestWithParam<HelixCase> {};
 // against the planner and its arena.
 TEST_P(HelixGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const HelixCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
+      helix_shape(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
   testing::judge_greedy_run(
       c.label(), c.N(), w, prompts, s.max_context, kCacheRtol, helix_factory(s, c.kvp, w),
       [](Rank& /*rank*/, const BasicHelixDecoder<double>& dec) { return dec.first_kv_head(); },
-      [&](int r) { return planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, 8); });
+      [&](int r) { return helix_planned_kv_bytes(c, prompts, s.max_context, r / c.tpa, 8); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, HelixGreedy, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixGreedy, ::testing::ValuesIn(kHelixCases), helix_case_name);
 
 // ---------------------------------------------------------------- traffic, determinism
 
@@ -191,38 +194,40 @@ class HelixTrafficModel : public ::testing::TestWithParam<HelixCase> {};
 // the planner's per-token bytes over its token shard's reserved positions.
 TEST_P(HelixTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersClosedForm) {
   const HelixCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int steps = 4;
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
+      helix_shape(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
   testing::judge_decode_traffic(
       c.label(), c.N(), cfg, cost::DecodeStrategy::helix(c.kvp, c.tpa), prompts, s.max_context,
-      steps, helix_factory(s, c.kvp, w), named_stages,
-      [&](int r) { return planner_kv_bytes(c, prompts, s.max_context, r / c.tpa, sizeof(float)); });
+      steps, helix_factory(s, c.kvp, w), helix_named_stages, [&](int r) {
+        return helix_planned_kv_bytes(c, prompts, s.max_context, r / c.tpa, sizeof(float));
+      });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, HelixTrafficModel, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, HelixTrafficModel, ::testing::ValuesIn(kHelixCases),
+                         helix_case_name);
 
 TEST(HelixDecoder, TwoRunsAreBitwiseIdentical) {
-  const HelixCase c = kCases[5];  // 4×2, I = 2
-  const ref::ModelConfig cfg = model_of(c);
+  const HelixCase c = kHelixCases[5];  // 4×2, I = 2
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
-  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const DecodeShape s = helix_shape(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
   testing::expect_deterministic(c.N(), helix_factory(s, c.kvp, w), prompts, 16);
 }
 
 TEST(HelixDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
-  const HelixCase c = kCases[2];  // 2×2
+  const HelixCase c = kHelixCases[2];  // 2×2
   const int steps = 24;
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 3);
   const auto w = ref::init_weights<double>(cfg, 19);
   const std::int64_t max_context = longest(prompts) + steps + 1;
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
-    const DecodeShape s = shape_for(c, static_cast<int>(p.size()), max_context);
+    const DecodeShape s = helix_shape(c, static_cast<int>(p.size()), max_context);
     return testing::run_decoder<double>(c.N(), helix_factory(s, c.kvp, w), p, steps);
   });
 }
@@ -230,11 +235,11 @@ TEST(HelixDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
 // A token shard holding no key of a sequence (the prompt of length 1 on KVP = 4) contributes
 // (0, -inf): every logit of every rank stays finite from the prefill on.
 TEST(HelixDecoder, EmptyTokenShardsKeepEveryLogitFinite) {
-  const HelixCase c = kCases[1];  // 4×1
-  const ref::ModelConfig cfg = model_of(c);
+  const HelixCase c = kHelixCases[1];  // 4×1
+  const ref::ModelConfig cfg = helix_model(c);
   Prompts prompts = testing::test_prompts(cfg.vocab, 9);
   prompts.resize(2);  // lengths 1 and 7: sequence 0 has keys on token shard 0 only
-  const DecodeShape s = shape_for(c, 2, longest(prompts) + 3);
+  const DecodeShape s = helix_shape(c, 2, longest(prompts) + 3);
   const auto w = ref::init_weights<float>(cfg, 31);
   const auto runs = testing::run_decoder<float>(c.N(), helix_factory(s, c.kvp, w), prompts, 2);
   for (std::size_t r = 0; r < runs.size(); ++r)
@@ -290,10 +295,10 @@ std::vector<std::string> o_proj_shard_faults(const HelixCase& c, const DecodeSha
 // without the fault passes (HelixFloat above); on 2×2 the blocks of ranks 1 and 2 are swapped,
 // which the o_proj shard check names, rank and layer, in every layer (and fault-free, nowhere).
 TEST(HelixFault, OProjShardByRankIsCaughtByTheOracleRule) {
-  const HelixCase c = kCases[2];  // 2×2
-  const ref::ModelConfig cfg = model_of(c);
+  const HelixCase c = kHelixCases[2];  // 2×2
+  const ref::ModelConfig cfg = helix_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
-  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 2);
+  const DecodeShape s = helix_shape(c, static_cast<int>(prompts.size()), longest(prompts) + 2);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const ref::Generation<double> oracle = testing::greedy_oracle(w64, prompts, s.max_context, 0);

@@ -42,34 +42,33 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kCacheRtol;
+using testing::kForcedSteps;
+using testing::kTpCases;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
+using testing::tp_case_name;
+using testing::tp_shape_for;
 using testing::TpCase;
-
-constexpr double kCacheRtol = 1e-13;  // tspw_decoder_test.cpp's, same argument
-constexpr int kForcedSteps = 24;
-constexpr auto& kCases = testing::kTpCases;
-constexpr auto case_name = testing::tp_case_name;
-constexpr auto shape_for = testing::tp_shape_for;
 
 template <class T>
 auto msp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
   return [&s, &w](Rank& rank) { return std::make_unique<BasicMegatronSpDecoder<T>>(rank, s, w); };
 }
 
-std::uint64_t planner_kv_bytes(const TpCase& c, const Prompts& prompts, std::int64_t max_context,
-                               std::uint64_t beta) {
+std::uint64_t msp_planned_kv_bytes(const TpCase& c, const Prompts& prompts,
+                                   std::int64_t max_context, std::uint64_t beta) {
   return testing::tp_planner_kv_bytes(c, cost::DecodeStrategy::megatron_sp(c.T), prompts,
                                       max_context, beta);
 }
 
-std::string label_of(const TpCase& c) {
+std::string msp_label(const TpCase& c) {
   return "Megatron-SP T=" + std::to_string(c.T) + " NKV=" + std::to_string(c.NKV);
 }
 
 // The decoder's stages under the planner's names (decode_cost.cpp's megatron_sp entries).
-std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(
+std::vector<std::pair<std::string, const TrafficCounters*>> msp_named_stages(
     const MegatronSpTraffic& t) {
   return {{"QKV input all-gather", &t.qkv_gather},    {"W_O reduce-scatter", &t.o_proj},
           {"MLP input all-gather", &t.mlp_gather},    {"MLP down reduce-scatter", &t.mlp},
@@ -81,7 +80,7 @@ std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(
 
 TEST(MegatronSpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNkv) {
   for (const TpCase c : {TpCase{3, 6, 2, 48}, TpCase{4, 12, 6, 48}}) {
-    const DecodeShape s = shape_for(c, 1, 8);
+    const DecodeShape s = tp_shape_for(c, 1, 8);
     const std::string t = "T=" + std::to_string(c.T), nkv = "NKV=" + std::to_string(c.NKV);
     EXPECT_THAT([&] { validate_megatron_sp(s); },
                 ThrowsMessage<std::invalid_argument>(
@@ -94,9 +93,9 @@ TEST(MegatronSpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNk
 
 // Padding, not refusal, for a batch that T does not divide.
 TEST(MegatronSpDecodeShape, AcceptsTDividingNkvAndNkvDividingTWhateverTheBatch) {
-  for (const TpCase& c : kCases)
+  for (const TpCase& c : kTpCases)
     for (const int B : {1, 2, 3, 5, 8})
-      EXPECT_NO_THROW(validate_megatron_sp(shape_for(c, B, 8))) << c.T << " B=" << B;
+      EXPECT_NO_THROW(validate_megatron_sp(tp_shape_for(c, B, 8))) << c.T << " B=" << B;
 }
 
 TEST(MegatronSpDecodeShape, RefusesEveryOtherBadValueNamingIt) {
@@ -105,12 +104,12 @@ TEST(MegatronSpDecodeShape, RefusesEveryOtherBadValueNamingIt) {
                          {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"},
                          {[](DecodeShape& s) { s.D = 16; }, "NH=8"},
                          {[](DecodeShape& s) { s.D = 0; }, "T=0"}});
-  testing::expect_bad_values_refused("Megatron-SP decode", shape_for(kCases[2], 2, 8),
+  testing::expect_bad_values_refused("Megatron-SP decode", tp_shape_for(kTpCases[2], 2, 8),
                                      validate_megatron_sp, bad);
 }
 
 TEST(MegatronSpDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
-  const DecodeShape s = shape_for(kCases[0], 2, 8);
+  const DecodeShape s = tp_shape_for(kTpCases[0], 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
   testing::expect_decoder_refuses_bad_input(2, msp_factory(s, w), "Megatron-SP decode");
   World wrong({.ranks = 4});
@@ -126,16 +125,17 @@ TEST_P(MegatronSpDecodeFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const ref::ModelConfig cfg = c.model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+      tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const testing::ForcedResult r = testing::judge_teacher_forced(
-      label_of(c), c.T, w64, w32, prompts, s.max_context, kForcedSteps, msp_factory(s, w32));
-  std::cout << label_of(c) << ": worst err(Megatron-SP fp32)/err(reference fp32) over " << r.steps
+      msp_label(c), c.T, w64, w32, prompts, s.max_context, kForcedSteps, msp_factory(s, w32));
+  std::cout << msp_label(c) << ": worst err(Megatron-SP fp32)/err(reference fp32) over " << r.steps
             << " steps " << r.worst_ratio << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeFloat, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeFloat, ::testing::ValuesIn(kTpCases),
+                         tp_case_name);
 
 // ---------------------------------------------------------------- double, free-running greedy
 
@@ -149,16 +149,17 @@ TEST_P(MegatronSpDecodeGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank)
   const TpCase c = GetParam();
   const ref::ModelConfig cfg = c.model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
-  const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + testing::kGreedySteps + 3);
+  const DecodeShape s = tp_shape_for(c, static_cast<int>(prompts.size()),
+                                     longest(prompts) + testing::kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
   testing::judge_greedy_run(
-      label_of(c), c.T, w, prompts, s.max_context, kCacheRtol, msp_factory(s, w),
+      msp_label(c), c.T, w, prompts, s.max_context, kCacheRtol, msp_factory(s, w),
       [](Rank& /*rank*/, const BasicMegatronSpDecoder<double>& dec) { return dec.first_kv_head(); },
-      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(double)); });
+      [&](int /*r*/) { return msp_planned_kv_bytes(c, prompts, s.max_context, sizeof(double)); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeGreedy, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeGreedy, ::testing::ValuesIn(kTpCases),
+                         tp_case_name);
 
 // ---------------------------------------------------------------- traffic, determinism
 
@@ -173,15 +174,16 @@ TEST_P(MegatronSpDecodeTraffic, EveryStageOfEveryDecodeStepOnEveryRankEqualsTheP
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int steps = 4;
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
+      tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
   testing::judge_decode_traffic(
-      label_of(c), c.T, cfg, cost::DecodeStrategy::megatron_sp(c.T), prompts, s.max_context, steps,
-      msp_factory(s, w), named_stages,
-      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(float)); });
+      msp_label(c), c.T, cfg, cost::DecodeStrategy::megatron_sp(c.T), prompts, s.max_context, steps,
+      msp_factory(s, w), msp_named_stages,
+      [&](int /*r*/) { return msp_planned_kv_bytes(c, prompts, s.max_context, sizeof(float)); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeTraffic, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpDecodeTraffic, ::testing::ValuesIn(kTpCases),
+                         tp_case_name);
 
 class MegatronSpPrefillTraffic : public ::testing::TestWithParam<TpCase> {};
 
@@ -192,7 +194,7 @@ TEST_P(MegatronSpPrefillTraffic, EveryStageOnEveryRankEqualsThePlannersClosedFor
   const ref::ModelConfig cfg = c.model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(c, B, longest(prompts) + 1);
+  const DecodeShape s = tp_shape_for(c, B, longest(prompts) + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
   const cost::ModelShape ms = cost::ModelShape::from(cfg, B, s.max_context);
   std::vector<std::vector<std::string>> findings(static_cast<std::size_t>(c.T));
@@ -207,8 +209,8 @@ TEST_P(MegatronSpPrefillTraffic, EveryStageOnEveryRankEqualsThePlannersClosedFor
     TrafficCounters total;
     for (const auto& stage : want) total += stage.traffic;
     const MegatronSpTraffic& got = dec.last_traffic();
-    const auto f = testing::stage_findings(label_of(c) + " rank " + std::to_string(r) + " prefill",
-                                           named_stages(got), got.total(), want, total);
+    const auto f = testing::stage_findings(msp_label(c) + " rank " + std::to_string(r) + " prefill",
+                                           msp_named_stages(got), got.total(), want, total);
     auto& out = findings[static_cast<std::size_t>(r)];
     out.insert(out.end(), f.begin(), f.end());
     ++checked[static_cast<std::size_t>(r)];
@@ -216,27 +218,28 @@ TEST_P(MegatronSpPrefillTraffic, EveryStageOnEveryRankEqualsThePlannersClosedFor
   testing::expect_no_findings(findings, checked, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpPrefillTraffic, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MegatronSpPrefillTraffic, ::testing::ValuesIn(kTpCases),
+                         tp_case_name);
 
 TEST(MegatronSpDecoder, TwoRunsAreBitwiseIdentical) {
-  const TpCase c = kCases[5];  // T=8 on NKV=2: duplicated KV heads
+  const TpCase c = kTpCases[5];  // T=8 on NKV=2: duplicated KV heads
   const ref::ModelConfig cfg = c.model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
-  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const DecodeShape s = tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
   testing::expect_deterministic(c.T, msp_factory(s, w), prompts, 16);
 }
 
 // B = 1 alone and B = 5 together: different paddings, the same logits bit for bit.
 TEST(MegatronSpDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
-  const TpCase c = kCases[4];  // T=4 on NKV=2
+  const TpCase c = kTpCases[4];  // T=4 on NKV=2
   const int steps = 24;
   const ref::ModelConfig cfg = c.model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 3);
   const auto w = ref::init_weights<double>(cfg, 19);
   const std::int64_t max_context = longest(prompts) + steps + 1;
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
-    const DecodeShape s = shape_for(c, static_cast<int>(p.size()), max_context);
+    const DecodeShape s = tp_shape_for(c, static_cast<int>(p.size()), max_context);
     return testing::run_decoder<double>(c.T, msp_factory(s, w), p, steps);
   });
 }

@@ -27,21 +27,20 @@
 namespace tspemu::tsp {
 namespace {
 
+using Degrees = std::pair<int, int>;  // (T, Σ)
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kForcedSteps;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
-using Degrees = std::pair<int, int>;  // (T, Σ)
 
-constexpr int kForcedSteps = 24;
-
-ref::ModelConfig mesh_model() {  // NH=8, NKV=4, C=64, L=2, F=V=96
+ref::ModelConfig mesh_decode_model() {  // NH=8, NKV=4, C=64, L=2, F=V=96
   return testing::tspw_test_model(4);
 }
 
 MeshDecodeShape mesh_shape(Degrees d, int B, std::int64_t max_context) {
-  return MeshDecodeShape{.model = mesh_model(),
+  return MeshDecodeShape{.model = mesh_decode_model(),
                          .T = d.first,
                          .Sp = d.second,
                          .batch = B,
@@ -109,7 +108,7 @@ TEST(MeshDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
 class MeshFloat : public ::testing::TestWithParam<Degrees> {};
 
 TEST_P(MeshFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
-  const ref::ModelConfig cfg = mesh_model();
+  const ref::ModelConfig cfg = mesh_decode_model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const MeshDecodeShape s =
       mesh_shape(GetParam(), static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
@@ -131,7 +130,7 @@ class MeshGreedy : public ::testing::TestWithParam<Degrees> {};
 // bitwise rank 0's, every rank's cache (its head shard) against the reference cache, KV bytes =
 // the planner's.
 TEST_P(MeshGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
-  const ref::ModelConfig cfg = mesh_model();
+  const ref::ModelConfig cfg = mesh_decode_model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
   const MeshDecodeShape s = mesh_shape(GetParam(), static_cast<int>(prompts.size()),
                                        longest(prompts) + testing::kGreedySteps + 3);
@@ -146,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Mesh, MeshGreedy, kMeshes, degrees_name);
 class MeshTrafficModel : public ::testing::TestWithParam<Degrees> {};
 
 TEST_P(MeshTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersClosedForm) {
-  const ref::ModelConfig cfg = mesh_model();
+  const ref::ModelConfig cfg = mesh_decode_model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int steps = 5;
   const MeshDecodeShape s =
@@ -160,7 +159,7 @@ INSTANTIATE_TEST_SUITE_P(Mesh, MeshTrafficModel, kMeshes, degrees_name);
 // ---------------------------------------------------------------- determinism, independence
 
 TEST(MeshDecoder, TwoRunsAreBitwiseIdentical) {
-  const ref::ModelConfig cfg = mesh_model();
+  const ref::ModelConfig cfg = mesh_decode_model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
   const MeshDecodeShape s =
       mesh_shape({2, 2}, static_cast<int>(prompts.size()), longest(prompts) + 20);
@@ -170,7 +169,7 @@ TEST(MeshDecoder, TwoRunsAreBitwiseIdentical) {
 
 TEST(MeshDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
   const int steps = 24;
-  const ref::ModelConfig cfg = mesh_model();
+  const ref::ModelConfig cfg = mesh_decode_model();
   const Prompts prompts = testing::test_prompts(cfg.vocab, 3);
   const auto w = ref::init_weights<double>(cfg, 19);
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {

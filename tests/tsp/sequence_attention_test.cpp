@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "oracle_factor.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
@@ -33,8 +34,7 @@ namespace tspemu::tsp::testing {
 namespace {
 
 // Both cores only reorder sums (softmax blocks merged by lse, gradient shares summed over ranks),
-// as the other strategies do: the same factor.
-constexpr double kOracleFactor = 3.0;
+// as the other strategies do: the same factor, kOracleFactor (oracle_factor.hpp).
 
 enum class CoreKind { ulysses, ring };
 
@@ -176,7 +176,7 @@ void expect_oracle_rule(const SeqCase& c, const Inputs& in, const Results<float>
   }
 }
 
-std::vector<SeqCase> matrix() {
+std::vector<SeqCase> seq_matrix() {
   std::vector<SeqCase> cases;
   for (CoreKind k : {CoreKind::ulysses, CoreKind::ring})
     for (int n : {2, 3, 4}) {
@@ -203,7 +203,7 @@ std::vector<SeqCase> matrix() {
   return cases;
 }
 
-std::string test_name(const ::testing::TestParamInfo<SeqCase>& info) {
+std::string seq_case_name(const ::testing::TestParamInfo<SeqCase>& info) {
   std::string n = info.param.name();
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -220,8 +220,8 @@ TEST_P(SequenceAttentionVsReference, OutputAndGradientsPassTheOracleRuleAndRepli
   for (const auto& m : got.replica_mismatches) ADD_FAILURE() << c.name() << ": " << m;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cores, SequenceAttentionVsReference, ::testing::ValuesIn(matrix()),
-                         test_name);
+INSTANTIATE_TEST_SUITE_P(Cores, SequenceAttentionVsReference, ::testing::ValuesIn(seq_matrix()),
+                         seq_case_name);
 
 TEST(SequenceAttention, OneRankIsBitwiseTheReferenceBlock) {
   for (CoreKind k : {CoreKind::ulysses, CoreKind::ring}) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "oracle_factor.hpp"
 #include "tspemu/plan/cost_model.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
@@ -22,9 +23,9 @@ namespace tspemu::tsp::testing {
 namespace {
 
 // As for the blocks: the parallel step only reorders sums, and the update is the reference's own
-// element-wise function, so its trajectory stays within the rule of the fp32 reference's.
-constexpr double kOracleFactor = 3.0;
-constexpr int kSteps = 3;
+// element-wise function, so its trajectory stays within the rule of the fp32 reference's:
+// kOracleFactor (oracle_factor.hpp).
+constexpr int kOptimizerSteps = 3;
 // The planner's parameter state of tspemu's fp32 run: fp32 weights, gradients and AdamW moments
 // (SGD: none), no master copy.
 cost::ParameterState planned(const cost::Strategy& st, const cost::ModelShape& m,
@@ -110,7 +111,7 @@ void check_tsp_model(int D, bool tied, const ref::OptimizerConfig& oc) {
   std::vector<double> losses(static_cast<std::size_t>(D));
   auto got = ref::ModelWeights<float>::zeros(s.model);
   const SequenceLayout layout = s.layout();
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= kOptimizerSteps; ++step) {
     world.run([&](Rank& rank) {
       const auto p = static_cast<std::size_t>(rank.id());
       std::vector<std::int32_t> tl(static_cast<std::size_t>(s.Tl())), yl(tl.size());
@@ -198,7 +199,7 @@ void check_stack(const cost::Strategy& st, const ref::OptimizerConfig& oc) {
   };
   std::vector<RankState> ranks(static_cast<std::size_t>(n));
   auto got = ref::ModelWeights<float>::zeros(m);
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= kOptimizerSteps; ++step) {
     world.run([&](Rank& rank) {
       RankState& rs = ranks[static_cast<std::size_t>(rank.id())];
       if (rs.layers.empty()) {

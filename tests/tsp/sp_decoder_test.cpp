@@ -38,18 +38,17 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kForcedSteps;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
-
-constexpr int kForcedSteps = 24;
 
 // NH=8, NKV=4, C=64, L=2, F=V=96 for every Σ.
 ref::ModelConfig sp_model() {
   return testing::tspw_test_model(2);
 }
 
-int interleave_for(int S) {
+int sp_interleave(int S) {
   return S == 3 ? 3 : (S == 8 ? 2 : 1);
 }
 
@@ -58,7 +57,7 @@ DecodeShape sp_shape(int S, int B, std::int64_t max_context) {
                      .D = S,
                      .batch = B,
                      .max_context = max_context,
-                     .interleave = interleave_for(S)};
+                     .interleave = sp_interleave(S)};
 }
 
 template <class T>

@@ -50,30 +50,30 @@ using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
 
-constexpr int kForcedSteps = 4;
+constexpr int kPrefillForcedSteps = 4;
 
 struct PrefillCase {
   SpPrefill prefill;
   int S, NH, NKV;
 };
 
-std::string case_name(const ::testing::TestParamInfo<PrefillCase>& i) {
+std::string prefill_case_name(const ::testing::TestParamInfo<PrefillCase>& i) {
   return std::string(i.param.prefill == SpPrefill::ring ? "Ring" : "Ulysses") + "_S" +
          std::to_string(i.param.S) + "_NH" + std::to_string(i.param.NH) + "_NKV" +
          std::to_string(i.param.NKV);
 }
 
-const PrefillCase kCases[] = {{SpPrefill::ring, 2, 8, 4},    {SpPrefill::ring, 3, 8, 4},
-                              {SpPrefill::ring, 4, 8, 4},    {SpPrefill::ring, 8, 8, 4},
-                              {SpPrefill::ulysses, 2, 8, 4}, {SpPrefill::ulysses, 4, 8, 4},
-                              {SpPrefill::ulysses, 8, 16, 8}};
+const PrefillCase kPrefillCases[] = {{SpPrefill::ring, 2, 8, 4},    {SpPrefill::ring, 3, 8, 4},
+                                     {SpPrefill::ring, 4, 8, 4},    {SpPrefill::ring, 8, 8, 4},
+                                     {SpPrefill::ulysses, 2, 8, 4}, {SpPrefill::ulysses, 4, 8, 4},
+                                     {SpPrefill::ulysses, 8, 16, 8}};
 
-ref::ModelConfig model_of(const PrefillCase& c) {
+ref::ModelConfig prefill_model(const PrefillCase& c) {
   return testing::small_gqa_model(c.NH, c.NKV, 64);
 }
 
 DecodeShape shape_of(const PrefillCase& c, int B, std::int64_t max_context) {
-  return DecodeShape{.model = model_of(c),
+  return DecodeShape{.model = prefill_model(c),
                      .D = c.S,
                      .batch = B,
                      .max_context = max_context,
@@ -85,7 +85,7 @@ auto factory(const DecodeShape& s, const ref::ModelWeights<T>& w, SpPrefill p) {
   return [&s, &w, p](Rank& rank) { return std::make_unique<BasicSpDecoder<T>>(rank, s, w, p); };
 }
 
-std::string label_of(const PrefillCase& c) {
+std::string prefill_label(const PrefillCase& c) {
   return std::string("SP Σ=") + std::to_string(c.S) + " " + cost::sp_prefill_name(c.prefill) +
          " prefill";
 }
@@ -144,7 +144,7 @@ class SpPrefillCache : public ::testing::TestWithParam<PrefillCase> {};
 // rank's logits bitwise rank 0's.
 TEST_P(SpPrefillCache, EveryRanksCacheEqualsTheOraclesAfterThePrefill) {
   const PrefillCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = prefill_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const int steps = 2;
   const DecodeShape s = shape_of(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
@@ -164,31 +164,34 @@ TEST_P(SpPrefillCache, EveryRanksCacheEqualsTheOraclesAfterThePrefill) {
   };
   const auto g =
       testing::run_greedy(c.S, w, prompts, s.max_context, steps, factory(s, w, c.prefill), inspect);
-  ASSERT_NO_FATAL_FAILURE(testing::expect_greedy_equals_oracle(label_of(c), g, steps));
-  for (const std::string& e : errors) ADD_FAILURE() << label_of(c) << ": " << e;
-  std::cout << label_of(c) << ": KV cache, all layers, worst |decoder - reference| / max "
+  ASSERT_NO_FATAL_FAILURE(testing::expect_greedy_equals_oracle(prefill_label(c), g, steps));
+  for (const std::string& e : errors) ADD_FAILURE() << prefill_label(c) << ": " << e;
+  std::cout << prefill_label(c) << ": KV cache, all layers, worst |decoder - reference| / max "
             << worst_all << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillCache, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillCache, ::testing::ValuesIn(kPrefillCases),
+                         prefill_case_name);
 
 class SpPrefillFloat : public ::testing::TestWithParam<PrefillCase> {};
 
 TEST_P(SpPrefillFloat, FirstTokensLogitsAndTeacherForcedStepsPassTheOracleRule) {
   const PrefillCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = prefill_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const DecodeShape s =
-      shape_of(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+      shape_of(c, static_cast<int>(prompts.size()), longest(prompts) + kPrefillForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
-  const auto r = testing::judge_teacher_forced(label_of(c), c.S, w64, w32, prompts, s.max_context,
-                                               kForcedSteps, factory(s, w32, c.prefill));
-  std::cout << label_of(c) << ": worst err(SP fp32)/err(reference fp32) over " << r.steps
+  const auto r =
+      testing::judge_teacher_forced(prefill_label(c), c.S, w64, w32, prompts, s.max_context,
+                                    kPrefillForcedSteps, factory(s, w32, c.prefill));
+  std::cout << prefill_label(c) << ": worst err(SP fp32)/err(reference fp32) over " << r.steps
             << " logits " << r.worst_ratio << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillFloat, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillFloat, ::testing::ValuesIn(kPrefillCases),
+                         prefill_case_name);
 
 // ---------------------------------------------------------------- traffic
 
@@ -199,7 +202,7 @@ class SpPrefillTraffic : public ::testing::TestWithParam<PrefillCase> {};
 // (mesh_decode_checks.hpp's check).
 TEST_P(SpPrefillTraffic, PrefillStagesOnEveryRankEqualThePlannersClosedForm) {
   const PrefillCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = prefill_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int B = static_cast<int>(prompts.size());
   const DecodeShape s = shape_of(c, B, longest(prompts) + 3);
@@ -229,7 +232,7 @@ TEST_P(SpPrefillTraffic, PrefillStagesOnEveryRankEqualThePlannersClosedForm) {
          c.prefill == SpPrefill::ring ? &got.kv_ring : &got.heads_exchange},
         {"last rows all-reduce", &got.last_rows}};
     auto& out = findings[static_cast<std::size_t>(r)];
-    const auto f = testing::stage_findings(label_of(c) + " rank " + std::to_string(r), mine,
+    const auto f = testing::stage_findings(prefill_label(c) + " rank " + std::to_string(r), mine,
                                            got.total(), want, want_total);
     out.insert(out.end(), f.begin(), f.end());
     ++checked[static_cast<std::size_t>(r)];
@@ -239,12 +242,13 @@ TEST_P(SpPrefillTraffic, PrefillStagesOnEveryRankEqualThePlannersClosedForm) {
                                          factory(s, w, c.prefill));
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillTraffic, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillTraffic, ::testing::ValuesIn(kPrefillCases),
+                         prefill_case_name);
 
 // The pass-Q prefill's traffic equals its closed form too (every rank computes every token).
 TEST(SpPrefillTraffic, PassQPrefillEqualsThePlannersClosedForm) {
   const PrefillCase c{SpPrefill::pass_q, 4, 8, 4};
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = prefill_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int B = static_cast<int>(prompts.size());
   const DecodeShape s = shape_of(c, B, longest(prompts) + 1);
@@ -278,7 +282,7 @@ class SpPrefillGreedy : public ::testing::TestWithParam<PrefillCase> {};
 
 TEST_P(SpPrefillGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const PrefillCase c = GetParam();
-  const ref::ModelConfig cfg = model_of(c);
+  const ref::ModelConfig cfg = prefill_model(c);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
   const DecodeShape s =
       shape_of(c, static_cast<int>(prompts.size()), longest(prompts) + testing::kGreedySteps + 3);
@@ -287,7 +291,8 @@ TEST_P(SpPrefillGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
                                      factory(s, w, c.prefill), /*layer0_exact=*/false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillGreedy, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, SpPrefillGreedy, ::testing::ValuesIn(kPrefillCases),
+                         prefill_case_name);
 
 }  // namespace
 }  // namespace tspemu::tsp

@@ -31,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "oracle_factor.hpp"
 #include "tspemu/check/block_check.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
@@ -43,12 +44,6 @@
 namespace tspemu::tsp::testing {
 
 using check::Block;
-
-// Every strategy only reorders sums (partial o_proj / down_proj per shard, K/V-gradient and
-// weight-gradient reductions across ranks), so its error against the oracle is of the
-// reference's own order; 3 leaves room for the luck of rounding without hiding a real bug, which
-// shows up as errors orders of magnitude larger.
-constexpr double kOracleFactor = 3.0;
 
 // The model of every case: C = NH·hs, F = 3·C (divisible by D whenever D | NH), one layer.
 inline ref::ModelConfig case_model(int NH, int NKV, int hs) {

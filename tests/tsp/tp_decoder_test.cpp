@@ -40,18 +40,17 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kCacheRtol;
+using testing::kForcedSteps;
 using testing::kGreedySteps;
+using testing::kTpCases;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
-
-constexpr double kCacheRtol = 1e-13;  // tspw_decoder_test.cpp's, same argument
-constexpr int kForcedSteps = 24;
+using testing::tp_case_name;
+using testing::tp_shape_for;
 
 using testing::TpCase;
-constexpr auto& kCases = testing::kTpCases;
-constexpr auto case_name = testing::tp_case_name;
-constexpr auto shape_for = testing::tp_shape_for;
 
 template <class T>
 auto tp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
@@ -59,13 +58,13 @@ auto tp_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
 }
 
 // The planner's KV cache bytes of a TP rank: every position below max_context of the B sequences.
-std::uint64_t planner_kv_bytes(const TpCase& c, const Prompts& prompts, std::int64_t max_context,
-                               std::uint64_t beta) {
+std::uint64_t tp_planned_kv_bytes(const TpCase& c, const Prompts& prompts, std::int64_t max_context,
+                                  std::uint64_t beta) {
   return testing::tp_planner_kv_bytes(c, cost::DecodeStrategy::tp(c.T), prompts, max_context, beta);
 }
 
 // The stages of a TP decode step under the planner's names.
-std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const TpTraffic& t) {
+std::vector<std::pair<std::string, const TrafficCounters*>> tp_named_stages(const TpTraffic& t) {
   return {{"W_O all-reduce", &t.o_proj},
           {"MLP down all-reduce", &t.mlp},
           {"embedding all-reduce", &t.embedding},
@@ -76,7 +75,7 @@ std::vector<std::pair<std::string, const TrafficCounters*>> named_stages(const T
 
 TEST(TpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNkv) {
   for (const TpCase c : {TpCase{3, 6, 2, 48}, TpCase{4, 12, 6, 48}}) {
-    const DecodeShape s = shape_for(c, 1, 8);
+    const DecodeShape s = tp_shape_for(c, 1, 8);
     const std::string t = "T=" + std::to_string(c.T), nkv = "NKV=" + std::to_string(c.NKV);
     EXPECT_THAT([&] { validate_tp(s); },
                 ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr(t), HasSubstr(nkv))));
@@ -87,7 +86,7 @@ TEST(TpDecodeShape, RefusesTNeitherDividingNorAMultipleOfNkvNamingTAndNkv) {
 }
 
 TEST(TpDecodeShape, AcceptsTDividingNkvAndNkvDividingT) {
-  for (const TpCase& c : kCases) EXPECT_NO_THROW(validate_tp(shape_for(c, 1, 8))) << c.T;
+  for (const TpCase& c : kTpCases) EXPECT_NO_THROW(validate_tp(tp_shape_for(c, 1, 8))) << c.T;
   EXPECT_EQ(tp_kv_heads_per_rank(testing::small_gqa_model(8, 4, 64), 2), 2);
   EXPECT_EQ(tp_kv_heads_per_rank(testing::small_gqa_model(8, 2, 64), 8), 1);
 }
@@ -98,11 +97,12 @@ TEST(TpDecodeShape, RefusesEveryOtherBadValueNamingIt) {
                          {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"},
                          {[](DecodeShape& s) { s.D = 16; }, "NH=8"},
                          {[](DecodeShape& s) { s.D = 0; }, "T=0"}});
-  testing::expect_bad_values_refused("TP decode", shape_for(kCases[2], 2, 8), validate_tp, bad);
+  testing::expect_bad_values_refused("TP decode", tp_shape_for(kTpCases[2], 2, 8), validate_tp,
+                                     bad);
 }
 
 TEST(TpDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
-  const DecodeShape s = shape_for(kCases[0], 2, 8);
+  const DecodeShape s = tp_shape_for(kTpCases[0], 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
   testing::expect_decoder_refuses_bad_input(2, tp_factory(s, w), "TP decode");
   World wrong({.ranks = 4});
@@ -118,7 +118,7 @@ TEST_P(TpFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+      tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const testing::ForcedResult r = testing::judge_teacher_forced(
@@ -128,7 +128,7 @@ TEST_P(TpFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
             << r.steps << " steps " << r.worst_ratio << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TpFloat, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, TpFloat, ::testing::ValuesIn(kTpCases), tp_case_name);
 
 // ---------------------------------------------------------------- double, free-running greedy
 
@@ -142,18 +142,18 @@ TEST_P(TpGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
+      tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
   const std::string label = "T=" + std::to_string(c.T) + " NKV=" + std::to_string(c.NKV);
   testing::judge_greedy_run(
       label, c.T, w, prompts, s.max_context, kCacheRtol, tp_factory(s, w),
       [](Rank& /*rank*/, const BasicTpDecoder<double>& dec) { return dec.first_kv_head(); },
-      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(double)); });
+      [&](int /*r*/) { return tp_planned_kv_bytes(c, prompts, s.max_context, sizeof(double)); });
   std::cout << label << ": " << tp_kv_heads_per_rank(cfg, c.T) << " KV heads per rank, "
             << (c.T > c.NKV ? c.T / c.NKV : 1) << " copies of each\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TpGreedy, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, TpGreedy, ::testing::ValuesIn(kTpCases), tp_case_name);
 
 // ---------------------------------------------------------------- traffic, determinism
 
@@ -168,34 +168,34 @@ TEST_P(TpTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlannersCl
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int steps = 4;
   const DecodeShape s =
-      shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
+      tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const auto w = ref::init_weights<float>(cfg, 29);
   testing::judge_decode_traffic(
       "T=" + std::to_string(c.T), c.T, cfg, cost::DecodeStrategy::tp(c.T), prompts, s.max_context,
-      steps, tp_factory(s, w), named_stages,
-      [&](int /*r*/) { return planner_kv_bytes(c, prompts, s.max_context, sizeof(float)); });
+      steps, tp_factory(s, w), tp_named_stages,
+      [&](int /*r*/) { return tp_planned_kv_bytes(c, prompts, s.max_context, sizeof(float)); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TpTrafficModel, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, TpTrafficModel, ::testing::ValuesIn(kTpCases), tp_case_name);
 
 TEST(TpDecoder, TwoRunsAreBitwiseIdentical) {
-  const TpCase c = kCases[5];  // T=8 on NKV=2: duplicated KV heads
+  const TpCase c = kTpCases[5];  // T=8 on NKV=2: duplicated KV heads
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
-  const DecodeShape s = shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const DecodeShape s = tp_shape_for(c, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
   testing::expect_deterministic(c.T, tp_factory(s, w), prompts, 16);
 }
 
 TEST(TpDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
-  const TpCase c = kCases[4];  // T=4 on NKV=2
+  const TpCase c = kTpCases[4];  // T=4 on NKV=2
   const int steps = 24;
   const ref::ModelConfig cfg = testing::small_gqa_model(c.NH, c.NKV, c.hidden);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 3);
   const auto w = ref::init_weights<double>(cfg, 19);
   const std::int64_t max_context = longest(prompts) + steps + 1;
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
-    const DecodeShape s = shape_for(c, static_cast<int>(p.size()), max_context);
+    const DecodeShape s = tp_shape_for(c, static_cast<int>(p.size()), max_context);
     return testing::run_decoder<double>(c.T, tp_factory(s, w), p, steps);
   });
 }

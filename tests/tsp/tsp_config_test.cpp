@@ -21,7 +21,7 @@ TspShape valid_shape() {
   return s;
 }
 
-void expect_rejected(const TspShape& s, const std::string& message) {
+void expect_tsp_rejected(const TspShape& s, const std::string& message) {
   try {
     s.validate();
     FAIL() << "expected rejection containing: " << message;
@@ -37,14 +37,14 @@ TEST(TspConfig, AcceptsAValidShape) {
 TEST(TspConfig, RejectsSequenceNotDivisibleByTwoDForZigzag) {
   auto s = valid_shape();
   s.S = 36;  // divisible by D=4 but not by 2D=8
-  expect_rejected(s, "zigzag layout needs S=36 divisible by 2·D=8");
+  expect_tsp_rejected(s, "zigzag layout needs S=36 divisible by 2·D=8");
 }
 
 TEST(TspConfig, RejectsSequenceNotDivisibleByDForContiguous) {
   auto s = valid_shape();
   s.options.layout = LayoutKind::contiguous;
   s.S = 30;
-  expect_rejected(s, "S=30 is not divisible by D=4");
+  expect_tsp_rejected(s, "S=30 is not divisible by D=4");
 }
 
 TEST(TspConfig, RejectsQueryHeadsNotDivisibleByD) {
@@ -54,7 +54,7 @@ TEST(TspConfig, RejectsQueryHeadsNotDivisibleByD) {
   s.model.n_heads = 8;
   s.model.n_kv_heads = 8;
   s.model.ffn = 96;
-  expect_rejected(s, "D=3 does not divide n_heads=8");
+  expect_tsp_rejected(s, "D=3 does not divide n_heads=8");
 }
 
 TEST(TspConfig, RejectsKvHeadsNotDivisibleByD) {
@@ -62,13 +62,13 @@ TEST(TspConfig, RejectsKvHeadsNotDivisibleByD) {
   s.D = 8;
   s.S = 64;
   s.model.n_kv_heads = 4;
-  expect_rejected(s, "D=8 does not divide n_kv_heads=4");
+  expect_tsp_rejected(s, "D=8 does not divide n_kv_heads=4");
 }
 
 TEST(TspConfig, RejectsMlpWidthNotDivisibleByD) {
   auto s = valid_shape();
   s.model.ffn = 98;
-  expect_rejected(s, "D=4 does not divide the MLP width ffn=98");
+  expect_tsp_rejected(s, "D=4 does not divide the MLP width ffn=98");
 }
 
 TEST(TspConfig, WholeModelRejectsAVocabularyNotDivisibleByDBeforeAnyRankRuns) {
@@ -87,19 +87,19 @@ TEST(TspConfig, WholeModelRejectsAVocabularyNotDivisibleByDBeforeAnyRankRuns) {
 TEST(TspConfig, RejectsDegreeBelowOne) {
   auto s = valid_shape();
   s.D = 0;
-  expect_rejected(s, "D=0 must be >= 1");
+  expect_tsp_rejected(s, "D=0 must be >= 1");
 }
 
 TEST(TspConfig, RejectsBatchBelowOne) {
   auto s = valid_shape();
   s.B = 0;
-  expect_rejected(s, "B=0 must be >= 1");
+  expect_tsp_rejected(s, "B=0 must be >= 1");
 }
 
 TEST(TspConfig, RejectsHeadBucketsThatDoNotDivideTheShardsKvHeads) {
   auto s = valid_shape();  // 4 KV heads over D=4: one per shard
   s.options.head_buckets = 2;
-  expect_rejected(s, "head_buckets=2 must divide the 1 KV heads of a shard");
+  expect_tsp_rejected(s, "head_buckets=2 must divide the 1 KV heads of a shard");
 }
 
 TEST(TspConfig, RejectsAnInvalidModelConfigFirst) {

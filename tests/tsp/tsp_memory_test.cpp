@@ -3,18 +3,12 @@
 // scale with the rank's S/D tokens.
 #include <gtest/gtest.h>
 
+#include "arena_charges.hpp"
 #include "strategy_checks.hpp"
 #include "tspemu/plan/cost_model.hpp"
 
 namespace tspemu::tsp::testing {
 namespace {
-
-std::size_t charged(std::size_t floats) {
-  return (floats * sizeof(float) + 63) / 64 * 64;
-}
-std::size_t peak(const ArenaStats& a, Category c) {
-  return a.category_peak[static_cast<std::size_t>(c)];
-}
 
 // Every rank's arena after forward + backward, from a run that also passes the oracle rule.
 std::vector<ArenaStats> arenas(const Case& c) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "model_checks.hpp"
+#include "oracle_factor.hpp"
 #include "tspemu/reference/init.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/error.hpp"
@@ -14,9 +15,7 @@
 namespace tspemu::tsp::testing {
 namespace {
 
-constexpr double kOracleFactor = 3.0;  // as for the blocks: TSP only reorders sums
-
-struct ModelCase {
+struct TspModelCase {
   int D = 2, NH = 4, NKV = 2, B = 1, S = 16, L = 2;
   bool tied = false;
   std::string name() const {
@@ -25,7 +24,7 @@ struct ModelCase {
   }
 };
 
-void check_model(const ModelCase& mc) {
+void check_tsp_model_case(const TspModelCase& mc) {
   TspShape s;
   s.model.vocab = 8 * mc.D;
   s.model.hidden = mc.NH * 8;
@@ -69,7 +68,7 @@ TEST(TspModel, LossAndEveryGradientPassTheOracleRule) {
   for (int D : {1, 2, 3, 4})
     for (bool tied : {false, true})
       for (int B : {1, 2}) {
-        ModelCase mc;
+        TspModelCase mc;
         mc.D = D;
         mc.NH = 2 * D;
         mc.NKV = D;
@@ -77,7 +76,7 @@ TEST(TspModel, LossAndEveryGradientPassTheOracleRule) {
         mc.S = 4 * D;
         mc.tied = tied;
         SCOPED_TRACE(mc.name());
-        check_model(mc);
+        check_tsp_model_case(mc);
       }
 }
 

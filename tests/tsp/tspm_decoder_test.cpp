@@ -44,15 +44,14 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kCacheRtol;
+using testing::kForcedSteps;
 using testing::kGreedySteps;
 using testing::longest;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
 
-constexpr double kCacheRtol = 1e-13;  // derived in the file comment
-constexpr int kForcedSteps = 24;
-
-DecodeShape shape_for(int D, int B, std::int64_t max_context) {
+DecodeShape tspm_shape(int D, int B, std::int64_t max_context) {
   return DecodeShape{.model = testing::tspw_test_model(D),
                      .D = D,
                      .batch = B,
@@ -68,21 +67,21 @@ auto tspm_factory(const DecodeShape& s, const ref::ModelWeights<T>& w) {
 // ---------------------------------------------------------------- refusals
 
 TEST(TspmDecodeShape, RefusesDNotDividingKvHeadsNamingTspmDAndNkv) {
-  DecodeShape s = shape_for(4, 1, 8);
+  DecodeShape s = tspm_shape(4, 1, 8);
   s.D = 8;
   World world({.ranks = 8});
   const auto w = ref::init_weights<float>(s.model, 1);
   EXPECT_THAT(
       [&] { world.run([&](Rank& r) { TspmDecoder dec(r, s, w); }); },
       ThrowsMessage<std::exception>(AllOf(HasSubstr("TSP-M decode: D=8"), HasSubstr("NKV=4"))));
-  s = shape_for(4, 1, 8);
+  s = tspm_shape(4, 1, 8);
   World three({.ranks = 3});
   EXPECT_THAT([&] { three.run([&](Rank& r) { TspmDecoder dec(r, s, w); }); },
               ThrowsMessage<std::exception>(HasSubstr("world has 3 ranks but D=4")));
 }
 
 TEST(TspmDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
-  const DecodeShape s = shape_for(2, 2, 8);
+  const DecodeShape s = tspm_shape(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
   testing::expect_decoder_refuses_bad_input(2, tspm_factory(s, w), "TSP-M decode");
 }
@@ -96,7 +95,7 @@ TEST_P(TspmFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const ref::ModelConfig cfg = testing::tspw_test_model(D);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 5);
   const DecodeShape s =
-      shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
+      tspm_shape(D, static_cast<int>(prompts.size()), longest(prompts) + kForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const testing::ForcedResult r =
@@ -155,7 +154,7 @@ TEST_P(TspmGreedy, DoubleRunOf256StepsEqualsTheReferenceOnEveryRank) {
   const ref::ModelConfig cfg = testing::tspw_test_model(D);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 7);
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(D, B, longest(prompts) + kGreedySteps + 3);
+  const DecodeShape s = tspm_shape(D, B, longest(prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
   std::mutex m;
   std::vector<std::string> errors;
@@ -199,7 +198,7 @@ TEST(TspmDecoder, TwoRunsAreBitwiseIdentical) {
   const int D = 3;
   const ref::ModelConfig cfg = testing::tspw_test_model(D);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 9);
-  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const DecodeShape s = tspm_shape(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
   testing::expect_deterministic(D, tspm_factory(s, w), prompts, 16);
 }
@@ -211,7 +210,7 @@ TEST(TspmDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
   const auto w = ref::init_weights<double>(cfg, 19);
   const std::int64_t max_context = longest(prompts) + steps + 1;
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
-    const DecodeShape s = shape_for(D, static_cast<int>(p.size()), max_context);
+    const DecodeShape s = tspm_shape(D, static_cast<int>(p.size()), max_context);
     return testing::run_decoder<double>(D, tspm_factory(s, w), p, steps);
   });
 }
@@ -238,7 +237,7 @@ TEST_P(TspmTrafficModel, EveryStageOfEveryStepOnEveryRankEqualsThePlannersClosed
   const ref::ModelConfig cfg = testing::tspw_test_model(D);
   const Prompts prompts = testing::test_prompts(cfg.vocab, 11);
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(D, B, longest(prompts) + steps);
+  const DecodeShape s = tspm_shape(D, B, longest(prompts) + steps);
   const auto w = ref::init_weights<float>(cfg, 29);
   const cost::ModelShape m = cost::ModelShape::from(cfg, B, s.max_context);
   World world({.ranks = D});

@@ -47,6 +47,8 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::kCacheRtol;
+using testing::kForcedSteps;
 using testing::kGreedySteps;
 using testing::kOracleFactor;
 using testing::longest;
@@ -54,14 +56,11 @@ using testing::max_magnitude;
 using testing::Prompts;
 using ::testing::ThrowsMessage;
 
-constexpr double kCacheRtol = 1e-13;  // derived in the file comment
-constexpr int kForcedSteps = 24;
-
 ref::ModelConfig model_for(int D) {
   return testing::tspw_test_model(D);
 }
 
-int interleave_for(int D) {
+int tspw_interleave(int D) {
   return D == 3 ? 3 : (D == 8 ? 2 : 1);
 }
 
@@ -69,13 +68,13 @@ Prompts prompts_for(const ref::ModelConfig& c, unsigned seed = 5) {
   return testing::test_prompts(c.vocab, seed);
 }
 
-DecodeShape shape_for(int D, int B, std::int64_t max_context) {
+DecodeShape tspw_shape(int D, int B, std::int64_t max_context) {
   DecodeShape s;
   s.model = model_for(D);
   s.D = D;
   s.batch = B;
   s.max_context = max_context;
-  s.interleave = interleave_for(D);
+  s.interleave = tspw_interleave(D);
   return s;
 }
 
@@ -117,7 +116,7 @@ std::vector<std::string> cache_mismatches(int rank, const RankKvCache<double>& k
 // ---------------------------------------------------------------- shape validation
 
 TEST(TspwDecodeShape, RefusesDNotDividingKvHeadsNamingDAndNkv) {
-  DecodeShape s = shape_for(4, 1, 8);
+  DecodeShape s = tspw_shape(4, 1, 8);
   s.D = 8;
   s.model.n_heads = 8;
   s.model.n_kv_heads = 4;
@@ -133,11 +132,11 @@ TEST(TspwDecodeShape, RefusesEveryOtherBadValueNamingIt) {
   bad.insert(bad.end(), {{[](DecodeShape& s) { s.model.vocab = 98; }, "V=98"},
                          {[](DecodeShape& s) { s.model.ffn = 90; }, "F=90"}});
   testing::expect_bad_values_refused(
-      "TSP-W decode", shape_for(4, 2, 8), [](const DecodeShape& s) { s.validate(); }, bad);
+      "TSP-W decode", tspw_shape(4, 2, 8), [](const DecodeShape& s) { s.validate(); }, bad);
 }
 
 TEST(TspwDecoder, BadInputIsRefusedNamingSequencePositionAndValue) {
-  const DecodeShape s = shape_for(2, 2, 8);
+  const DecodeShape s = tspw_shape(2, 2, 8);
   const auto w = ref::init_weights<float>(s.model, 2);
   testing::expect_decoder_refuses_bad_input(2, tspw_factory(s, w), "TSP-W decode");
 }
@@ -165,7 +164,7 @@ TEST_P(TspwFloat, LogitsOfEveryStepTeacherForcedPassTheOracleRule) {
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg);
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(D, B, longest(prompts) + kForcedSteps + 1);
+  const DecodeShape s = tspw_shape(D, B, longest(prompts) + kForcedSteps + 1);
   const auto w64 = ref::init_weights<double>(cfg, 11);
   const auto w32 = ref::init_weights<float>(cfg, 11);
   const testing::ForcedResult r =
@@ -192,7 +191,7 @@ GreedyCase greedy_case(int D) {
   const ref::ModelConfig cfg = model_for(D);
   c.prompts = prompts_for(cfg, 7);
   const int B = static_cast<int>(c.prompts.size());
-  c.shape = shape_for(D, B, longest(c.prompts) + kGreedySteps + 3);
+  c.shape = tspw_shape(D, B, longest(c.prompts) + kGreedySteps + 3);
   const auto w = ref::init_weights<double>(cfg, 13);
   std::mutex m;
   auto inspect = [&](Rank& rank, const BasicTspwDecoder<double>& dec,
@@ -254,7 +253,7 @@ TEST(TspwDecoder, TwoRunsAreBitwiseIdentical) {
   const int D = 3;
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg, 9);
-  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
+  const DecodeShape s = tspw_shape(D, static_cast<int>(prompts.size()), longest(prompts) + 20);
   const auto w = ref::init_weights<float>(cfg, 17);
   testing::expect_deterministic(D, tspw_factory(s, w), prompts, 16);
 }
@@ -274,7 +273,7 @@ TEST(TspwDecoder, DecodeStepTrafficOfEveryStageEqualsTheHeaderClosedForm) {
   const std::uint64_t V = static_cast<std::uint64_t>(cfg.vocab);
   const auto w = ref::init_weights<float>(cfg, 23);
   const auto runs =
-      run_tspw<float>(shape_for(D, static_cast<int>(B), longest(prompts) + 2), w, prompts, 1);
+      run_tspw<float>(tspw_shape(D, static_cast<int>(B), longest(prompts) + 2), w, prompts, 1);
   const std::uint64_t all_reduce_bytes = 2 * (d - 1) * B * C / d * f;  // ring volume, D | B·C
   for (int r = 0; r < D; ++r) {
     const TspwTraffic& t = runs[static_cast<std::size_t>(r)].traffic;
@@ -305,7 +304,7 @@ TEST(TspwDecoder, ASequencesLogitsDoNotDependOnItsBatchMatesInDouble) {
   const auto w = ref::init_weights<double>(cfg, 19);
   const std::int64_t max_context = longest(prompts) + steps + 1;
   testing::expect_batch_independent(prompts, {0, 2}, [&](const Prompts& p) {
-    return run_tspw<double>(shape_for(D, static_cast<int>(p.size()), max_context), w, p, steps);
+    return run_tspw<double>(tspw_shape(D, static_cast<int>(p.size()), max_context), w, p, steps);
   });
 }
 
@@ -325,7 +324,7 @@ TEST(TspwFault, RopeWithLocalPositionsIsCaughtByTheCacheCheckNamingRankLayerSequ
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg, 7);
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(D, B, longest(prompts) + steps + 1);
+  const DecodeShape s = tspw_shape(D, B, longest(prompts) + steps + 1);
   const auto w = ref::init_weights<double>(cfg, 13);
   ref::Sampler greedy = ref::Sampler::greedy();
   const auto oracle = ref::generate(w, prompts, steps + 1, greedy, s.max_context);
@@ -351,7 +350,7 @@ TEST(TspwFault, GeneratedKvWrittenToTheWrongOwnerFailsNamingRankLayerSequencePos
   const int D = 3;
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg, 7);
-  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + 4);
+  const DecodeShape s = tspw_shape(D, static_cast<int>(prompts.size()), longest(prompts) + 4);
   const auto w = ref::init_weights<double>(cfg, 13);
   EXPECT_THAT(
       [&] { run_tspw<double>(s, w, prompts, 2, nullptr, {}, TspwFault::kv_wrong_owner); },
@@ -386,7 +385,7 @@ TEST(TspwFault, EmptyShardReturningNanIsCaughtNamingRankStepAndTheShortSequence)
   Prompts prompts = prompts_for(cfg, 9);
   prompts.resize(2);  // lengths 1 and 7: sequence 0 has keys on rank 0 only
   const int B = static_cast<int>(prompts.size());
-  const DecodeShape s = shape_for(D, B, longest(prompts) + 2);
+  const DecodeShape s = tspw_shape(D, B, longest(prompts) + 2);
   const auto w = ref::init_weights<float>(cfg, 31);
   const std::vector<std::vector<std::int32_t>> feed(1, std::vector<std::int32_t>(2, 3));
   EXPECT_THAT(non_finite_logits(run_tspw<float>(s, w, prompts, 1, &feed), B, cfg.vocab),
@@ -441,7 +440,7 @@ TEST(TspwFault, RanksSamplingIndependentlyAreCaughtNamingRankAndStep) {
   const int D = 4, steps = 3;
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg, 7);
-  const DecodeShape s = shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + steps);
+  const DecodeShape s = tspw_shape(D, static_cast<int>(prompts.size()), longest(prompts) + steps);
   const auto w = ref::init_weights<float>(cfg, 37);
   EXPECT_THAT(token_disagreements(sampled_picks(s, w, prompts, steps, [](int) { return 5u; })),
               ::testing::IsEmpty());
@@ -461,7 +460,7 @@ TEST(TspwFault, OProjShardSwapIsCaughtByTheTeacherForcedLogitsNamingRankAndStep)
   const ref::ModelConfig cfg = model_for(D);
   const Prompts prompts = prompts_for(cfg);
   const DecodeShape s =
-      shape_for(D, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
+      tspw_shape(D, static_cast<int>(prompts.size()), longest(prompts) + steps + 1);
   const TeacherForced t = teacher_forced(s, prompts, steps);
   // One line per (rank, step) whose logits break the rule.
   auto failures = [&](TspwFault fault) {

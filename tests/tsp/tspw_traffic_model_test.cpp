@@ -26,7 +26,7 @@
 namespace tspemu::tsp {
 namespace {
 
-constexpr int kSteps = 5;
+constexpr int kTrafficSteps = 5;
 
 // One rank's disagreements with the planner, one line each, naming rank, step and stage.
 using Findings = std::vector<std::string>;
@@ -63,7 +63,7 @@ TEST_P(TspwTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlanners
   s.model = cfg;
   s.D = D;
   s.batch = B;
-  s.max_context = 16 + kSteps;
+  s.max_context = 16 + kTrafficSteps;
   s.interleave = D == 3 ? 3 : 1;
   const auto w = ref::init_weights<float>(cfg, 29);
   const cost::ModelShape m = cost::ModelShape::from(cfg, B, s.max_context);
@@ -79,7 +79,7 @@ TEST_P(TspwTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlanners
     BasicTspwDecoder<float> dec(rank, s, w);
     std::vector<float> logits = dec.prefill(prompts);
     ref::Sampler greedy = ref::Sampler::greedy();
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < kTrafficSteps; ++step) {
       std::vector<int> owners;
       owners.reserve(static_cast<std::size_t>(B));
       for (int b = 0; b < B; ++b) owners.push_back(dec.cache().ownership().owner(b, dec.length(b)));
@@ -112,7 +112,7 @@ TEST_P(TspwTrafficModel, EveryStageOfEveryDecodeStepOnEveryRankEqualsThePlanners
                     std::to_string(dec.kv_cache_bytes()) + " vs planner " +
                     std::to_string(want_kv));
   });
-  testing::expect_no_findings(findings, steps_checked, kSteps);
+  testing::expect_no_findings(findings, steps_checked, kTrafficSteps);
 }
 
 INSTANTIATE_TEST_SUITE_P(D, TspwTrafficModel, ::testing::Values(2, 3, 4, 8));

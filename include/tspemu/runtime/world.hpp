@@ -17,6 +17,12 @@
 //    CollectiveMismatch naming the sender, the receiver, the message number and its size;
 //  - a hang diagnosis (hang_timeout or watchdog) is printed to stderr as soon as it is made, so
 //    it is seen even while a rank busy outside the runtime keeps run() from returning;
+//  - a rank that stays outside the runtime for opts.stuck_rank_timeout while another waits for
+//    it fails the run with HangError naming it, and run() returns without it: the stuck rank's
+//    thread runs on in its run function (it cannot be interrupted). The next run() first waits
+//    for it to return; until then its arena, counters and trace are its own, not to be read. A
+//    World destroyed while it is stuck detaches its threads, and the last of them to stop frees
+//    the world's state (nothing leaks once the stuck rank returns);
 //  - every failure carries the last operations of every rank (RankFailure::flight_record()).
 // Cost: a run round trip wakes N threads (one futex wake each when they sleep).
 //
@@ -58,6 +64,15 @@ struct WorldOptions {
   // returned) this long with no progress, the run fails with HangError listing each rank's pending
   // operation and the wait-for cycle. 0 disables it (hang_timeout still applies).
   std::chrono::milliseconds watchdog_timeout{3'000};
+  // Stuck rank (runtime/watchdog.hpp): when a rank has waited this long for a rank of this process
+  // that stayed outside the runtime all that time (in no operation: computing, or looping
+  // forever), the run fails with HangError naming the stuck rank (RankFailure::rank()) and every
+  // rank waiting for it, and World::run returns without waiting for the stuck rank, which cannot
+  // be interrupted. The default is hang_timeout's default (30 s), where the wait fails anyway:
+  // compute longer than that between operations while a peer waits needs both raised. Above
+  // hang_timeout, hang_timeout reports the waiter first and run() waits for every rank. 0 disables
+  // it. Not in a world spanning processes (mpi), where hang_timeout reports the wait.
+  std::chrono::milliseconds stuck_rank_timeout{30'000};
   // Operations of each rank kept by its flight recorder and printed with a failure (0: none).
   std::size_t flight_recorder_depth = 64;
   // Record every rank's events (trace.hpp); read them with World::trace() between runs.
@@ -151,7 +166,8 @@ class World {
   void set_injection(std::optional<Injection> inject);
 
  private:
-  std::unique_ptr<detail::WorldShared> shared_;
+  // Shared with the rank threads (~World).
+  std::shared_ptr<detail::WorldShared> shared_;
 };
 
 }  // namespace tspemu
