@@ -54,13 +54,13 @@ struct Bf16RefProblem {
   }
 };
 
-bool all_bf16(const std::vector<float>& v) {
+bool holds_only_bf16(const std::vector<float>& v) {
   for (float f : v)
     if (round_to_bf16(f) != f) return false;
   return true;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -74,14 +74,14 @@ TEST(Bf16Reference, Fp32StorageIsTheReferenceWithoutAPolicyBitForBit) {
   layer_backward(p.cfg, p.w, p.x.data(), p.dy.data(), plain.dx.data(), p.positions.data(), p.B, p.T,
                  plain.cache, plain.grads);
   const Bf16RefLayerRun fp32 = p.run(StorageRounding::fp32());
-  EXPECT_TRUE(bitwise_equal(plain.y, fp32.y));
-  EXPECT_TRUE(bitwise_equal(plain.dx, fp32.dx));
+  EXPECT_TRUE(same_bits(plain.y, fp32.y));
+  EXPECT_TRUE(same_bits(plain.dx, fp32.dx));
   for (std::size_t i = 0; i < 9; ++i)
-    EXPECT_TRUE(bitwise_equal(*plain.grads.named()[i].second, *fp32.grads.named()[i].second))
+    EXPECT_TRUE(same_bits(*plain.grads.named()[i].second, *fp32.grads.named()[i].second))
         << kLayerTensors[i].name;
   // And fp32 storage stores nothing bf16: the fp32 layer's activations carry more than 8 bits.
-  EXPECT_FALSE(all_bf16(fp32.y));
-  EXPECT_FALSE(all_bf16(fp32.cache.attn.q));
+  EXPECT_FALSE(holds_only_bf16(fp32.y));
+  EXPECT_FALSE(holds_only_bf16(fp32.cache.attn.q));
 }
 
 TEST(Bf16Reference, StoresBf16AtTheRoundingPointsAndKeepsFp32Statistics) {
@@ -90,11 +90,11 @@ TEST(Bf16Reference, StoresBf16AtTheRoundingPointsAndKeepsFp32Statistics) {
   const auto& m = r.cache.mlp;
   for (const auto* t :
        {&r.y, &r.dx, &r.cache.mid, &a.xn, &a.q, &a.k, &a.v, &a.att, &m.xn, &m.gate, &m.up, &m.h})
-    EXPECT_TRUE(all_bf16(*t));
+    EXPECT_TRUE(holds_only_bf16(*t));
   // Statistics and weight gradients stay fp32.
-  EXPECT_FALSE(all_bf16(a.lse));
-  EXPECT_FALSE(all_bf16(a.rstd));
-  for (const auto& [name, g] : r.grads.named()) EXPECT_FALSE(all_bf16(*g)) << name;
+  EXPECT_FALSE(holds_only_bf16(a.lse));
+  EXPECT_FALSE(holds_only_bf16(a.rstd));
+  for (const auto& [name, g] : r.grads.named()) EXPECT_FALSE(holds_only_bf16(*g)) << name;
 }
 
 TEST(Bf16Reference, RoundingShowsAgainstTheOracleOnEveryTensor) {
