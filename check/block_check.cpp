@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "tspemu/core/bf16.hpp"
 #include "tspemu/reference/init.hpp"
 
 namespace tspemu::check {
@@ -81,6 +82,10 @@ std::string token_element(std::size_t idx, int S, int C) {
          std::to_string(c) + ")";
 }
 
+ref::StorageRounding storage_of(const BlockCheck& c) {
+  return {c.precision};
+}
+
 template <class T>
 struct Reference {
   std::vector<T> y, dx;
@@ -89,7 +94,8 @@ struct Reference {
 
 template <class T>
 Reference<T> run_reference(const BlockCheck& c, const ref::LayerWeights<T>& w,
-                           const std::vector<T>& x, const std::vector<T>& dy) {
+                           const std::vector<T>& x, const std::vector<T>& dy,
+                           ref::StorageRounding storage) {
   std::vector<std::int64_t> pos(static_cast<std::size_t>(c.S));
   for (int i = 0; i < c.S; ++i) pos[static_cast<std::size_t>(i)] = i;
   Reference<T> r;
@@ -98,18 +104,20 @@ Reference<T> run_reference(const BlockCheck& c, const ref::LayerWeights<T>& w,
   r.grads = ref::LayerWeights<T>::zeros(c.model);
   if (c.block == Block::attention) {
     ref::AttentionCache<T> cache;
-    ref::attention_block_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache);
+    ref::attention_block_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache,
+                                 storage);
     ref::attention_block_backward(c.model, w, x.data(), dy.data(), r.dx.data(), pos.data(), c.B,
-                                  c.S, cache, r.grads);
+                                  c.S, cache, r.grads, storage);
   } else if (c.block == Block::mlp) {
     ref::MlpCache<T> cache;
-    ref::mlp_block_forward(c.model, w, x.data(), r.y.data(), c.B, c.S, cache);
-    ref::mlp_block_backward(c.model, w, x.data(), dy.data(), r.dx.data(), c.B, c.S, cache, r.grads);
+    ref::mlp_block_forward(c.model, w, x.data(), r.y.data(), c.B, c.S, cache, storage);
+    ref::mlp_block_backward(c.model, w, x.data(), dy.data(), r.dx.data(), c.B, c.S, cache, r.grads,
+                            storage);
   } else {
     ref::LayerCache<T> cache;
-    ref::layer_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache);
+    ref::layer_forward(c.model, w, x.data(), r.y.data(), pos.data(), c.B, c.S, cache, storage);
     ref::layer_backward(c.model, w, x.data(), dy.data(), r.dx.data(), pos.data(), c.B, c.S, cache,
-                        r.grads);
+                        r.grads, storage);
   }
   return r;
 }
@@ -117,7 +125,7 @@ Reference<T> run_reference(const BlockCheck& c, const ref::LayerWeights<T>& w,
 // What one run of the schedule produced, per rank.
 struct RunResult {
   std::vector<std::vector<float>> y, dx;
-  std::vector<std::vector<RankBlock::Piece>> pieces;
+  std::vector<RankBlock::Declared> declared;
 };
 
 RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
@@ -129,7 +137,7 @@ RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
   const auto n = static_cast<std::size_t>(c.ranks);
   out.y.resize(n);
   out.dx.resize(n);
-  out.pieces.resize(n);
+  out.declared.resize(n);
   world.run([&](Rank& rank) {
     const auto p = static_cast<std::size_t>(rank.id());
     const TokenShard& t = tokens[p];
@@ -145,12 +153,28 @@ RunResult run_schedule(World& world, const BlockCheck& c, const Weights& master,
     std::fill(yl.begin(), yl.end(), std::numeric_limits<float>::quiet_NaN());
     std::fill(dxl.begin(), dxl.end(), std::numeric_limits<float>::quiet_NaN());
     RankBlock rb(rank, c.model, master, t, xl.span(), dyl.span(), yl.span(), dxl.span(),
-                 out.pieces[p]);
+                 out.declared[p], storage_of(c));
     schedule(rb);
     out.y[p].assign(yl.begin(), yl.end());
     out.dx[p].assign(dxl.begin(), dxl.end());
   });
   return out;
+}
+
+// E of tensor `name`: the largest any rank recorded (0: none). A name that is not a tensor of the
+// block is a usage error.
+double recorded_extra_rounding(const RunResult& run, const std::string& name) {
+  double E = 0;
+  for (const RankBlock::Declared& d : run.declared)
+    if (auto it = d.extra_rounding.find(name); it != d.extra_rounding.end())
+      E = std::max(E, it->second);
+  return E;
+}
+
+void require_known_extra_rounding(const BlockCheck& c, const RunResult& run) {
+  for (std::size_t r = 0; r < run.declared.size(); ++r)
+    for (const auto& [name, E] : run.declared[r].extra_rounding)
+      if (name != "y" && name != "dx") weight_info(name, c.block, int(r));
 }
 
 // Full tensors put together from every rank, with the first rank holding each element (-1: none).
@@ -216,7 +240,7 @@ Assembled assemble(const BlockCheck& c, const std::vector<TokenShard>& tokens,
     target(a, w.name, std::size_t(t.rows * t.cols));
   }
   for (int r = 0; r < c.ranks; ++r) {
-    for (const RankBlock::Piece& piece : run.pieces[static_cast<std::size_t>(r)]) {
+    for (const RankBlock::Piece& piece : run.declared[static_cast<std::size_t>(r)].pieces) {
       weight_info(piece.name, c.block, r);
       const TensorShape t = shape_of(c.model, piece.name);
       Target to = target(a, piece.name, std::size_t(t.rows * t.cols));
@@ -262,7 +286,7 @@ std::vector<int> owners_of(const BlockCheck& c, const std::vector<TokenShard>& t
   const TensorShape t = shape_of(c.model, name);
   const std::int64_t row = std::int64_t(i) / t.cols, col = std::int64_t(i) % t.cols;
   for (int r = 0; r < c.ranks; ++r)
-    for (const RankBlock::Piece& piece : run.pieces[static_cast<std::size_t>(r)])
+    for (const RankBlock::Piece& piece : run.declared[static_cast<std::size_t>(r)].pieces)
       for (const Rect& x : piece.rects)
         if (piece.name == name && row >= x.row0 && row < x.row0 + x.rows && col >= x.col0 &&
             col < x.col0 + x.cols && (owners.empty() || owners.back() != r))
@@ -289,8 +313,12 @@ std::string headline(const BlockCheck& c, const ref::ModelConfig& cfg) {
   std::ostringstream h;
   h << "check " << c.name << ": " << block_name(c.block) << " block on " << c.ranks
     << " ranks, B=" << c.B << " S=" << c.S << ", C=" << cfg.hidden << " NH=" << cfg.n_heads
-    << " NKV=" << cfg.n_kv_heads << " F=" << cfg.ffn << ", seed " << c.seed
-    << "; rule err(parallel fp32) <= " << c.k << " * err(reference fp32) + tiny vs the fp64 oracle";
+    << " NKV=" << cfg.n_kv_heads << " F=" << cfg.ffn << ", seed " << c.seed << "; ";
+  if (c.precision == NumType::bf16)
+    h << "bf16 rule err(parallel bf16) <= " << c.k
+      << " * err(reference bf16) + 2^-8 * E + tiny vs the fp64 oracle";
+  else
+    h << "rule err(parallel fp32) <= " << c.k << " * err(reference fp32) + tiny vs the fp64 oracle";
   return h.str();
 }
 
@@ -363,7 +391,16 @@ void RankBlock::gradient(std::string_view name, std::span<const float> shard, co
                                 std::to_string(shard.size()) + " elements; its map " +
                                 map.description() + " of [" + std::to_string(t.rows) + ", " +
                                 std::to_string(t.cols) + "] holds " + std::to_string(want));
-  pieces_.push_back({std::string(name), std::move(rects), {shard.begin(), shard.end()}});
+  declared_.pieces.push_back({std::string(name), std::move(rects), {shard.begin(), shard.end()}});
+}
+
+void RankBlock::extra_rounding(std::string_view name, double E) {
+  if (!(E >= 0) || !std::isfinite(E))
+    throw std::invalid_argument("check: rank " + std::to_string(rank_.id()) +
+                                " recorded an extra rounding magnitude E=" + std::to_string(E) +
+                                " for " + std::string(name) + " (must be finite and >= 0)");
+  auto [it, fresh] = declared_.extra_rounding.try_emplace(std::string(name), E);
+  if (!fresh) it->second = std::max(it->second, E);
 }
 
 Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& schedule) {
@@ -380,17 +417,22 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   const std::vector<TokenShard> tokens = resolve_tokens(c.tokens, c.ranks, c.B, c.S);
 
   // The oracle sees exactly the float inputs and weights, so only the arithmetic differs.
-  const auto w32 = ref::convert_weights<float>(ref::init_weights<double>(cfg, c.seed));
+  // bf16: the weights and inputs are stored in bf16 (rounded once here), for all three runs.
+  const ref::StorageRounding storage = storage_of(c);
+  auto w32 = ref::convert_weights<float>(ref::init_weights<double>(cfg, c.seed));
+  for (const auto& [name, v] : w32.layers[0].named()) storage.store(*v);
   const auto w64 = ref::convert_weights<double>(w32);
   const std::size_t n = std::size_t(c.B) * c.S * cfg.hidden;
-  auto to_float = [](const std::vector<double>& v) {
-    return std::vector<float>(v.begin(), v.end());
+  auto to_float = [&](const std::vector<double>& v) {
+    std::vector<float> f(v.begin(), v.end());
+    storage.store(f);
+    return f;
   };
   const std::vector<float> x32 = to_float(ref::normal_stream(c.seed, "check x", n));
   const std::vector<float> dy32 = to_float(ref::normal_stream(c.seed, "check dy", n));
   const std::vector<double> x64(x32.begin(), x32.end()), dy64(dy32.begin(), dy32.end());
-  const Reference<double> oracle = run_reference(check, w64.layers[0], x64, dy64);
-  const Reference<float> reference = run_reference(check, w32.layers[0], x32, dy32);
+  const Reference<double> oracle = run_reference(check, w64.layers[0], x64, dy64, {});
+  const Reference<float> reference = run_reference(check, w32.layers[0], x32, dy32, storage);
 
   WorldOptions opts;
   opts.ranks = c.ranks;
@@ -400,13 +442,15 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
   World world(opts);
   const RunResult run = run_schedule(world, check, w32.layers[0], tokens, x32, dy32, schedule);
   const Assembled got = assemble(check, tokens, run);
+  require_known_extra_rounding(check, run);
 
   Report report;
   report.headline = headline(c, cfg);
   auto judge = [&](const std::string& name, const std::vector<float>& ref32,
                    const std::vector<double>& ref64) {
     const auto& cand = got.tensors.at(name);
-    TensorResult t = judge_tensor(name, cand, ref32, ref64, c.k);
+    TensorResult t =
+        judge_tensor(name, cand, ref32, ref64, c.k, recorded_extra_rounding(run, name));
     const std::size_t w = t.verdict.candidate.worst;
     if (w < cand.size()) {
       t.worst = describe(check, name, w);
@@ -442,10 +486,11 @@ Report check_block(const BlockCheck& c, const std::function<void(RankBlock&)>& s
 
 TensorResult judge_tensor(const std::string& name, std::span<const float> parallel,
                           std::span<const float> reference, std::span<const double> oracle,
-                          double k) {
+                          double k, double E) {
   TensorResult t;
   t.name = name;
-  t.verdict = ref::check_close(name, parallel, reference, oracle, k);
+  t.E = E;
+  t.verdict = ref::check_close_rounded(name, parallel, reference, oracle, k, bf16_unit_roundoff, E);
   t.ratio = t.verdict.bound > 0 ? t.verdict.candidate.max_abs / t.verdict.bound
                                 : (t.verdict.candidate.max_abs > 0 ? INFINITY : 0);
   return t;
@@ -475,7 +520,9 @@ void Report::print(std::ostream& out) const {
         << std::right << std::scientific << std::setprecision(3) << " parallel err "
         << t.verdict.candidate.max_abs << "  reference err " << t.verdict.reference.max_abs
         << "  bound " << t.verdict.bound << std::fixed << std::setprecision(3) << "  ratio "
-        << t.ratio << "  max ulp " << t.verdict.candidate.max_ulp << "\n";
+        << t.ratio << "  max ulp " << t.verdict.candidate.max_ulp;
+    if (t.E > 0) out << std::scientific << std::setprecision(3) << "  E " << t.E;
+    out << "\n";
     if (!t.verdict.ok)
       out << "       worst " << t.worst << " on rank(s) " << ranks_list(t.owners)
           << std::setprecision(9) << std::defaultfloat << ": parallel " << t.parallel

@@ -154,7 +154,8 @@ namespace {
 // (activations in MlpCache).
 template <class T>
 void gated_mlp_forward(const ModelConfig& cfg, const LayerWeights<T>& w, T* y, const T* xn, int N,
-                       std::vector<T>& gate, std::vector<T>& up, std::vector<T>& h) {
+                       std::vector<T>& gate, std::vector<T>& up, std::vector<T>& h,
+                       StorageRounding storage) {
   const int C = cfg.hidden, F = cfg.ffn;
   gate.resize(std::size_t(N) * F);
   up.resize(std::size_t(N) * F);
@@ -162,8 +163,11 @@ void gated_mlp_forward(const ModelConfig& cfg, const LayerWeights<T>& w, T* y, c
   // gate = xn @ Wgate.T; up = xn @ Wup.T                        [N, F]
   matmul_nt(gate.data(), xn, w.w_gate.data(), N, F, C);
   matmul_nt(up.data(), xn, w.w_up.data(), N, F, C);
+  storage.store(gate);
+  storage.store(up);
   // h = F.silu(gate) * up                                       [N, F]
   silu_mul_forward(h.data(), gate.data(), up.data(), std::size_t(N) * F);
+  storage.store(h);
   // y += h @ Wdown.T                                            [N, C]
   matmul_nt(y, h.data(), w.w_down.data(), N, C, F, /*accumulate=*/true);
 }
@@ -171,7 +175,7 @@ void gated_mlp_forward(const ModelConfig& cfg, const LayerWeights<T>& w, T* y, c
 template <class T>
 void gated_mlp_backward(const ModelConfig& cfg, const LayerWeights<T>& w, T* dxn, const T* dout,
                         const T* xn, int N, const std::vector<T>& gate, const std::vector<T>& up,
-                        const std::vector<T>& h, LayerWeights<T>& grads) {
+                        const std::vector<T>& h, LayerWeights<T>& grads, StorageRounding storage) {
   const int C = cfg.hidden, F = cfg.ffn;
   if (h.size() != std::size_t(N) * F) {
     throw std::invalid_argument("gated MLP backward: N=" + std::to_string(N) + " needs " +
@@ -182,8 +186,11 @@ void gated_mlp_backward(const ModelConfig& cfg, const LayerWeights<T>& w, T* dxn
   // dh = dout @ Wdown;  dWdown += dout.T @ h
   matmul_nn(dh.data(), dout, w.w_down.data(), N, F, C);
   matmul_tn(grads.w_down.data(), dout, h.data(), C, F, N, true);
+  storage.store(dh);
   silu_mul_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(),
                     std::size_t(N) * F);
+  storage.store(dgate);
+  storage.store(dup);
   // dxn = dgate @ Wgate + dup @ Wup;  dWgate += dgate.T @ xn;  dWup += dup.T @ xn
   matmul_nn(dxn, dgate.data(), w.w_gate.data(), N, C, F);
   matmul_nn(dxn, dup.data(), w.w_up.data(), N, C, F, true);
@@ -200,16 +207,16 @@ struct GatedMlpActivations {
 
 template <class T>
 MlpCore<T> MlpCore<T>::gated(const ModelConfig& cfg, const LayerWeights<T>& w,
-                             LayerWeights<T>& grads) {
+                             LayerWeights<T>& grads, StorageRounding storage) {
   require_gated_mlp_shapes(cfg, w, "MlpCore::gated weights");
   require_gated_mlp_shapes(cfg, grads, "MlpCore::gated grads");
   auto act = std::make_shared<GatedMlpActivations<T>>();
   MlpCore core;
-  core.forward = [cfg, &w, act](T* y, const T* xn, int N) {
-    gated_mlp_forward(cfg, w, y, xn, N, act->gate, act->up, act->h);
+  core.forward = [cfg, &w, act, storage](T* y, const T* xn, int N) {
+    gated_mlp_forward(cfg, w, y, xn, N, act->gate, act->up, act->h, storage);
   };
-  core.backward = [cfg, &w, &grads, act](T* dxn, const T* dout, const T* xn, int N) {
-    gated_mlp_backward(cfg, w, dxn, dout, xn, N, act->gate, act->up, act->h, grads);
+  core.backward = [cfg, &w, &grads, act, storage](T* dxn, const T* dout, const T* xn, int N) {
+    gated_mlp_backward(cfg, w, dxn, dout, xn, N, act->gate, act->up, act->h, grads, storage);
   };
   return core;
 }
@@ -219,7 +226,7 @@ MlpCore<T> MlpCore<T>::gated(const ModelConfig& cfg, const LayerWeights<T>& w,
 template <class T>
 void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
                              const std::int64_t* positions, int B, int T_, AttentionCache<T>& cache,
-                             const AttentionCore<T>& core) {
+                             const AttentionCore<T>& core, StorageRounding storage) {
   require_attention_shapes(cfg, w, "attention_block_forward weights");
   require_callable(core.forward, "attention_block_forward: core.forward");
   const int N = B * T_, C = cfg.hidden, NH = cfg.n_heads, NKV = cfg.n_kv_heads;
@@ -234,35 +241,42 @@ void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, c
 
   // xn = input_layernorm(x)                                     [B, T, C]
   rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.input_norm.data(), N, C, cfg.norm_eps);
+  storage.store(cache.xn);
   // q = xn @ Wq.T; k = xn @ Wk.T; v = xn @ Wv.T                 [B, T, NH|NKV, hs]
   matmul_nt(cache.q.data(), cache.xn.data(), w.wq.data(), N, qd, C);
   matmul_nt(cache.k.data(), cache.xn.data(), w.wk.data(), N, kvd, C);
   matmul_nt(cache.v.data(), cache.xn.data(), w.wv.data(), N, kvd, C);
+  for (auto* t : {&cache.q, &cache.k, &cache.v}) storage.store(*t);
   // q, k = apply_rotary_pos_emb(q, k, cos, sin)
   rope_forward(cache.q.data(), positions, B, T_, NH, hs, cfg.rope_base);
   rope_forward(cache.k.data(), positions, B, T_, NKV, hs, cfg.rope_base);
+  storage.store(cache.q);
+  storage.store(cache.k);
   // att = softmax(q k.T / sqrt(hs) + causal mask) v             [B, T, NH, hs]
   const AttentionDims dims{B, T_, T_, NH, NKV, hs};
   core.forward(cache.att.data(), cache.lse.data(), cache.q.data(), cache.k.data(), cache.v.data(),
                positions, dims);
+  storage.store(cache.att);
   // y = x + att @ Wo.T                                          [B, T, C]
   std::copy_n(x, std::size_t(N) * C, y);
   matmul_nt(y, cache.att.data(), w.wo.data(), N, C, qd, /*accumulate=*/true);
+  storage.store(y, std::size_t(N) * C);
 }
 
 template <class T>
 void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
-                             const std::int64_t* positions, int B, int T_,
-                             AttentionCache<T>& cache) {
+                             const std::int64_t* positions, int B, int T_, AttentionCache<T>& cache,
+                             StorageRounding storage) {
   require_layer_shapes(cfg, w, "attention_block_forward weights");
-  attention_block_forward(cfg, w, x, y, positions, B, T_, cache, AttentionCore<T>::local_causal());
+  attention_block_forward(cfg, w, x, y, positions, B, T_, cache, AttentionCore<T>::local_causal(),
+                          storage);
 }
 
 template <class T>
 void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
                               const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
                               const AttentionCache<T>& cache, LayerWeights<T>& grads,
-                              const AttentionCore<T>& core) {
+                              const AttentionCore<T>& core, StorageRounding storage) {
   require_attention_shapes(cfg, w, "attention_block_backward weights");
   require_attention_shapes(cfg, grads, "attention_block_backward grads");
   require_callable(core.backward, "attention_block_backward: core.backward");
@@ -277,11 +291,15 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, 
   // y = x + att @ Wo.T:  datt = dy @ Wo;  dWo += dy.T @ att
   matmul_nn(datt.data(), dy, w.wo.data(), N, qd, C);
   matmul_tn(grads.wo.data(), dy, cache.att.data(), C, qd, N, true);
+  storage.store(datt);
   const AttentionDims dims{B, T_, T_, NH, NKV, hs};
   core.backward(dq.data(), dk.data(), dv.data(), datt.data(), cache.q.data(), cache.k.data(),
                 cache.v.data(), cache.att.data(), cache.lse.data(), positions, dims);
+  for (auto* t : {&dq, &dk, &dv}) storage.store(*t);
   rope_backward(dq.data(), positions, B, T_, NH, hs, cfg.rope_base);
   rope_backward(dk.data(), positions, B, T_, NKV, hs, cfg.rope_base);
+  storage.store(dq);
+  storage.store(dk);
   // dxn = dq @ Wq + dk @ Wk + dv @ Wv;  dW* += d*.T @ xn
   matmul_nn(dxn.data(), dq.data(), w.wq.data(), N, C, qd);
   matmul_nn(dxn.data(), dk.data(), w.wk.data(), N, C, kvd, true);
@@ -289,26 +307,30 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, 
   matmul_tn(grads.wq.data(), dq.data(), cache.xn.data(), qd, C, N, true);
   matmul_tn(grads.wk.data(), dk.data(), cache.xn.data(), kvd, C, N, true);
   matmul_tn(grads.wv.data(), dv.data(), cache.xn.data(), kvd, C, N, true);
+  storage.store(dxn);
   rmsnorm_backward(dx, grads.input_norm.data(), dxn.data(), x, w.input_norm.data(),
                    cache.rstd.data(), N, C);
   add_into(dx, dy, std::size_t(N) * C);  // the residual path
+  storage.store(dx, std::size_t(N) * C);
 }
 
 template <class T>
 void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
                               const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
-                              const AttentionCache<T>& cache, LayerWeights<T>& grads) {
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads,
+                              StorageRounding storage) {
   require_layer_shapes(cfg, w, "attention_block_backward weights");
   require_layer_shapes(cfg, grads, "attention_block_backward grads");
   attention_block_backward(cfg, w, x, dy, dx, positions, B, T_, cache, grads,
-                           AttentionCore<T>::local_causal());
+                           AttentionCore<T>::local_causal(), storage);
 }
 
 // ---------------------------------------------------------------- MLP block
 
 template <class T>
 void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
-                       int T_, MlpCache<T>& cache, const MlpCore<T>& core) {
+                       int T_, MlpCache<T>& cache, const MlpCore<T>& core,
+                       StorageRounding storage) {
   require_size(w.post_norm, std::size_t(cfg.hidden), "mlp_block_forward weights.post_norm");
   require_callable(core.forward, "mlp_block_forward: core.forward");
   const int N = B * T_, C = cfg.hidden;
@@ -316,66 +338,73 @@ void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T
   cache.rstd.resize(N);
   // xn = post_attention_layernorm(x)                            [B, T, C]
   rmsnorm_forward(cache.xn.data(), cache.rstd.data(), x, w.post_norm.data(), N, C, cfg.norm_eps);
+  storage.store(cache.xn);
   // y = x + mlp(xn)                                             [B, T, C]
   std::copy_n(x, std::size_t(N) * C, y);
   core.forward(y, cache.xn.data(), N);
+  storage.store(y, std::size_t(N) * C);
 }
 
 template <class T>
 void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
-                       int T_, MlpCache<T>& cache) {
+                       int T_, MlpCache<T>& cache, StorageRounding storage) {
   require_layer_shapes(cfg, w, "mlp_block_forward weights");
   MlpCore<T> core;  // the reference core, its activations in the cache
   core.forward = [&](T* out, const T* xn, int N) {
-    gated_mlp_forward(cfg, w, out, xn, N, cache.gate, cache.up, cache.h);
+    gated_mlp_forward(cfg, w, out, xn, N, cache.gate, cache.up, cache.h, storage);
   };
-  mlp_block_forward(cfg, w, x, y, B, T_, cache, core);
+  mlp_block_forward(cfg, w, x, y, B, T_, cache, core, storage);
 }
 
 template <class T>
 void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                         T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
-                        const MlpCore<T>& core) {
+                        const MlpCore<T>& core, StorageRounding storage) {
   require_size(w.post_norm, std::size_t(cfg.hidden), "mlp_block_backward weights.post_norm");
   require_size(grads.post_norm, std::size_t(cfg.hidden), "mlp_block_backward grads.post_norm");
   require_callable(core.backward, "mlp_block_backward: core.backward");
   const int N = B * T_, C = cfg.hidden;
   std::vector<T> dxn(std::size_t(N) * C);  // [B, T, C]
   core.backward(dxn.data(), dy, cache.xn.data(), N);
+  storage.store(dxn);
   rmsnorm_backward(dx, grads.post_norm.data(), dxn.data(), x, w.post_norm.data(), cache.rstd.data(),
                    N, C);
   add_into(dx, dy, std::size_t(N) * C);  // the residual path
+  storage.store(dx, std::size_t(N) * C);
 }
 
 template <class T>
 void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
-                        T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads) {
+                        T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
+                        StorageRounding storage) {
   require_layer_shapes(cfg, w, "mlp_block_backward weights");
   require_layer_shapes(cfg, grads, "mlp_block_backward grads");
   MlpCore<T> core;  // the reference core, its activations from the cache
   core.backward = [&](T* dxn, const T* dout, const T* xn, int N) {
-    gated_mlp_backward(cfg, w, dxn, dout, xn, N, cache.gate, cache.up, cache.h, grads);
+    gated_mlp_backward(cfg, w, dxn, dout, xn, N, cache.gate, cache.up, cache.h, grads, storage);
   };
-  mlp_block_backward(cfg, w, x, dy, dx, B, T_, cache, grads, core);
+  mlp_block_backward(cfg, w, x, dy, dx, B, T_, cache, grads, core, storage);
 }
 
 // ---------------------------------------------------------------- layer
 
 template <class T>
 void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
-                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache) {
+                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache,
+                   StorageRounding storage) {
   cache.mid.resize(std::size_t(B) * T_ * cfg.hidden);
-  attention_block_forward(cfg, w, x, cache.mid.data(), positions, B, T_, cache.attn);
-  mlp_block_forward(cfg, w, cache.mid.data(), y, B, T_, cache.mlp);
+  attention_block_forward(cfg, w, x, cache.mid.data(), positions, B, T_, cache.attn, storage);
+  mlp_block_forward(cfg, w, cache.mid.data(), y, B, T_, cache.mlp, storage);
 }
 
 template <class T>
 void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                     T* dx, const std::int64_t* positions, int B, int T_, const LayerCache<T>& cache,
-                    LayerWeights<T>& grads) {
+                    LayerWeights<T>& grads, StorageRounding storage) {
   std::vector<T> dmid(std::size_t(B) * T_ * cfg.hidden);
-  mlp_block_backward(cfg, w, cache.mid.data(), dy, dmid.data(), B, T_, cache.mlp, grads);
-  attention_block_backward(cfg, w, x, dmid.data(), dx, positions, B, T_, cache.attn, grads);
+  mlp_block_backward(cfg, w, cache.mid.data(), dy, dmid.data(), B, T_, cache.mlp, grads, storage);
+  attention_block_backward(cfg, w, x, dmid.data(), dx, positions, B, T_, cache.attn, grads,
+                           storage);
 }
 
 // ---------------------------------------------------------------- layer stack
@@ -502,47 +531,49 @@ void model_backward(const ModelWeights<T>& w, const Batch& batch, const ModelCac
   if (d_embedded) *d_embedded = std::move(dx);
 }
 
-#define TSPEMU_INSTANTIATE(T)                                                                      \
-  template struct LayerWeights<T>;                                                                 \
-  template struct ModelWeights<T>;                                                                 \
-  template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                  \
-  template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);      \
-  template struct AttentionCore<T>;                                                                \
-  template struct MlpCore<T>;                                                                      \
-  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,   \
-                                           T*, const std::int64_t*, int, int, AttentionCache<T>&,  \
-                                           const AttentionCore<T>&);                               \
-  template void attention_block_backward<T>(                                                       \
-      const ModelConfig&, const LayerWeights<T>&, const T*, const T*, T*, const std::int64_t*,     \
-      int, int, const AttentionCache<T>&, LayerWeights<T>&, const AttentionCore<T>&);              \
-  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,     \
-                                     int, int, MlpCache<T>&, const MlpCore<T>&);                   \
-  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,        \
-                                      const T*, T*, int, int, const MlpCache<T>&,                  \
-                                      LayerWeights<T>&, const MlpCore<T>&);                        \
-  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,   \
-                                           T*, const std::int64_t*, int, int, AttentionCache<T>&); \
-  template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,  \
-                                            const T*, T*, const std::int64_t*, int, int,           \
-                                            const AttentionCache<T>&, LayerWeights<T>&);           \
-  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,     \
-                                     int, int, MlpCache<T>&);                                      \
-  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,        \
-                                      const T*, T*, int, int, const MlpCache<T>&,                  \
-                                      LayerWeights<T>&);                                           \
-  template void layer_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,         \
-                                 const std::int64_t*, int, int, LayerCache<T>&);                   \
-  template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, const T*,  \
-                                  T*, const std::int64_t*, int, int, const LayerCache<T>&,         \
-                                  LayerWeights<T>&);                                               \
-  template const std::vector<T>& layer_stack_forward<T>(                                           \
-      const ModelConfig&, const std::vector<LayerWeights<T>>&, const std::vector<T>&, int, int,    \
-      StackCache<T>&);                                                                             \
-  template void layer_stack_backward<T>(const ModelConfig&, const std::vector<LayerWeights<T>>&,   \
-                                        const std::vector<T>&, int, int, const StackCache<T>&,     \
-                                        std::vector<T>&, std::vector<LayerWeights<T>>&);           \
-  template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);          \
-  template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,      \
+#define TSPEMU_INSTANTIATE(T)                                                                     \
+  template struct LayerWeights<T>;                                                                \
+  template struct ModelWeights<T>;                                                                \
+  template std::vector<ParamRef<std::vector<T>>> parameters<T>(ModelWeights<T>&);                 \
+  template std::vector<ParamRef<const std::vector<T>>> parameters<T>(const ModelWeights<T>&);     \
+  template struct AttentionCore<T>;                                                               \
+  template struct MlpCore<T>;                                                                     \
+  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,  \
+                                           T*, const std::int64_t*, int, int, AttentionCache<T>&, \
+                                           const AttentionCore<T>&, StorageRounding);             \
+  template void attention_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, \
+                                            const T*, T*, const std::int64_t*, int, int,          \
+                                            const AttentionCache<T>&, LayerWeights<T>&,           \
+                                            const AttentionCore<T>&, StorageRounding);            \
+  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,    \
+                                     int, int, MlpCache<T>&, const MlpCore<T>&, StorageRounding); \
+  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,       \
+                                      const T*, T*, int, int, const MlpCache<T>&,                 \
+                                      LayerWeights<T>&, const MlpCore<T>&, StorageRounding);      \
+  template void attention_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,  \
+                                           T*, const std::int64_t*, int, int, AttentionCache<T>&, \
+                                           StorageRounding);                                      \
+  template void attention_block_backward<T>(                                                      \
+      const ModelConfig&, const LayerWeights<T>&, const T*, const T*, T*, const std::int64_t*,    \
+      int, int, const AttentionCache<T>&, LayerWeights<T>&, StorageRounding);                     \
+  template void mlp_block_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,    \
+                                     int, int, MlpCache<T>&, StorageRounding);                    \
+  template void mlp_block_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*,       \
+                                      const T*, T*, int, int, const MlpCache<T>&,                 \
+                                      LayerWeights<T>&, StorageRounding);                         \
+  template void layer_forward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, T*,        \
+                                 const std::int64_t*, int, int, LayerCache<T>&, StorageRounding); \
+  template void layer_backward<T>(const ModelConfig&, const LayerWeights<T>&, const T*, const T*, \
+                                  T*, const std::int64_t*, int, int, const LayerCache<T>&,        \
+                                  LayerWeights<T>&, StorageRounding);                             \
+  template const std::vector<T>& layer_stack_forward<T>(                                          \
+      const ModelConfig&, const std::vector<LayerWeights<T>>&, const std::vector<T>&, int, int,   \
+      StackCache<T>&);                                                                            \
+  template void layer_stack_backward<T>(const ModelConfig&, const std::vector<LayerWeights<T>>&,  \
+                                        const std::vector<T>&, int, int, const StackCache<T>&,    \
+                                        std::vector<T>&, std::vector<LayerWeights<T>>&);          \
+  template double model_forward<T>(const ModelWeights<T>&, const Batch&, ModelCache<T>&);         \
+  template void model_backward<T>(const ModelWeights<T>&, const Batch&, const ModelCache<T>&,     \
                                   ModelWeights<T>&, std::vector<T>*);
 TSPEMU_INSTANTIATE(float)
 TSPEMU_INSTANTIATE(double)

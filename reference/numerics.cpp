@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 namespace tspemu::ref {
@@ -103,6 +104,26 @@ Verdict check_close(std::string_view name, std::span<const float> candidate,
       "%g*%.3e+%.3e = %.3e (oracle max %.3e, n=%zu)",
       int(name.size()), name.data(), v.ok ? "PASS" : "FAIL", v.candidate.to_string().c_str(),
       v.reference.max_abs, k, v.reference.max_abs, tiny, v.bound, v.candidate.oracle_max,
+      v.candidate.count);
+  return v;
+}
+
+Verdict check_close_rounded(std::string_view name, std::span<const float> candidate,
+                            std::span<const float> reference, std::span<const double> oracle,
+                            double k, double u, double E, double tiny) {
+  if (!(u >= 0) || !(E >= 0))
+    throw std::invalid_argument(format("check_close_rounded %.*s: u=%g and E=%g must be >= 0",
+                                       int(name.size()), name.data(), u, E));
+  Verdict v = check_close(name, candidate, reference, oracle, k, tiny);
+  if (E == 0) return v;
+  if (tiny < 0) tiny = default_tiny(oracle);
+  v.bound = k * v.reference.max_abs + u * E + tiny;
+  v.ok = v.candidate.finite && v.reference.finite && v.candidate.max_abs <= v.bound;
+  v.report = format(
+      "%.*s: %s candidate %s | reference max_abs=%.3e | bound k*ref+u*E+tiny = "
+      "%g*%.3e+%g*%.3e+%.3e = %.3e (oracle max %.3e, n=%zu)",
+      int(name.size()), name.data(), v.ok ? "PASS" : "FAIL", v.candidate.to_string().c_str(),
+      v.reference.max_abs, k, v.reference.max_abs, u, E, tiny, v.bound, v.candidate.oracle_max,
       v.candidate.count);
   return v;
 }

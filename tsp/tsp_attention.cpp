@@ -97,6 +97,11 @@ BasicTspAttention<T>::BasicTspAttention(Rank& rank, Comm& comm, const TspShape& 
   std::memcpy(norm_w_.data(), master.input_norm.data(), norm_w_.size() * sizeof(T));
 }
 
+template <class T>
+void BasicTspAttention<T>::store(T* p, std::size_t n) const {
+  if (!dry_run()) storage_.store(p, n);
+}
+
 // Q of one bucket of shard W for this rank's tokens, RoPE at their global positions.
 template <class T>
 void BasicTspAttention<T>::project_q(const T* W, int bucket, T* q) {
@@ -107,7 +112,9 @@ void BasicTspAttention<T>::project_q(const T* W, int bucket, T* q) {
   ref::matmul_nt(q, xn_.data(),
                  attention_view(W, s_).wq + static_cast<std::size_t>(bucket) * qc * d.C, d.M(), qc,
                  d.C);
+  store(q, static_cast<std::size_t>(d.M()) * qc);
   ref::rope_forward(q, positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+  store(q, static_cast<std::size_t>(d.M()) * qc);
 }
 
 // K and V of one bucket for this rank's tokens (RoPE on K) into kv_local, [2][B·Tl, NKVb·hs].
@@ -124,7 +131,9 @@ void BasicTspAttention<T>::project_kv(const T* W, int bucket, T* kv_local) {
                  C);
   ref::matmul_nt(v_local, xn_.data(), view.wv + static_cast<std::size_t>(bucket) * kc * C, M, kc,
                  C);
+  store(kv_local, 2 * static_cast<std::size_t>(M) * kc);
   ref::rope_forward(k_local, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+  store(k_local, static_cast<std::size_t>(M) * kc);
 }
 
 // One bucket's K/V projected and its all-gather issued (kv_local -> kv_gathered, rank-major);
@@ -206,6 +215,7 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
   if (s_.options.keep_kv) kept_kv_ = a.allocate<T>(full_kv * 2 * d.D * d.nb, Category::kv);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
+  store(xn_.data(), MC);
   if (!dry_run()) std::memcpy(y, x, MC * sizeof(T));
   const ref::AttentionDims ad{d.B, d.Tl, d.S, d.NHb, d.NKVb, d.hs};
   // The owner broadcasts straight from its weight buffer; the others receive into wbuf (shard r
@@ -256,6 +266,7 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
         TraceSpan span(comm_, "attention", 2.0 * d.B * d.NHb * d.Tl * d.S * d.hs);
         ref::causal_attention_forward(att, lse, q.data(), k, v, positions_.data(),
                                       k_positions_.data(), ad);
+        store(att, static_cast<std::size_t>(M) * d.q_cols());
       }
       // torch: y += att @ wo[:, bucket].T       (partial o_proj over this shard's heads)
       TraceSpan span(comm_, "o projection", 2.0 * M * C * d.q_cols());
@@ -263,6 +274,7 @@ void BasicTspAttention<T>::forward(const T* x, T* y) {
                      static_cast<int>(d.q_cols()), d.NHl * d.hs, C);
     }
   }
+  store(y, MC);  // y = x + Σ over shards and buckets, fp32, rounded once as in the reference
 }
 
 template <class T>
@@ -359,8 +371,11 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
         // torch: da = dy @ wo[:, bucket] ;  dwo[:, bucket] += dy.T @ att
         ref::matmul_nn(da.data(), dy, view.wo + bkt * qc, M, qc, C, false, C, ldo, qc);
         ref::matmul_tn(g.wo + bkt * qc, dy, att, C, qc, M, true, C, qc, ldo);
+        store(da.data(), static_cast<std::size_t>(M) * qc);
         ref::causal_attention_backward(dq.data(), dk_all.data(), dv_all.data(), da.data(), q.data(),
                                        k, v, lse, positions_.data(), k_positions_.data(), ad);
+        store(dq.data(), static_cast<std::size_t>(M) * qc);
+        // dK/dV stay fp32 until summed over every rank's queries (reduce_scatter below).
       }
       // dK, dV of every token go back to the rank that owns the token, summed over all ranks'
       // queries (reduce_scatter, rank order).
@@ -375,6 +390,7 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
       const std::size_t qo = static_cast<std::size_t>(bkt) * qc * C,
                         ko = static_cast<std::size_t>(bkt) * kc * C;
       ref::rope_backward(dq.data(), positions_.data(), d.B, d.Tl, d.NHb, d.hs, s_.model.rope_base);
+      store(dq.data(), static_cast<std::size_t>(M) * qc);
       {
         // torch: dwq[bucket] += dq.T @ n ; dn += dq @ wq[bucket]   (before dK/dV: they need only
         // dQ)
@@ -385,7 +401,9 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
       scattering.wait();
       T* dk = dkv_local.data();
       T* dv = dkv_local.data() + static_cast<std::size_t>(M) * kc;
+      store(dkv_local.data(), 2 * static_cast<std::size_t>(M) * kc);  // summed: the core's dk, dv
       ref::rope_backward(dk, positions_.data(), d.B, d.Tl, d.NKVb, d.hs, s_.model.rope_base);
+      store(dk, static_cast<std::size_t>(M) * kc);
       // torch: dwk[bucket] += dk.T @ n ; dn += dk @ wk[bucket]   (likewise v)
       TraceSpan span(comm_, "k/v projection backward", 2.0 * 2 * M * C * 2 * kc);
       ref::matmul_tn(g.wk + ko, dk, xn_.data(), kc, C, M, true);
@@ -405,9 +423,11 @@ void BasicTspAttention<T>::backward(const T* x, const T* dy, T* dx) {
   }
   reducing.wait();
   if (!dry_run()) std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(T));
+  store(dxn.data(), MC);
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   if (!dry_run())
     for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];  // residual
+  store(dx, MC);
   all_reduce<T>(comm_, grad_norm_.span());
 }
 

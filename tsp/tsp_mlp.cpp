@@ -55,6 +55,11 @@ BasicTspMlp<T>::BasicTspMlp(Rank& rank, Comm& comm, const TspShape& shape,
 }
 
 template <class T>
+void BasicTspMlp<T>::store(T* p, std::size_t n) const {
+  if (!dry_run()) storage_.store(p, n);
+}
+
+template <class T>
 void BasicTspMlp<T>::forward(const T* x, T* y) {
   Arena& a = rank_.arena();
   auto phase = a.phase("mlp");
@@ -75,6 +80,7 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
   if (D > 2) ring[1] = a.allocate<T>(shard, Category::comm);
 
   ref::rmsnorm_forward(xn_.data(), rstd_.data(), x, norm_w_.data(), M, C, s_.model.norm_eps);
+  store(xn_.data(), MC);
   if (!dry_run()) std::memcpy(y, x, MC * sizeof(T));
   const T* cur = w_.data();
   for (int k = 0; k < D; ++k) {
@@ -96,8 +102,10 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
       // does), and D = 1 must stay bitwise equal to the reference (tests/tsp/tsp_blocks_test.cpp).
       ref::matmul_nt(gu, xn_.data(), v.gate, M, Fl, C, false, -1, -1, 2 * Fl);
       ref::matmul_nt(gu + Fl, xn_.data(), v.up, M, Fl, C, false, -1, -1, 2 * Fl);
+      store(gu, 2 * MF);
       silu_mul_rows(h.data(), gu, M, Fl);
-      ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);
+      store(h.data(), MF);
+      ref::matmul_nt(y, h.data(), v.down, M, C, Fl, true);  // fp32 accumulator over the D shards
     }
     if (k < D - 1) {
       received.wait();
@@ -105,6 +113,7 @@ void BasicTspMlp<T>::forward(const T* x, T* y) {
       cur = next;
     }
   }
+  store(y, MC);  // y = x + Σ_o partial_o, rounded once, as the reference's fused residual GEMM
 }
 
 template <class T>
@@ -146,10 +155,13 @@ void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
     {
       TraceSpan span(comm_, "mlp backward", 6 * 2.0 * M * Fl * C);
       silu_mul_rows(h.data(), gu, M, Fl);
+      store(h.data(), MF);
       // torch: dh = dy @ w_down[:, o] ;  dw_down[:, o] += dy.T @ h
       ref::matmul_nn(dh.data(), dy, v.down, M, Fl, C);
       ref::matmul_tn(gv.down, dy, h.data(), C, Fl, M, true);
+      store(dh.data(), MF);
       silu_mul_backward_rows(dgu.data(), dh.data(), gu, M, Fl);
+      store(dgu.data(), 2 * MF);
       // torch: dw_gate[o] += dg.T @ n ; dw_up[o] += du.T @ n   (two GEMMs, as in forward)
       ref::matmul_tn(gv.gate, dgu.data(), xn_.data(), Fl, C, M, true, 2 * Fl);
       ref::matmul_tn(gv.up, dgu.data() + Fl, xn_.data(), Fl, C, M, true, 2 * Fl);
@@ -178,9 +190,11 @@ void BasicTspMlp<T>::backward(const T* x, const T* dy, T* dx) {
     std::memcpy(grad_.data(), cur_g, shard * sizeof(T));
     std::memset(grad_norm_.data(), 0, grad_norm_.size() * sizeof(T));
   }
+  store(dxn.data(), MC);
   ref::rmsnorm_backward(dx, grad_norm_.data(), dxn.data(), x, norm_w_.data(), rstd_.data(), M, C);
   if (!dry_run())
     for (std::size_t i = 0; i < MC; ++i) dx[i] += dy[i];
+  store(dx, MC);
   all_reduce<T>(comm_, grad_norm_.span());
 }
 

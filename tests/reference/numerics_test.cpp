@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "tspemu/reference/numerics.hpp"
@@ -101,6 +102,29 @@ TEST(Numerics, QuantileRuleIgnoresAFewIllConditionedElementsButNotABlock) {
   EXPECT_NE(v.report.find("q0.99"), std::string::npos) << v.report;
   EXPECT_NEAR(quantile_error(cand, oracle, 0.99), 1e-3, 1e-6);
   EXPECT_EQ(quantile_error(std::vector<float>(3), oracle, 0.99), HUGE_VAL) << "size mismatch";
+}
+
+// The bf16 rule: err(candidate) <= k·err(reference) + u·E + tiny. With E = 0 it is check_close;
+// an extra rounding of magnitude E admits at most u·E more, no more.
+TEST(Numerics, RoundedRuleAdmitsExactlyUTimesTheRecordedMagnitude) {
+  const std::vector<double> oracle = {4.0, 4.0, 4.0, 4.0};
+  const std::vector<float> ref = {4.0f + 0x1.0p-8f, 4.0f, 4.0f, 4.0f};
+  // One extra bf16 rounding of a value of magnitude 4 moves it by up to 2^-8 · 4 = 2^-6.
+  const std::vector<float> rounded_once = {4.0f, 4.0f + 0x1.0p-6f + 3 * 0x1.0p-8f, 4.0f, 4.0f};
+  const double u = 0x1.0p-8;
+  const Verdict plain = check_close("y", rounded_once, ref, oracle, 3.0);
+  const Verdict e0 = check_close_rounded("y", rounded_once, ref, oracle, 3.0, u, 0.0);
+  EXPECT_FALSE(plain) << plain.report;
+  EXPECT_EQ(e0.ok, plain.ok);
+  EXPECT_EQ(e0.bound, plain.bound);
+  const Verdict with_e = check_close_rounded("y", rounded_once, ref, oracle, 3.0, u, 4.0);
+  EXPECT_TRUE(with_e) << with_e.report;
+  EXPECT_THAT(with_e.report, HasSubstr("u*E"));
+  EXPECT_DOUBLE_EQ(with_e.bound, plain.bound + u * 4.0);
+  // Twice that error is beyond the bound the same E gives.
+  const std::vector<float> doubled = {4.0f, 4.0f + 2 * (0x1.0p-6f + 3 * 0x1.0p-8f), 4.0f, 4.0f};
+  EXPECT_FALSE(check_close_rounded("y", doubled, ref, oracle, 3.0, u, 4.0));
+  EXPECT_THROW(check_close_rounded("y", doubled, ref, oracle, 3.0, u, -1.0), std::invalid_argument);
 }
 
 }  // namespace

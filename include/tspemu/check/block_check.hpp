@@ -23,6 +23,16 @@
 //    (injection.hpp); a result that changes names the seed, the tensor and the element.
 //  - Failures inside the schedule (RankFailure, HangError, CollectiveMismatch) propagate as the
 //    runtime reports them.
+// bf16 (BlockCheck::precision = NumType::bf16; docs/bf16.md): the master weights, x and dy are
+// rounded to bf16 (the weights the GEMMs read and the stored inputs of a bf16 run); the reference
+// is the float reference under StorageRounding::bf16() (reference/storage_rounding.hpp), the
+// oracle the double reference on the same rounded values. The schedule reads the policy from
+// RankBlock::storage() and rounds at the same points; where it rounds to bf16 and the reference
+// does not (a bf16 reduction's partial sums), it records the magnitude with
+// RankBlock::extra_rounding, and each tensor is judged by
+//     err(parallel) <= k · err(reference bf16) + u · E + tiny,   u = 2^-8
+// with E the largest magnitude any rank recorded for it (0 when none: the rounding points
+// coincide, and this is the fp32 rule with the bf16 reference).
 // Cost: one run of the schedule (plus one per injection seed) and the reference block in float
 // and double.
 //
@@ -39,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,8 +58,10 @@
 
 #include "tspemu/check/shard_map.hpp"
 #include "tspemu/check/token_shards.hpp"
+#include "tspemu/core/precision.hpp"
 #include "tspemu/reference/model.hpp"
 #include "tspemu/reference/numerics.hpp"
+#include "tspemu/reference/storage_rounding.hpp"
 #include "tspemu/runtime/world.hpp"
 
 namespace tspemu::check {
@@ -64,7 +77,8 @@ struct BlockCheck {
   int B = 1, S = 16;
   TokenShards tokens{};  // required
   std::uint64_t seed = 1;
-  double k = 3.0;        // the rule's factor: a schedule only reorders sums
+  double k = 3.0;                     // the rule's factor: a schedule only reorders sums
+  NumType precision = NumType::fp32;  // bf16: Megatron's storage policy (see above)
   int inject_seeds = 0;  // > 0: re-run under seeds inject.seed, +1, ... and require the same bits
   Injection inject{};    // the delays' probability and length, and the first seed
   bool trace = false;
@@ -93,6 +107,14 @@ class RankBlock {
   TensorShape shape(std::string_view name) const;
   // This rank's shard of a master weight, cut by `map`, in its arena (Category::weights).
   Buffer<float> weight(std::string_view name, const ShardMap& map);
+  // The precision policy's rounding points, for the schedule to round at (fp32: none).
+  ref::StorageRounding storage() const { return storage_; }
+  // Records E for tensor `name` ("y", "dx" or a weight): the magnitude this rank's schedule
+  // rounded to bf16 where the reference does not, the max over the tensor's elements of the sum
+  // of |v| over those roundings of the element (a reduction that rounds on several ranks carries
+  // the sums with the data, so the rank holding the result records them all). The check uses the
+  // largest E any rank recorded; calling it again keeps the largest. E must be >= 0 and finite.
+  void extra_rounding(std::string_view name, double E);
   // Declares (copies) this rank's shard of a weight's gradient. May be called several times for
   // one tensor (pieces); every piece's size must equal its map's.
   void gradient(std::string_view name, std::span<const float> shard, const ShardMap& map);
@@ -102,9 +124,15 @@ class RankBlock {
     std::vector<Rect> rects;
     std::vector<float> data;
   };
+  // What the schedule declared: gradient pieces and the E it recorded per tensor.
+  struct Declared {
+    std::vector<Piece> pieces;
+    std::map<std::string, double, std::less<>> extra_rounding;
+  };
   RankBlock(Rank& rank, const ref::ModelConfig& config, const ref::LayerWeights<float>& master,
             const TokenShard& tokens, std::span<const float> x, std::span<const float> dy,
-            std::span<float> y, std::span<float> dx, std::vector<Piece>& pieces)
+            std::span<float> y, std::span<float> dx, Declared& declared,
+            ref::StorageRounding storage = {})
       : rank_(rank),
         config_(config),
         master_(master),
@@ -113,7 +141,8 @@ class RankBlock {
         dy_(dy),
         y_(y),
         dx_(dx),
-        pieces_(pieces) {}
+        declared_(declared),
+        storage_(storage) {}
 
  private:
   Rank& rank_;
@@ -122,7 +151,8 @@ class RankBlock {
   const TokenShard& tokens_;
   std::span<const float> x_, dy_;
   std::span<float> y_, dx_;
-  std::vector<Piece>& pieces_;
+  Declared& declared_;
+  ref::StorageRounding storage_;
 };
 
 struct TensorResult {
@@ -133,16 +163,17 @@ struct TensorResult {
   std::vector<int> owners;
   double parallel = 0, reference = 0, oracle = 0;  // at the worst element
   std::vector<std::string> replica_mismatches;
+  double E = 0;  // the recorded extra rounding magnitude (bf16 rule; 0: none)
   bool ok() const { return verdict.ok && replica_mismatches.empty(); }
 };
 
-// The rule on one tensor (ref::check_close against the oracle) and its ratio to the bound
-// (infinite when the bound is 0 and the parallel error is not); worst, owners and the values at
-// the worst element are left to the caller, which knows the tensor's layout. The command line's
-// runs judge their tensors with it too.
+// The rule on one tensor (ref::check_close against the oracle; with E > 0, check_close_rounded
+// with u = bf16_unit_roundoff) and its ratio to the bound (infinite when the bound is 0 and the
+// parallel error is not); worst, owners and the values at the worst element are left to the
+// caller, which knows the tensor's layout. The command line's runs judge their tensors with it too.
 TensorResult judge_tensor(const std::string& name, std::span<const float> parallel,
                           std::span<const float> reference, std::span<const double> oracle,
-                          double k);
+                          double k, double E = 0);
 
 struct Report {
   std::string headline;  // the schedule, ranks, shapes and the rule

@@ -7,8 +7,11 @@
 //   attention.hpp, silu_mul.hpp and matmul.hpp on their shards and are checked against these
 //   entry points block by block.
 // What it refuses to do: no threads, no fused or reordered arithmetic beyond GEMM, no dropout,
-//   no KV cache (decoding with one is decode.hpp, on these blocks), no mixed precision. T = float
-//   is "the fp32 reference"; T = double is the oracle.
+//   no KV cache (decoding with one is decode.hpp, on these blocks). T = float is "the fp32
+//   reference"; T = double is the oracle. Mixed precision is one policy, for the blocks and the
+//   layer: StorageRounding::bf16() (storage_rounding.hpp) rounds the tensors a bf16 run stores at
+//   the points listed there ("the bf16 reference"); the default, fp32, rounds nothing. The whole
+//   model, the layer stack and the loss are fp32/double only.
 // Requirements: a validated ModelConfig; weights shaped as ModelWeights::zeros(config).
 //   Weight layout is PyTorch Linear: W is [out, in] and y = x · Wᵀ.
 // Guarantees:
@@ -35,6 +38,7 @@
 #include "tspemu/reference/attention.hpp"
 #include "tspemu/reference/layer_tensors.hpp"
 #include "tspemu/reference/model_config.hpp"
+#include "tspemu/reference/storage_rounding.hpp"
 
 namespace tspemu::ref {
 
@@ -106,6 +110,9 @@ std::vector<ParamRef<const std::vector<T>>> parameters(const ModelWeights<T>& w)
 // core has no parameters); the MLP block accumulates post_norm and its core accumulates the
 // gradients of the weights it holds (the reference core: w_gate, w_up, w_down into the grads
 // given to MlpCore::gated).
+// Storage rounding (StorageRounding, the last argument of every block entry point): the block
+// rounds what its core returns (att; dq, dk, dv; the MLP core's y and dxn) and its own tensors;
+// only the MLP core's inner activations (gate, up, h; dh, dgate, dup) are the core's to round.
 
 // Attention core: causal attention of the block's T local tokens. The block passes
 // d = {B, T, T, NH, NKV, hs} and the tokens' GLOBAL positions [T].
@@ -145,7 +152,9 @@ struct MlpCore {
   // The reference core: y += down(silu(gate(xn)) * up(xn)); backward accumulates into
   // grads.w_gate, w_up, w_down. Keeps gate, up, h (3*N*F elements) from forward for backward.
   // w and grads are held by reference: they must outlive the core.
-  static MlpCore gated(const ModelConfig& cfg, const LayerWeights<T>& w, LayerWeights<T>& grads);
+  // storage: where gate, up, h (forward) and dh, dgate, dup (backward) are rounded.
+  static MlpCore gated(const ModelConfig& cfg, const LayerWeights<T>& w, LayerWeights<T>& grads,
+                       StorageRounding storage = {});
 };
 
 // ---- attention block: y = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
@@ -166,7 +175,7 @@ void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w,
                              const T* x,                     // [B, T, C]
                              T* y,                           // [B, T, C]
                              const std::int64_t* positions,  // [T]
-                             int B, int T_, AttentionCache<T>& cache);
+                             int B, int T_, AttentionCache<T>& cache, StorageRounding storage = {});
 
 template <class T>
 void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w,
@@ -174,20 +183,21 @@ void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w,
                               const T* dy,  // [B, T, C]
                               T* dx,        // [B, T, C], overwritten
                               const std::int64_t* positions, int B, int T_,
-                              const AttentionCache<T>& cache, LayerWeights<T>& grads);
+                              const AttentionCache<T>& cache, LayerWeights<T>& grads,
+                              StorageRounding storage = {});
 
 // The same with a replaceable core; without one, AttentionCore<T>::local_causal(). Reads (and
 // accumulates the gradients of) only input_norm, wq, wk, wv, wo. An empty core function throws.
 template <class T>
 void attention_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
                              const std::int64_t* positions, int B, int T_, AttentionCache<T>& cache,
-                             const AttentionCore<T>& core);
+                             const AttentionCore<T>& core, StorageRounding storage = {});
 
 template <class T>
 void attention_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x,
                               const T* dy, T* dx, const std::int64_t* positions, int B, int T_,
                               const AttentionCache<T>& cache, LayerWeights<T>& grads,
-                              const AttentionCore<T>& core);
+                              const AttentionCore<T>& core, StorageRounding storage = {});
 
 // ---- MLP block: y = x + down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x)
 template <class T>
@@ -205,24 +215,26 @@ template <class T>
 void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w,
                        const T* x,  // [B, T, C]
                        T* y,        // [B, T, C]
-                       int B, int T_, MlpCache<T>& cache);
+                       int B, int T_, MlpCache<T>& cache, StorageRounding storage = {});
 
 template <class T>
 void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                         T* dx,  // [B, T, C], overwritten
-                        int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads);
+                        int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
+                        StorageRounding storage = {});
 
 // The same with a replaceable core; without one, the reference gated core. Reads only
 // w.post_norm and accumulates only grads.post_norm (the core owns the MLP weights). An empty core
 // function throws.
 template <class T>
 void mlp_block_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y, int B,
-                       int T_, MlpCache<T>& cache, const MlpCore<T>& core);
+                       int T_, MlpCache<T>& cache, const MlpCore<T>& core,
+                       StorageRounding storage = {});
 
 template <class T>
 void mlp_block_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                         T* dx, int B, int T_, const MlpCache<T>& cache, LayerWeights<T>& grads,
-                        const MlpCore<T>& core);
+                        const MlpCore<T>& core, StorageRounding storage = {});
 
 // ---- one layer = attention block then MLP block
 template <class T>
@@ -234,12 +246,13 @@ struct LayerCache {
 
 template <class T>
 void layer_forward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, T* y,
-                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache);
+                   const std::int64_t* positions, int B, int T_, LayerCache<T>& cache,
+                   StorageRounding storage = {});
 
 template <class T>
 void layer_backward(const ModelConfig& cfg, const LayerWeights<T>& w, const T* x, const T* dy,
                     T* dx, const std::int64_t* positions, int B, int T_, const LayerCache<T>& cache,
-                    LayerWeights<T>& grads);
+                    LayerWeights<T>& grads, StorageRounding storage = {});
 
 // ---- a layer stack: L layers, no embedding, LM head or loss
 // The layer-only runs (the command line's `--layers-only`, its stand-in training objective) are

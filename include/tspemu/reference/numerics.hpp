@@ -64,6 +64,19 @@ Verdict check_close(std::string_view name, std::span<const float> candidate,
                     std::span<const float> reference32, std::span<const double> oracle,
                     double k = 2.0, double tiny = -1.0);
 
+// The rule for a candidate that rounds to a narrower type (bf16) where the reference does not
+// (docs/bf16.md):
+//       err(candidate) <= k * err(reference) + u * E + tiny
+// u: the narrower type's unit roundoff (bf16_unit_roundoff, 2^-8); E >= 0: the magnitude the
+// candidate rounded where the reference does not, max_i Σ_j |v_ij| over those roundings j of
+// element i, recorded by the code that rounds (E = 0: the rounding points coincide, and this is
+// check_close). Each extra rounding moves a value by at most u·|v| (the standard model of
+// floating-point rounding), which the reference's error does not contain; every shared rounding
+// point is in both errors, which the k-term covers as in fp32.
+Verdict check_close_rounded(std::string_view name, std::span<const float> candidate,
+                            std::span<const float> reference, std::span<const double> oracle,
+                            double k, double u, double E, double tiny = -1.0);
+
 // The same rule on a high quantile of the element errors instead of their max:
 //       quantile_q |candidate - oracle| <= k * quantile_q |reference32 - oracle| + tiny
 // (q = 0.99: the error below which 99% of the elements lie; tiny as above). For tensors whose

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/storage_rounding.hpp"
 #include "tspemu/runtime/nonblocking.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/parameter_shard.hpp"
@@ -60,6 +61,12 @@ class BasicTspAttention {
   // x: forward's input; dy: gradient of y; dx overwritten. Gradients of this rank's shard and of
   // the norm weight are overwritten (see grad_shard, grad_norm).
   void backward(const T* x, const T* dy, T* dx);
+  // The precision policy's storage rounding (reference/storage_rounding.hpp): with bf16 the block
+  // rounds its stored tensors at the reference's points (listed there), every accumulation across
+  // shards and ranks staying fp32, so it differs from the bf16 reference by summation order only.
+  // The caller passes bf16 weights and inputs. Default fp32: nothing rounded. T = double ignores
+  // it.
+  void set_storage(ref::StorageRounding storage) { storage_ = storage; }
 
   const Buffer<T>& grad_shard() const { return grad_; }      // packed like the weights
   const Buffer<T>& grad_norm() const { return grad_norm_; }  // [C], summed over all ranks
@@ -82,6 +89,7 @@ class BasicTspAttention {
   T* kept_shard(int r);          // options.keep_attention_shards
   T* kept_k(int r, int bucket);  // options.keep_kv
   T* kept_v(int r, int bucket);
+  void store(T* p, std::size_t n) const;  // storage_.store, not on a dry run's unbacked buffers
 
   Rank& rank_;
   Comm& comm_;  // the D ranks of the TSP group
@@ -99,6 +107,7 @@ class BasicTspAttention {
   Buffer<T> lse_;          // [D][buckets][B, NHb, Tl]
   Buffer<T> kept_shards_;  // [D][packed shard] (comm), only with keep_attention_shards
   Buffer<T> kept_kv_;      // [D][buckets][2][B, S, NKVb·hs] (kv), only with keep_kv
+  ref::StorageRounding storage_{};
 };
 
 using TspAttention = BasicTspAttention<float>;

@@ -31,6 +31,13 @@ class BasicTspLayer {
     attention_.backward(x, dmid.data(), dx);
   }
 
+  // Both blocks round at the bf16 reference's points (BasicTspAttention::set_storage); the
+  // attention output (the MLP input) is stored by the attention block.
+  void set_storage(ref::StorageRounding storage) {
+    attention_.set_storage(storage);
+    mlp_.set_storage(storage);
+  }
+
   // Attention shard, input norm, MLP shard, post norm (valid after the first backward, which
   // allocates the gradients).
   std::vector<BasicParameterShard<T>> parameters() {

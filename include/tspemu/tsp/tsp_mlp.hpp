@@ -20,6 +20,7 @@
 
 #include <array>
 #include "tspemu/reference/model.hpp"
+#include "tspemu/reference/storage_rounding.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/parameter_shard.hpp"
 #include "tspemu/tsp/tsp_shape.hpp"
@@ -36,6 +37,12 @@ class BasicTspMlp {
 
   void forward(const T* x, T* y);  // [B, Tl, C]
   void backward(const T* x, const T* dy, T* dx);
+  // The precision policy's storage rounding (reference/storage_rounding.hpp): with bf16 the block
+  // rounds its stored tensors at the reference's points (listed there), every accumulation across
+  // shards and ranks staying fp32, so it differs from the bf16 reference by summation order only.
+  // The caller passes bf16 weights and inputs. Default fp32: nothing rounded. T = double ignores
+  // it.
+  void set_storage(ref::StorageRounding storage) { storage_ = storage; }
 
   const Buffer<T>& grad_shard() const { return grad_; }
   const Buffer<T>& grad_norm() const { return grad_norm_; }
@@ -63,6 +70,8 @@ class BasicTspMlp {
   Buffer<T> xn_;         // [B·Tl, C]
   Buffer<T> rstd_;       // [B·Tl]
   Buffer<T> gate_up_;    // [D][B·Tl, 2·Fl] by shard index o: gate | up per row
+  ref::StorageRounding storage_{};
+  void store(T* p, std::size_t n) const;  // storage_.store, not on a dry run's unbacked buffers
 };
 
 using TspMlp = BasicTspMlp<float>;
