@@ -11,6 +11,11 @@ namespace tspemu::check {
 
 void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<float>& core,
                                        bool reduce_gradients) {
+  attention_with_replicated_weights(rb, core, rb.comm(), reduce_gradients);
+}
+
+void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<float>& core,
+                                       Comm& reduce_over, bool reduce_gradients) {
   const ref::ModelConfig& m = rb.config();
   auto grads = ref::LayerWeights<float>::zeros(m);
   ref::AttentionCache<float> cache;
@@ -26,7 +31,7 @@ void attention_with_replicated_weights(RankBlock& rb, const ref::AttentionCore<f
   std::vector<std::span<float>> buffers;
   buffers.reserve(named.size());
   for (const auto& [name, g] : named) buffers.emplace_back(*g);
-  if (reduce_gradients) all_reduce_buffers<float>(rb.comm(), buffers);
+  if (reduce_gradients) all_reduce_buffers<float>(reduce_over, buffers);
   for (const auto& [name, g] : named) rb.gradient(name, *g, replicated());
 }
 

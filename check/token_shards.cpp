@@ -24,6 +24,16 @@ TokenShards replicated_tokens(int B, int S) {
   };
 }
 
+TokenShards two_level_sharded(const tsp::TwoLevelLayout& layout, int B) {
+  return [layout, B](int rank) {
+    const int U = layout.inner().ranks(), ranks = U * layout.outer().ranks();
+    if (rank >= ranks)
+      throw std::invalid_argument("two_level_sharded: rank " + std::to_string(rank) +
+                                  " outside the layout's " + std::to_string(ranks) + " ranks");
+    return TokenShard{0, B, layout.positions(rank / U, rank % U)};
+  };
+}
+
 TokenShards data_parallel(int replicas, int ranks_per_replica, int B, const TokenShards& inner) {
   if (replicas <= 0 || ranks_per_replica <= 0 || B % replicas != 0)
     throw std::invalid_argument("data_parallel: B=" + std::to_string(B) +

@@ -30,13 +30,21 @@ struct DoubleBuffer {
 }  // namespace
 
 ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& shape) {
-  auto st = std::make_shared<detail::CoreState>("ring attention", rank, shape);
+  detail::check_sequence_shape("ring attention", rank.size(), shape);
+  return ring_attention_core(rank.comm(), rank.arena(), detail::sequence_dims(shape),
+                             detail::row_positions(shape));
+}
+
+ref::AttentionCore<float> ring_attention_core(Comm& group, Arena& arena,
+                                              const ref::AttentionDims& dims,
+                                              std::span<const std::int64_t> positions) {
+  auto st = std::make_shared<detail::CoreState>("ring attention", group, arena, dims, positions);
 
   ref::AttentionCore<float> core;
   core.forward = [st](float* att, float* lse, const float* q, const float* k, const float* v,
                       const std::int64_t*, const ref::AttentionDims& d) {
     st->check(d);
-    Comm& comm = st->rank->comm();
+    Comm& comm = *st->comm;
     const int n = comm.size(), p = comm.rank();
     const std::int64_t* qpos = st->of(p);
     // Step 0, this rank's own block: straight into the running result (the reference's call).
@@ -44,7 +52,7 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
       ref::causal_attention_forward(att, lse, q, k, v, qpos, qpos, d);
       return;
     }
-    Arena& a = st->rank->arena();
+    Arena& a = *st->arena;
     const std::size_t nk = static_cast<std::size_t>(d.B) * d.Tk * d.NKV * d.hs;
     DoubleBuffer kv(a, 2 * nk);  // [K, V] blocks, each [B, Tl, NKV, hs]
     auto part = a.allocate<float>(static_cast<std::size_t>(d.B) * d.Tq * d.NH * d.hs,
@@ -74,14 +82,14 @@ ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& s
                        const float* k, const float* v, const float* att, const float* lse,
                        const std::int64_t*, const ref::AttentionDims& d) {
     st->check(d);
-    Comm& comm = st->rank->comm();
+    Comm& comm = *st->comm;
     const int n = comm.size(), p = comm.rank();
     const std::int64_t* qpos = st->of(p);
     if (n == 1) {  // one block holds every key: the reference's one-shot backward
       ref::causal_attention_backward(dq, dk, dv, datt, q, k, v, lse, qpos, qpos, d);
       return;
     }
-    Arena& a = st->rank->arena();
+    Arena& a = *st->arena;
     const std::size_t nk = static_cast<std::size_t>(d.B) * d.Tk * d.NKV * d.hs;
     auto delta = a.allocate<float>(static_cast<std::size_t>(d.B) * d.NH * d.Tq,
                                    Category::workspace);  // [B, NH, Tl]

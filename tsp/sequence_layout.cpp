@@ -41,6 +41,32 @@ std::vector<std::int64_t> SequenceLayout::positions(int rank) const {
   return p;
 }
 
+SequenceLayout TwoLevelLayout::checked_outer(LayoutKind outer, int outer_ranks, LayoutKind inner,
+                                             int inner_ranks, int seq_len) {
+  try {
+    SequenceLayout o(outer, outer_ranks, seq_len);
+    (void)SequenceLayout(inner, inner_ranks, o.local_tokens());
+    return o;
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("two-level layout ") + layout_name(outer) + " over " +
+                                std::to_string(outer_ranks) + " then " + layout_name(inner) +
+                                " over " + std::to_string(inner_ranks) +
+                                " of S=" + std::to_string(seq_len) + ": " + e.what());
+  }
+}
+
+TwoLevelLayout::TwoLevelLayout(LayoutKind outer, int outer_ranks, LayoutKind inner, int inner_ranks,
+                               int seq_len)
+    : outer_(checked_outer(outer, outer_ranks, inner, inner_ranks, seq_len)),
+      inner_(inner, inner_ranks, outer_.local_tokens()) {}
+
+std::vector<std::int64_t> TwoLevelLayout::positions(int outer_rank, int inner_rank) const {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(local_tokens()));
+  for (int i = 0; i < local_tokens(); ++i)
+    p[static_cast<std::size_t>(i)] = position(outer_rank, inner_rank, i);
+  return p;
+}
+
 template <class T>
 void SequenceLayout::scatter(const T* full, T* shard, int rank, int B, int C) const {
   if (dry_run()) return;  // a dry run's buffers are unbacked (core/dry_run.hpp)

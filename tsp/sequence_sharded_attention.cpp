@@ -4,6 +4,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sequence_core.hpp"
 #include "tspemu/core/dry_run.hpp"
@@ -15,17 +16,39 @@
 
 namespace tspemu::tsp {
 
+namespace {
+
+constexpr const char* kWho = "sequence-sharded attention";
+
+// The world's rank's zigzag row, once the shape is known to be valid on this world.
+std::vector<std::int64_t> world_positions(const Rank& rank, const BaselineShape& shape) {
+  detail::check_sequence_shape(kWho, rank.size(), shape);
+  return shape.positions(rank.id());
+}
+
+}  // namespace
+
 SequenceShardedAttention::SequenceShardedAttention(Rank& rank, const BaselineShape& shape,
                                                    const ref::LayerWeights<float>& master,
                                                    ref::AttentionCore<float> core)
-    : rank_(rank), s_(shape), shard_(shape.shard_shape()), core_(std::move(core)) {
-  detail::check_sequence_shape("sequence-sharded attention", rank, s_);
+    : SequenceShardedAttention(rank.comm(), rank.arena(), shape, world_positions(rank, shape),
+                               master, std::move(core)) {}
+
+SequenceShardedAttention::SequenceShardedAttention(Comm& group, Arena& arena,
+                                                   const BaselineShape& shape,
+                                                   std::span<const std::int64_t> pos,
+                                                   const ref::LayerWeights<float>& master,
+                                                   ref::AttentionCore<float> core)
+    : comm_(group), arena_(arena), s_(shape), shard_(shape.shard_shape()), core_(std::move(core)) {
+  detail::check_sequence_shape(kWho, group.size(), s_);
   if (!core_.forward || !core_.backward)
     throw std::invalid_argument(
         "sequence-sharded attention: the core's forward or backward is "
         "empty");
-  Arena& a = rank.arena();
-  const auto pos = s_.positions(rank.id());
+  if (pos.size() != static_cast<std::size_t>(s_.Tl()))
+    throw std::invalid_argument("sequence-sharded attention: " + std::to_string(pos.size()) +
+                                " positions for Tl=" + std::to_string(s_.Tl()) + " tokens");
+  Arena& a = arena;
   positions_ = a.allocate<std::int64_t>(pos.size(), Category::other);
   w_ = a.allocate<float>(attention_shard_size(shard_), Category::weights);
   norm_w_ = a.allocate<float>(static_cast<std::size_t>(s_.model.hidden), Category::weights);
@@ -48,7 +71,7 @@ void SequenceShardedAttention::project(float* q, float* k, float* v) {
 }
 
 void SequenceShardedAttention::forward(const float* x, float* y) {
-  Arena& a = rank_.arena();
+  Arena& a = arena_;
   auto phase = a.phase("attention");
   const int M = s_.B * s_.Tl(), C = s_.model.hidden;
   const int qd = s_.model.q_dim(), kvd = s_.model.kv_dim();
@@ -76,7 +99,7 @@ void SequenceShardedAttention::forward(const float* x, float* y) {
 }
 
 void SequenceShardedAttention::backward(const float* x, const float* dy, float* dx) {
-  Arena& a = rank_.arena();
+  Arena& a = arena_;
   auto phase = a.phase("attention.backward");
   const int M = s_.B * s_.Tl(), C = s_.model.hidden;
   const int qd = s_.model.q_dim(), kvd = s_.model.kv_dim();
@@ -123,7 +146,7 @@ void SequenceShardedAttention::backward(const float* x, const float* dy, float* 
   if (s_.Sp > 1) {
     // This rank's tokens' share of every gradient → the sum over the ranks, one collective.
     const std::span<float> sets[] = {grad_.span(), grad_norm_.span()};
-    all_reduce_buffers<float>(rank_.comm(), sets);
+    all_reduce_buffers<float>(comm_, sets);
   }
 }
 

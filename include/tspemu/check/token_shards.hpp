@@ -4,6 +4,7 @@
 // What: rank r holds batches [batch_begin, batch_begin + batches) and, of each, the tokens at the
 // global positions `positions` in that local order; its activations are [batches, tokens, C].
 //   sequence_sharded(layout, B)   the layout's shard on every batch (zigzag, contiguous, striped)
+//   two_level_sharded(layout, B)  rank o·U + i holds the two-level layout's shard (o, i)
 //   replicated_tokens(B, S)       every token on every rank (TP)
 //   data_parallel(replicas, n, B, inner)   rank = replica·n + i holds batches
 //                                 [replica·B/replicas, ...) and inner(i)'s positions
@@ -31,6 +32,7 @@ struct TokenShard {
 using TokenShards = std::function<TokenShard(int rank)>;
 
 TokenShards sequence_sharded(const tsp::SequenceLayout& layout, int B);
+TokenShards two_level_sharded(const tsp::TwoLevelLayout& layout, int B);
 TokenShards replicated_tokens(int B, int S);
 TokenShards data_parallel(int replicas, int ranks_per_replica, int B, const TokenShards& inner);
 

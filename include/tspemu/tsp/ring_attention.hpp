@@ -19,7 +19,10 @@
 //   rank; keys of a block are in ascending position, so the kernel skips masked key suffixes.
 // Order: every sum has a fixed order (blocks in ring order, accumulators in holder order), so
 //   results are bitwise reproducible and independent of message timing.
-// Requirements: the shape's dims at every call (checked); positions come from the layout.
+// Sub-groups: the ring is any Comm (a mesh axis, runtime/mesh.hpp), its members holding Tl tokens
+//   each whose global positions the caller names; the Rank& form is the world's ring on the
+//   shape's zigzag rows. USP runs it across the rows of a mesh on the Ulysses heads layout.
+// Requirements: the dims it was built for at every call (checked); positions from the caller.
 // Buffers (the rank's Arena, n > 1): forward — two K/V blocks [2, B, Tl, NKV, hs] (kv) and the
 //   partial output and lse of one block (workspace); backward — two K/V blocks and two dK/dV
 //   accumulators (kv), delta [B, NH, Tl] (workspace); for the life of the core: every rank's
@@ -30,6 +33,9 @@
 //   blocks of 2·B·Tl·NKV·hs elements, backward 2n-1.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
 #include "tspemu/tsp/baseline_shape.hpp"
@@ -38,5 +44,14 @@ namespace tspemu::tsp {
 
 // The core of rank.id() for `shape` (T = 1, Sp = rank.size(), layout row_layout()).
 ref::AttentionCore<float> ring_attention_core(Rank& rank, const BaselineShape& shape);
+
+// The core of this rank on the ring `group` (n = group.size(), the rank's place in the ring is
+// group.rank()): dims are the block's local {B, Tl, Tl, NH, NKV, hs}; positions [n·Tl] hold member
+// q's global positions at [q·Tl, (q+1)·Tl), in each member's local order (its K/V block's keys,
+// ascending for the kernel's masked-suffix skip). Buffers in `arena`, this rank's.
+// std::invalid_argument unless positions.size() = n·Tl and Tq = Tk.
+ref::AttentionCore<float> ring_attention_core(Comm& group, Arena& arena,
+                                              const ref::AttentionDims& dims,
+                                              std::span<const std::int64_t> positions);
 
 }  // namespace tspemu::tsp

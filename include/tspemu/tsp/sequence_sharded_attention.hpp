@@ -15,21 +15,26 @@
 // residual. Weight and norm gradients are this rank's tokens' share: one all_reduce_buffers of
 // {packed gradient, norm gradient} over the n ranks (rank order: bitwise reproducible; skipped
 // when n = 1), so every rank ends with the full, identical gradient.
-// Requirements: rank.size() == shape.Sp, shape.T == 1, !shape.sequence_parallel, a validated
-// shape, and a core whose functions are set (std::invalid_argument naming the values otherwise).
-// Buffers (this rank's Arena): weights — the packed layer attention weights (packed_shards.hpp,
-// one shard of degree 1) and the norm weight; kept for backward (activations) — N [M, C], rstd
-// [M], A [M, NH·hs], lse [B·NH·Tl] (handed to the core in backward as it left it); transient
-// (workspace) — Q, K/V [2, M, NKV·hs] and their gradients, dA, dN; other — positions [Tl]. The
-// core allocates its own buffers (see its header). Gradients (gradients) are allocated at the
-// first backward and overwritten by each.
-// Memory phases: "attention" (forward), "attention.backward".
-// Cost: the reference block's GEMMs on M rows, the core, and in backward one all-reduce of the
-// layer's attention parameters + C.
+// Sub-groups: the group form runs on any Comm whose members share the sequence's tokens (the
+// world for SP, Ulysses, ring and USP; an `sp` axis of a DP × SP mesh), holding the Tl tokens at
+// the global positions the caller names; the gradients are reduced over that group only (a
+// data-parallel axis outside it reduces them again). The Rank& form is the world's, on the
+// shape's zigzag rows.
+// Requirements: group.size() (rank.size()) == shape.Sp, shape.T == 1, !shape.sequence_parallel, a
+// validated shape, and a core whose functions are set (std::invalid_argument naming the values
+// otherwise). Buffers (this rank's Arena): weights — the packed layer attention weights
+// (packed_shards.hpp, one shard of degree 1) and the norm weight; kept for backward (activations) —
+// N [M, C], rstd [M], A [M, NH·hs], lse [B·NH·Tl] (handed to the core in backward as it left it);
+// transient (workspace) — Q, K/V [2, M, NKV·hs] and their gradients, dA, dN; other — positions
+// [Tl]. The core allocates its own buffers (see its header). Gradients (gradients) are allocated at
+// the first backward and overwritten by each. Memory phases: "attention" (forward),
+// "attention.backward". Cost: the reference block's GEMMs on M rows, the core, and in backward one
+// all-reduce of the layer's attention parameters + C.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -42,6 +47,11 @@ class SequenceShardedAttention {
  public:
   // Copies the full attention weights and the norm weight from the master layer. Not collective.
   SequenceShardedAttention(Rank& rank, const BaselineShape& shape,
+                           const ref::LayerWeights<float>& master, ref::AttentionCore<float> core);
+  // On `group` (size shape.Sp), this rank's Tl tokens at the global `positions`, buffers in
+  // `arena`: std::invalid_argument unless positions.size() == shape.Tl().
+  SequenceShardedAttention(Comm& group, Arena& arena, const BaselineShape& shape,
+                           std::span<const std::int64_t> positions,
                            const ref::LayerWeights<float>& master, ref::AttentionCore<float> core);
 
   void forward(const float* x, float* y);  // [B, Tl, C] in this rank's local token order
@@ -61,7 +71,8 @@ class SequenceShardedAttention {
  private:
   void project(float* q, float* k, float* v);  // from xn_, RoPE applied to q and k
 
-  Rank& rank_;
+  Comm& comm_;  // the group the gradients are reduced over
+  Arena& arena_;
   BaselineShape s_;
   TspShape shard_;  // degree 1: the packing of the full weights
   ref::AttentionCore<float> core_;

@@ -20,6 +20,13 @@
 //   about 3/4 of the S² pairs instead of 1/2). lse [B, NHn, S] is written, in the gathered query
 //   order, into the block's lse buffer [B, NH, Tl] (the same element count; only this core reads
 //   it back).
+// Sub-groups: the exchange runs on any Comm (a mesh axis, runtime/mesh.hpp) whose members hold
+//   Tl tokens each at global positions the caller names (a subset of the sequence: the keys
+//   are then the group's tokens, in their position order). An inner core replaces the local
+//   attention on the heads layout: it gets Q, K, V (and in backward A and dA, A exchanged once
+//   more: 8 all-to-alls) all in ascending position order of the group's n·Tl tokens, with those
+//   positions and dims {B, n·Tl, n·Tl, NH/n, NKV/n, hs}; USP is this core with ring attention
+//   across the rows of a mesh as its inner core (tsp/usp.hpp).
 // Requirements: n | NH and n | NKV (check_ulysses_shape; std::invalid_argument naming the values);
 //   the block's dims must be the shape's (checked per call).
 // Buffers (the rank's Arena, per call): Qh and Ah / dAh, dQh (workspace, B·Tl·NH·hs each); Kh, Vh
@@ -30,6 +37,9 @@
 //   is bitwise the reference core's.
 // Cost: as the reference attention over S queries on NH/n heads, plus the copies.
 #pragma once
+
+#include <cstdint>
+#include <span>
 
 #include "tspemu/reference/model.hpp"
 #include "tspemu/runtime/world.hpp"
@@ -44,5 +54,14 @@ void check_ulysses_shape(const BaselineShape& shape);
 
 // The core of rank.id() for `shape` (T = 1, Sp = rank.size(), layout row_layout()).
 ref::AttentionCore<float> ulysses_attention_core(Rank& rank, const BaselineShape& shape);
+
+// The core of this rank on the Ulysses group `group` (n = group.size()): dims the block's local
+// {B, Tl, Tl, NH, NKV, hs}; positions [n·Tl] member q's global positions at [q·Tl, (q+1)·Tl) in
+// its local order; inner empty (the local causal attention, as above) or the core run on the
+// heads layout. std::invalid_argument unless n | NH, n | NKV and positions.size() = n·Tl.
+ref::AttentionCore<float> ulysses_attention_core(Comm& group, Arena& arena,
+                                                 const ref::AttentionDims& dims,
+                                                 std::span<const std::int64_t> positions,
+                                                 ref::AttentionCore<float> inner = {});
 
 }  // namespace tspemu::tsp
