@@ -3,9 +3,10 @@
 #   1. the whole suite (ctest) in a RelWithDebInfo build, then `cmake --install` of it and the
 #      out-of-tree consumer tests/package built against the install, by find_package and by
 #      pkg-config;
-#   2. clang-tidy with the curated checks of .clang-tidy over apps/ runtime/ plan/ tsp/ reference/
-#      check/ (findings listed and counted by check; any finding fails), then the runtime tests
-#      and the TSP, baseline and sequence-attention block tests under ThreadSanitizer;
+#   2. clang-tidy with the curated checks of .clang-tidy over apps/ runtime/ plan/ pipeline/ tsp/
+#      reference/ check/ (findings listed and counted by check; any finding fails), then the
+#      runtime tests, the TSP, baseline and sequence-attention block tests, the decoders and the
+#      pipeline executor's tests under ThreadSanitizer;
 #   3. the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (the decoders' long greedy
 #      runs at one shape each);
 #   4. the libFuzzer harnesses of fuzz/ (clang), 50 s each, failing on any crash (fuzz/run.sh).
@@ -77,7 +78,7 @@ echo "package step: $((SECONDS - started)) s"
 echo "== clang-tidy: .clang-tidy's curated checks over the first-party sources"
 started=$SECONDS
 tidy_status=0
-run-clang-tidy -quiet -p build -j "$jobs" "^$PWD/(apps|runtime|plan|tsp|reference|check)/.*\.cpp\$" \
+run-clang-tidy -quiet -p build -j "$jobs" "^$PWD/(apps|runtime|plan|pipeline|tsp|reference|check)/.*\.cpp\$" \
   >build/clang-tidy.log 2>&1 || tidy_status=$?
 # A finding in a header is reported once per file that includes it: counted once.
 findings=$(grep -E "(warning|error): " build/clang-tidy.log | sed 's/\x1b\[[0-9;]*m//g' | sort -u || true)
@@ -93,8 +94,9 @@ if [ "$count" -gt 0 ] || [ "$tidy_status" -ne 0 ]; then
   exit 1
 fi
 
-echo "== runtime tests, the TSP, baseline and sequence-attention block tests, the whole models and the decoders under ThreadSanitizer"
-# Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/.
+echo "== runtime tests, the TSP, baseline and sequence-attention block tests, the whole models, the decoders and the pipeline executor under ThreadSanitizer"
+# Ranks write disjoint parts of shared tensors in the block tests too, not only in runtime/; the
+# pipeline executor's stages hand activations to each other by non-blocking sends.
 # Every decoder (TSP-W, TSP-M, TP, Megatron-SP, Helix, SP with its pass-Q, ring and Ulysses
 # prefills, the TP+SP mesh) runs under it too, except the 256-step
 # greedy runs (*Greedy): each of their steps is the same code, on the same ranks, sub-groups and
@@ -106,12 +108,13 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSPEMU_WER
   -DTSPEMU_UNITY_TESTS=ON -DTSPEMU_SANITIZE=thread -DTSPEMU_RUNTIME_ONLY=OFF -DTSPEMU_BUILD_BENCH=OFF \
   "${sanitizer_flags[@]}" \
   >/dev/null
-cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests
+cmake --build build-tsan -j"$jobs" --target runtime_tests tsp_tests pipeline_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 ctest -j"$jobs" --test-dir build-tsan/tests/runtime --output-on-failure --timeout 900
 ctest -j"$jobs" --test-dir build-tsan/tests/tsp --output-on-failure --timeout 900 \
-  -R 'TspBlockVsReference|TspBlocks\.|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|Tspm|Tp(Float|Decode|Traffic)|Helix|Sp(Float|Decode|Traffic)|Mesh(Float|Decode|Traffic)|KvOwnership|RankKvCache|MegatronSpDecode|SpPrefill' \
+  -R 'TspBlockVsReference|TspBlocks\.|TspBf16Layer|SubGroupCores|BaselineVsReference|BaselineBlocks\.|SequenceAttention|MeshModel\.|Tspw|Tspm|Tp(Float|Decode|Traffic)|Helix|Sp(Float|Decode|Traffic)|Mesh(Float|Decode|Traffic)|KvOwnership|RankKvCache|MegatronSpDecode|SpPrefill' \
   -E '(Tspw|Tspm|Tp|Helix|Sp|Mesh|MegatronSpDecode|SpPrefill)Greedy'
+ctest -j"$jobs" --test-dir build-tsan/tests/pipeline --output-on-failure --timeout 900
 unset TSAN_OPTIONS
 echo "ThreadSanitizer step: $((SECONDS - started)) s"
 
